@@ -1,0 +1,47 @@
+"""Installs three packages from one source tree: the core library, its task definitions and its agent configs."""
+
+from setuptools import setup
+
+setup(
+    name="flashnerd",
+    version="0.1.0",
+    description="Fast streaming neural robot dynamics, vectorized task environments and RSL-RL training on them.",
+    python_requires=">=3.10",
+    package_dir={
+        "flashnerd": "source/flashnerd",
+        "flashnerd_tasks": "tasks",
+        "flashnerd_agents": "agents",
+    },
+    packages=[
+        "flashnerd",
+        "flashnerd.robots",
+        "flashnerd.sim",
+        "flashnerd.dynamics",
+        "flashnerd.envs",
+        "flashnerd.cli",
+        "flashnerd.utils",
+        "flashnerd.models",
+        "flashnerd.contacts",
+        "flashnerd.data",
+        "flashnerd.training",
+        "flashnerd_tasks",
+        "flashnerd_tasks.velocity",
+        "flashnerd_agents",
+    ],
+    package_data={"flashnerd.robots": ["assets/*.xml"]},
+    install_requires=[
+        "torch>=2.4,<3",
+        "mujoco>=3.3",
+        "gymnasium>=1.0",
+        "rsl-rl-lib>=5.5,<6",
+        "tensorboard>=2.15",
+        "h5py>=3.9",
+        "numpy>=1.26",
+        "pyyaml>=6",
+        "tqdm>=4.66",
+        "matplotlib>=3.8",
+        "onnx>=1.16",
+    ],
+    extras_require={"test": ["pytest>=8", "ruff>=0.6", "hypothesis>=6"]},
+    entry_points={"console_scripts": ["flashnerd=flashnerd.cli.main:main"]},
+)

@@ -1,0 +1,1 @@
+"""The `flashnerd` command line."""

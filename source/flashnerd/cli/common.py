@@ -1,0 +1,125 @@
+"""Pieces shared by the CLI commands: Isaac Lab flag names, log-directory layout, checkpoint lookup, policy loading."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+from datetime import datetime
+from pathlib import Path
+
+import gymnasium as gym
+import torch
+import yaml
+
+from flashnerd.envs.config import cfg_to_dict
+from flashnerd.envs.registry import load_cfg_from_registry, task_spec
+
+
+class CLIError(ValueError):
+    """A user error: printed as one line, exit status 2."""
+
+
+def add_env_args(p: argparse.ArgumentParser, num_envs: int | None = None) -> None:
+    """--task --num_envs --seed --device --dynamics (Isaac Lab's names)."""
+    p.add_argument("--task", required=True, help="task id, e.g. FlashNeRD-Velocity-Flat-Anymal-C-v0")
+    p.add_argument("--num_envs", type=int, default=num_envs, help="number of parallel worlds")
+    p.add_argument("--seed", type=int, default=None, help="random seed")
+    p.add_argument("--device", default="cpu", help="torch device: cpu or cuda[:i]")
+    p.add_argument("--dynamics", default=None, help="dynamics backend (default: the task's, usually mujoco)")
+
+
+def add_checkpoint_args(p: argparse.ArgumentParser) -> None:
+    """--checkpoint --load_run --experiment_name --log_root."""
+    p.add_argument("--checkpoint", default=None, help="checkpoint file, or a file-name regex inside the run")
+    p.add_argument("--load_run", default=None, help="run folder name (regex) under the experiment's log folder")
+    p.add_argument("--experiment_name", default=None, help="experiment folder under logs/rsl_rl")
+    p.add_argument("--log_root", default="logs/rsl_rl", help="root of the log folders")
+
+
+def check_positive(name: str, value: int | None) -> None:
+    if value is not None and value < 1:
+        raise CLIError(f"--{name} must be a positive integer, got {value}")
+
+
+def check_device(device: str) -> None:
+    try:
+        dev = torch.device(device)
+    except RuntimeError as err:
+        raise CLIError(f"invalid --device '{device}'; use cpu or cuda[:index]") from err
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise CLIError(f"--device {device} requested but CUDA is not available here; use --device cpu")
+
+
+def load_task_cfgs(args: argparse.Namespace):
+    """(env_cfg, agent_cfg) of `args.task` with the CLI overrides applied."""
+    task_spec(args.task)  # one-line error for an unknown id
+    check_positive("num_envs", getattr(args, "num_envs", None))
+    check_device(args.device)
+    env_cfg = load_cfg_from_registry(args.task, "env_cfg_entry_point")
+    agent_cfg = load_cfg_from_registry(args.task, "rsl_rl_cfg_entry_point")
+    if args.num_envs is not None:
+        env_cfg.num_envs = args.num_envs
+    if args.seed is not None:
+        env_cfg.seed = args.seed
+        agent_cfg.seed = args.seed
+    if args.dynamics is not None:
+        env_cfg.dynamics = args.dynamics
+    env_cfg.device = args.device
+    agent_cfg.device = args.device
+    if getattr(args, "experiment_name", None):
+        agent_cfg.experiment_name = args.experiment_name
+    return env_cfg, agent_cfg
+
+
+def make_env(task: str, env_cfg) -> gym.Env:
+    """`gym.make` with the given config (flashnerd_tasks is imported by the registry lookup)."""
+    return gym.make(task, cfg=env_cfg)
+
+
+def new_log_dir(log_root: str, experiment: str, run_name: str) -> Path:
+    """logs/rsl_rl/<experiment>/<YYYY-mm-dd_HH-MM-SS>[_<run_name>]."""
+    stamp = datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
+    return Path(log_root) / experiment / (f"{stamp}_{run_name}" if run_name else stamp)
+
+
+def dump_yaml(path: Path, cfg) -> None:
+    """Write a config as YAML through a temporary file (never half-written)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(yaml.safe_dump(cfg_to_dict(cfg), sort_keys=False))
+    os.replace(tmp, path)
+
+
+def resolve_checkpoint(log_root: str, experiment: str, load_run: str | None, checkpoint: str | None) -> Path:
+    """Find a checkpoint like Isaac Lab: an explicit file, or the newest run matching `load_run` and the
+    highest-numbered file matching `checkpoint` inside it."""
+    if checkpoint and Path(checkpoint).is_file():
+        return Path(checkpoint)
+    root = Path(log_root) / experiment
+    if checkpoint and os.sep in checkpoint:
+        raise CLIError(f"checkpoint file '{checkpoint}' does not exist")
+    if not root.is_dir():
+        raise CLIError(f"no runs under '{root}'; train first or pass --checkpoint PATH")
+    run_re = re.compile(load_run or ".*")
+    runs = sorted(d for d in root.iterdir() if d.is_dir() and run_re.fullmatch(d.name))
+    if not runs:
+        raise CLIError(f"no run in '{root}' matches --load_run '{load_run}'")
+    ckpt_re = re.compile(checkpoint or r"model_\d+\.pt")
+    files = [f for f in runs[-1].iterdir() if ckpt_re.fullmatch(f.name)]
+    if not files:
+        raise CLIError(f"no checkpoint in '{runs[-1]}' matches '{checkpoint or 'model_<it>.pt'}'")
+    return max(files, key=lambda f: [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", f.name)])
+
+
+def load_policy(runner, path: Path, device: str):
+    """Load a runner checkpoint; a checkpoint of another task or network shape is a one-line error."""
+    try:
+        runner.load(str(path), map_location=device)
+    except (RuntimeError, KeyError) as err:
+        first = str(err).strip().splitlines()[0]
+        raise CLIError(f"checkpoint '{path}' does not fit this task's policy ({first[:160]}); "
+                       "pass a checkpoint trained on this task") from err
+    except Exception as err:  # unpickling errors of corrupt files come in many types
+        raise CLIError(f"cannot read checkpoint '{path}': {type(err).__name__}: {str(err)[:160]}") from err
+    return runner.get_inference_policy(device=device)

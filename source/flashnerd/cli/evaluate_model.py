@@ -1,0 +1,43 @@
+"""`flashnerd evaluate-model`: recursive-rollout NRMSE of a checkpoint on held-out trajectories (JSON)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from flashnerd.cli.common import check_device, check_positive
+from flashnerd.data.dataset import load_dataset
+from flashnerd.dynamics.learned import LearnedDynamics
+from flashnerd.robots import get_robot
+from flashnerd.training.checkpoint import read_checkpoint
+from flashnerd.training.evaluate import HORIZONS, rollout_errors
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("evaluate-model", help="long-horizon accuracy of a learned model")
+    p.add_argument("--checkpoint", required=True, help="checkpoint written by `flashnerd fit`")
+    p.add_argument("--data", required=True, help="held-out dataset (record it with another --seed)")
+    p.add_argument("--num_rollouts", type=int, default=256, help="trajectories to roll out (at most)")
+    p.add_argument("--horizons", default=",".join(map(str, HORIZONS)), help="comma-separated horizons")
+    p.add_argument("--device", default="cpu", help="torch device")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> dict:
+    check_positive("num_rollouts", args.num_rollouts)
+    check_device(args.device)
+    ckpt = read_checkpoint(args.checkpoint)
+    robot = get_robot(ckpt["robot"])
+    data = load_dataset(args.data, robot)
+    n = min(args.num_rollouts, data.num_trajectories)
+    data = type(data)(data.qpos[:n], data.qvel[:n], data.ctrl[:n], data.attrs)
+    dyn = LearnedDynamics(robot, n, device=args.device, kind=ckpt["kind"], checkpoint=args.checkpoint)
+    horizons = [int(h) for h in args.horizons.split(",")]
+    errors = rollout_errors(dyn, data, horizons)
+    result = {"checkpoint": args.checkpoint, "model": ckpt["kind"], "rollouts": n,
+              "train_seconds": round(ckpt.get("train_seconds", 0.0), 1),
+              "nrmse": {str(h): e["nrmse"] for h, e in errors.items()},
+              "base_pos_err_m": {str(h): e["base_pos_err_m"] for h, e in errors.items()},
+              "base_rot_err_rad": {str(h): e["base_rot_err_rad"] for h, e in errors.items()}}
+    print(json.dumps(result))
+    return result

@@ -1,0 +1,48 @@
+"""`flashnerd fit`: fit a FlashNeRD or NeRD model on a recorded dataset."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from pathlib import Path
+
+from flashnerd.cli.common import CLIError, check_device, check_positive
+from flashnerd.training.fit import FitConfig, Fitter
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("fit", help="fit a learned dynamics model")
+    p.add_argument("--data", required=True, help="dataset written by `flashnerd record`")
+    p.add_argument("--model", default="flashnerd", choices=["flashnerd", "nerd"], help="model kind")
+    p.add_argument("--out", required=True, help="checkpoint path (.pt)")
+    p.add_argument("--size", default="cpu", help="size class: cpu, paper_small, paper")
+    p.add_argument("--max_steps", type=int, default=FitConfig.max_steps, help="optimizer steps")
+    p.add_argument("--time_budget", type=float, default=0.0, help="stop after this many training seconds")
+    p.add_argument("--batch_size", type=int, default=FitConfig.batch_size, help="windows per step")
+    p.add_argument("--lr", type=float, default=FitConfig.lr, help="peak learning rate")
+    p.add_argument("--ar_weight", type=float, default=FitConfig.ar_weight, help="weight of the autoregressive loss")
+    p.add_argument("--seed", type=int, default=0, help="random seed")
+    p.add_argument("--device", default="cpu", help="torch device")
+    p.add_argument("--log_dir", default=None, help="TensorBoard folder (default: logs/fit/<out stem>)")
+    p.add_argument("--resume", action="store_true", help="continue from --out if it exists")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> dict:
+    check_positive("max_steps", args.max_steps)
+    check_positive("batch_size", args.batch_size)
+    check_device(args.device)
+    cfg = dataclasses.replace(FitConfig(), model=args.model, size=args.size, max_steps=args.max_steps,
+                              time_budget_s=args.time_budget, batch_size=args.batch_size, lr=args.lr,
+                              ar_weight=args.ar_weight, seed=args.seed)
+    fitter = Fitter(args.data, cfg, device=args.device)
+    out = Path(args.out)
+    if args.resume:
+        if not out.is_file():
+            raise CLIError(f"--resume given but '{out}' does not exist")
+        fitter.resume(out)
+    log_dir = args.log_dir or str(Path("logs") / "fit" / out.stem)
+    result = fitter.fit(out, log_dir=log_dir)
+    print(json.dumps(result))
+    return result

@@ -1,0 +1,64 @@
+"""Entry point of the `flashnerd` command: list-envs, train, play, eval, bench, record, fit, evaluate-model."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from flashnerd.cli import bench, eval, evaluate_model, fit, play, record, train
+from flashnerd.cli.common import CLIError
+
+
+def _list_envs(args: argparse.Namespace) -> list[dict]:
+    from flashnerd.envs.registry import registered_tasks, task_spec
+
+    rows = []
+    for task in registered_tasks():
+        kw = task_spec(task).kwargs
+        rows.append({"task": task, "env_cfg_entry_point": kw.get("env_cfg_entry_point"),
+                     "rsl_rl_cfg_entry_point": kw.get("rsl_rl_cfg_entry_point")})
+    if args.json:
+        print(json.dumps(rows, indent=1))
+    else:
+        for row in rows:
+            print(row["task"])
+    return rows
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="flashnerd", description=__doc__)
+    parser.add_argument("--debug", action="store_true", help="show tracebacks for errors")
+    sub = parser.add_subparsers(dest="command", required=True)
+    le = sub.add_parser("list-envs", help="list the registered task ids")
+    le.add_argument("--json", action="store_true", help="print entry points as JSON")
+    le.set_defaults(func=_list_envs)
+    train.add_parser(sub)
+    play.add_parser(sub)
+    eval.add_parser(sub)
+    bench.add_parser(sub)
+    record.add_parser(sub)
+    fit.add_parser(sub)
+    evaluate_model.add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command; user errors print one line to stderr and exit with status 2."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        args.func(args)
+    except (CLIError, ValueError, FileNotFoundError) as err:
+        if args.debug:
+            raise
+        print(f"flashnerd {args.command}: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"flashnerd {args.command}: interrupted", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,60 @@
+"""`flashnerd play`: load a trained policy, export it (TorchScript and ONNX), and roll it out."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+import torch
+
+from flashnerd.cli.common import (
+    add_checkpoint_args,
+    add_env_args,
+    load_policy,
+    load_task_cfgs,
+    make_env,
+    resolve_checkpoint,
+)
+from flashnerd.envs.rsl_rl import FlashNeRDRunner, RslRlVecEnvWrapper
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("play", help="export a trained policy and roll it out")
+    add_env_args(p)
+    add_checkpoint_args(p)
+    p.add_argument("--steps", type=int, default=500, help="control steps to roll out")
+    p.set_defaults(func=run)
+
+
+def export_policy(runner: FlashNeRDRunner, export_dir: str) -> list[str]:
+    """Write exported/policy.pt (TorchScript) and exported/policy.onnx, each through a temporary file."""
+    os.makedirs(export_dir, exist_ok=True)
+    written = []
+    for name, exporter in (("policy.pt", runner.export_policy_to_jit), ("policy.onnx", runner.export_policy_to_onnx)):
+        tmp_name = f".{name}.tmp"
+        exporter(export_dir, filename=tmp_name)
+        os.replace(os.path.join(export_dir, tmp_name), os.path.join(export_dir, name))
+        written.append(os.path.join(export_dir, name))
+    return written
+
+
+def run(args: argparse.Namespace) -> dict:
+    env_cfg, agent_cfg = load_task_cfgs(args)
+    path = resolve_checkpoint(args.log_root, agent_cfg.experiment_name, args.load_run, args.checkpoint)
+    env = RslRlVecEnvWrapper(make_env(args.task, env_cfg), clip_actions=agent_cfg.clip_actions)
+    runner = FlashNeRDRunner(env, agent_cfg.to_rsl_rl_dict(), None, device=agent_cfg.device)
+    policy = load_policy(runner, path, agent_cfg.device)
+    exported = export_policy(runner, os.path.join(os.path.dirname(os.path.abspath(path)), "exported"))
+
+    obs = env.get_observations()
+    total = torch.zeros(env.num_envs, device=env.device)
+    with torch.inference_mode():
+        for _ in range(args.steps):
+            obs, rew, _, _ = env.step(policy(obs))
+            total += rew
+    env.close()
+    result = {"checkpoint": str(path), "exported": exported, "steps": args.steps,
+              "mean_reward_sum": total.mean().item()}
+    print(json.dumps(result))
+    return result

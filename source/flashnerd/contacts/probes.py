@@ -1,0 +1,55 @@
+"""Fixed-probe contact features against a flat ground plane, computed from (predicted) states in torch.
+
+For each probe sphere: the nearest ground point and the ground normal, both in the root frame, and the signed
+distance of the sphere to the ground; a probe farther than `cutoff` is masked (features zero, flag 0), as NeRD
+masks probes beyond max(4 * thickness, 0.12 m).
+"""
+
+from __future__ import annotations
+
+import mujoco
+import torch
+
+from flashnerd.robots import RobotSpec
+from flashnerd.robots.kinematics import TorchKinematics
+from flashnerd.utils.math import quat_apply_inverse
+
+FEATURES_PER_PROBE = 8  # point_b (3), normal_b (3), signed distance (1), in-range flag (1)
+
+
+class ProbeFeatures:
+    """Maps qpos (N, nq) of a floating-base robot to probe features (N, P * 8) and signed distances (N, P)."""
+
+    def __init__(self, robot: RobotSpec, model: mujoco.MjModel, device: torch.device | str = "cpu",
+                 cutoff: float = 0.12, ground_height: float = 0.0) -> None:
+        if not robot.probes:
+            raise ValueError(f"robot '{robot.name}' defines no contact probes")
+        self.kin = TorchKinematics(model, device)
+        f = dict(dtype=torch.float32, device=torch.device(device))
+        self.body_ids = torch.tensor([model.body(p.body).id for p in robot.probes], device=torch.device(device))
+        self.local = torch.tensor([p.pos for p in robot.probes], **f)  # (P, 3)
+        self.radius = torch.tensor([p.radius for p in robot.probes], **f)  # (P,)
+        self.cutoff = cutoff
+        self.ground_height = ground_height
+        self.num_probes = len(robot.probes)
+        self.dim = self.num_probes * FEATURES_PER_PROBE
+
+    def signed_distance(self, qpos: torch.Tensor) -> torch.Tensor:
+        """Signed distance (N, P) of each probe sphere to the ground (negative = penetration)."""
+        centers = self.kin.points(qpos, self.body_ids, self.local)  # (N, P, 3)
+        return centers[..., 2] - self.ground_height - self.radius
+
+    def __call__(self, qpos: torch.Tensor) -> torch.Tensor:
+        """Probe features (N, P * 8) in the root frame of each world."""
+        n = qpos.shape[0]
+        centers = self.kin.points(qpos, self.body_ids, self.local)  # (N, P, 3)
+        dist = centers[..., 2] - self.ground_height - self.radius  # (N, P)
+        point_w = centers.clone()
+        point_w[..., 2] = self.ground_height  # nearest ground point below each sphere
+        root_pos, root_quat = qpos[:, None, 0:3], qpos[:, None, 3:7].expand(n, self.num_probes, 4)
+        point_b = quat_apply_inverse(root_quat, point_w - root_pos)  # (N, P, 3)
+        up = torch.tensor([0.0, 0.0, 1.0], device=qpos.device).expand(n, self.num_probes, 3)
+        normal_b = quat_apply_inverse(root_quat, up)  # (N, P, 3)
+        flag = (dist < self.cutoff).to(qpos.dtype)  # (N, P)
+        feats = torch.cat((point_b, normal_b, dist[..., None], flag[..., None]), dim=-1) * flag[..., None]
+        return feats.reshape(n, self.dim)  # (N, P * 8)

@@ -1,0 +1,119 @@
+"""Learned `Dynamics` backends (`flashnerd`, `nerd`): one batched model call per control step.
+
+The model predicts the state increment from the robot-centric frame (state, joint-target error, fixed-probe contact
+features computed from the *predicted* state); caches are preallocated and reset per world. The contact summary for
+rewards and terminations is a penetration-based estimate from the probes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from flashnerd.contacts import ProbeFeatures
+from flashnerd.dynamics.base import RobotState
+from flashnerd.dynamics.representation import StateRepresentation
+from flashnerd.robots import RobotSpec
+from flashnerd.sim.scene import build_scene, default_qpos
+from flashnerd.training.checkpoint import model_from_checkpoint, read_checkpoint
+
+CHECKPOINT_DIR = Path(__file__).resolve().parents[3] / "checkpoints"
+CONTACT_STIFFNESS = 2.0e4  # N/m: penetration -> force estimate (about body weight at a few millimetres)
+CONTACT_MARGIN = 0.002  # m: a probe this close to the ground counts as touching (MuJoCo's soft contact sinks ~mm)
+
+
+def default_checkpoint(robot: RobotSpec, kind: str) -> Path:
+    """Where the shipped checkpoint of `kind` for `robot` lives: checkpoints/<robot>/<kind>.pt."""
+    return CHECKPOINT_DIR / robot.name / f"{kind}.pt"
+
+
+class LearnedDynamics:
+    """A learned model stepping `num_worlds` worlds of `robot` behind the `Dynamics` interface."""
+
+    def __init__(self, robot: RobotSpec, num_worlds: int, device: str | torch.device = "cpu", kind: str = "flashnerd",
+                 checkpoint: str | Path | None = None, terrain: str = "flat", **_: object) -> None:
+        self.robot, self.num_worlds, self.device = robot, num_worlds, torch.device(device)
+        self.control_dt = robot.control_dt
+        path = Path(checkpoint) if checkpoint else default_checkpoint(robot, kind)
+        ckpt = read_checkpoint(path, robot)
+        if ckpt["kind"] != kind:
+            raise ValueError(f"checkpoint '{path}' holds a '{ckpt['kind']}' model; the '{kind}' backend needs a "
+                             f"'{kind}' checkpoint")
+        if abs(ckpt["control_dt"] - robot.control_dt) > 1e-9:
+            raise ValueError(f"checkpoint '{path}' was fitted at control dt {ckpt['control_dt']}, the robot steps at "
+                             f"{robot.control_dt}")
+        self.model, self.x_norm, self.y_norm = model_from_checkpoint(ckpt, self.device)
+        self.model_kind = kind
+        self.checkpoint_path = path
+        self.mj_model = build_scene(robot, terrain)
+        self.probes = ProbeFeatures(robot, self.mj_model, self.device)
+        self.rep = StateRepresentation(robot.num_joints, self.probes.dim)
+        if ckpt["representation"]["layout"] != self.rep.layout():
+            raise ValueError(f"checkpoint '{path}' uses another state layout than this flashnerd; fit it again")
+        self.nq, self.nv, self.nu = self.mj_model.nq, self.mj_model.nv, self.mj_model.nu
+        self.cache = self.model.init_cache(num_worlds, device=self.device)
+
+        # Which probes belong to which contact body of the contact summary (probes on other bodies are ignored).
+        bodies = list(robot.all_contact_bodies)
+        owner = torch.zeros(len(robot.probes), len(bodies), device=self.device)  # (P, nb) one-hot
+        for i, p in enumerate(robot.probes):
+            if p.body in bodies:
+                owner[i, bodies.index(p.body)] = 1.0
+        self._probe_owner = owner
+        self._nb = len(bodies)
+        self._kp = torch.as_tensor(self.mj_model.actuator_gainprm[:, 0], dtype=torch.float32, device=self.device)
+        self._kd = torch.as_tensor(-self.mj_model.actuator_biasprm[:, 2], dtype=torch.float32, device=self.device)
+
+        f32 = dict(dtype=torch.float32, device=self.device)
+        q0 = torch.as_tensor(self.default_qpos(), **f32)
+        self._qpos = q0.repeat(num_worlds, 1)  # (N, nq)
+        self._qvel = torch.zeros(num_worlds, self.nv, **f32)  # (N, nv)
+        self._torque = torch.zeros(num_worlds, self.nu, **f32)  # (N, nu)
+        self._contact = torch.zeros(num_worlds, self._nb, **f32)  # (N, nb)
+        self._state = RobotState(self._qpos, self._qvel, self._torque, self._contact)
+        self._refresh_contacts()
+
+    def default_qpos(self) -> np.ndarray:
+        """The standing configuration (same as the analytical backend's)."""
+        return default_qpos(self.robot, self.mj_model)
+
+    def reset(self, world_ids: torch.Tensor, qpos: torch.Tensor, qvel: torch.Tensor) -> None:
+        """Write the state of `world_ids` and forget their history only."""
+        ids = world_ids.to(self.device)
+        self._qpos[ids] = qpos.to(self._qpos)
+        self._qvel[ids] = qvel.to(self._qvel)
+        self._torque[ids] = 0.0
+        self.model.reset_cache(self.cache, ids)
+        self._refresh_contacts()
+
+    def set_qvel(self, world_ids: torch.Tensor, qvel: torch.Tensor) -> None:
+        """Change velocities (a push) keeping the history."""
+        self._qvel[world_ids.to(self.device)] = qvel.to(self._qvel)
+
+    @torch.no_grad()
+    def step(self, ctrl: torch.Tensor) -> None:
+        """One model call for all worlds: frame features -> normalized increment -> next state."""
+        ctrl = ctrl.to(self._qpos)
+        contact = self.probes(self._qpos)  # (N, P*8)
+        x = self.x_norm.normalize(self.rep.inputs(self._qpos, self._qvel, ctrl, contact))  # (N, I)
+        delta = self.y_norm.denormalize(self.model.step(x, self.cache))  # (N, O)
+        # PD torque estimate at the start of the step (the analytical backend reports its last substep).
+        torque = self._kp * (ctrl - self._qpos[:, 7:]) - self._kd * self._qvel[:, 6:]
+        self._torque.copy_(torque.clamp(-self.robot.effort_limit, self.robot.effort_limit))
+        qpos, qvel = self.rep.apply(self._qpos, self._qvel, delta)
+        self._qpos.copy_(qpos)
+        self._qvel.copy_(qvel)
+        self._refresh_contacts()
+
+    def _refresh_contacts(self) -> None:
+        depth = (CONTACT_MARGIN - self.probes.signed_distance(self._qpos)).clamp_min(0.0)  # (N, P)
+        force = CONTACT_STIFFNESS * depth  # (N, P)
+        self._contact.copy_((force[:, :, None] * self._probe_owner).amax(dim=1))  # (N, nb) largest probe force
+
+    def state(self) -> RobotState:
+        return self._state
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,51 @@
+"""Velocity commands: uniform (vx, vy, wz) targets with heading control, resampled on a timer per world."""
+
+from __future__ import annotations
+
+import torch
+
+from flashnerd.envs.config import VelocityCommandCfg
+from flashnerd.utils.math import wrap_to_pi
+
+
+class VelocityCommand:
+    """Holds the (N, 3) base-velocity command in the base's yaw frame, as Isaac Lab's `UniformVelocityCommand`."""
+
+    def __init__(self, cfg: VelocityCommandCfg, num_envs: int, device: torch.device, rng: torch.Generator) -> None:
+        self.cfg = cfg
+        self.rng = rng
+        self.command = torch.zeros(num_envs, 3, device=device)  # (N, 3) vx, vy, wz
+        self.heading_target = torch.zeros(num_envs, device=device)  # (N,)
+        self.is_heading_env = torch.zeros(num_envs, dtype=torch.bool, device=device)  # (N,)
+        self.is_standing_env = torch.zeros(num_envs, dtype=torch.bool, device=device)  # (N,)
+        self.time_left = torch.zeros(num_envs, device=device)  # (N,) seconds until the next resample
+
+    def _uniform(self, n: int, bounds: tuple[float, float]) -> torch.Tensor:
+        lo, hi = bounds
+        return lo + (hi - lo) * torch.rand(n, device=self.command.device, generator=self.rng)
+
+    def resample(self, env_ids: torch.Tensor) -> None:
+        """Draw new commands for `env_ids` (k,) and restart their timers."""
+        n = len(env_ids)
+        if n == 0:
+            return
+        c = self.cfg
+        self.command[env_ids, 0] = self._uniform(n, c.lin_vel_x)
+        self.command[env_ids, 1] = self._uniform(n, c.lin_vel_y)
+        self.command[env_ids, 2] = self._uniform(n, c.ang_vel_z)
+        if c.heading_command:
+            self.heading_target[env_ids] = self._uniform(n, c.heading)
+            self.is_heading_env[env_ids] = self._uniform(n, (0.0, 1.0)) <= c.rel_heading_envs
+        self.is_standing_env[env_ids] = self._uniform(n, (0.0, 1.0)) <= c.rel_standing_envs
+        self.time_left[env_ids] = self._uniform(n, c.resampling_time_range)
+
+    def update(self, dt: float, heading: torch.Tensor) -> None:
+        """Advance timers by dt, resample expired worlds, and turn heading targets into yaw-rate commands."""
+        self.time_left -= dt
+        self.resample(torch.nonzero(self.time_left <= 0.0).flatten())
+        if self.cfg.heading_command:
+            ids = torch.nonzero(self.is_heading_env).flatten()
+            err = wrap_to_pi(self.heading_target[ids] - heading[ids])  # (k,)
+            lo, hi = self.cfg.ang_vel_z
+            self.command[ids, 2] = torch.clamp(self.cfg.heading_control_stiffness * err, lo, hi)
+        self.command[self.is_standing_env] = 0.0

@@ -1,0 +1,108 @@
+"""Plain dataclass configs for term-based environments (the Isaac Lab manager layout without its inheritance)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+
+@dataclass
+class ObsTerm:
+    """One observation term: `func(env, **params) -> (N, d)`, plus uniform noise of half-width `noise`, then scale."""
+
+    func: Callable[..., torch.Tensor]
+    params: dict[str, Any] = field(default_factory=dict)
+    noise: float = 0.0
+    scale: float = 1.0
+    clip: tuple[float, float] | None = None
+
+
+@dataclass
+class ObsGroup:
+    """Terms concatenated in order into one (N, D) tensor; noise is added only when `enable_corruption`."""
+
+    terms: dict[str, ObsTerm]
+    enable_corruption: bool = True
+
+
+@dataclass
+class RewTerm:
+    """One reward term: `weight * func(env, **params) * step_dt` is added each control step."""
+
+    func: Callable[..., torch.Tensor]
+    weight: float
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class DoneTerm:
+    """One termination term: `func(env, **params) -> (N,) bool`. `time_out` terms truncate instead of terminate."""
+
+    func: Callable[..., torch.Tensor]
+    params: dict[str, Any] = field(default_factory=dict)
+    time_out: bool = False
+
+
+@dataclass
+class EventTerm:
+    """A state change `func(env, env_ids, **params)` applied on `mode` = "reset" or "interval" (every few seconds)."""
+
+    func: Callable[..., None]
+    mode: str
+    params: dict[str, Any] = field(default_factory=dict)
+    interval_range_s: tuple[float, float] | None = None
+
+
+@dataclass
+class VelocityCommandCfg:
+    """Uniform base-velocity commands (vx, vy, wz) with optional heading control, as Isaac Lab's velocity task."""
+
+    resampling_time_range: tuple[float, float] = (10.0, 10.0)
+    rel_standing_envs: float = 0.02
+    heading_command: bool = True
+    rel_heading_envs: float = 1.0
+    heading_control_stiffness: float = 0.5
+    lin_vel_x: tuple[float, float] = (-1.0, 1.0)
+    lin_vel_y: tuple[float, float] = (-1.0, 1.0)
+    ang_vel_z: tuple[float, float] = (-1.0, 1.0)
+    heading: tuple[float, float] = (-math.pi, math.pi)
+
+
+@dataclass
+class EnvCfg:
+    """Everything that defines a task; the dynamics backend is a separate choice (`dynamics`)."""
+
+    robot: str
+    observations: dict[str, ObsGroup]
+    rewards: dict[str, RewTerm]
+    terminations: dict[str, DoneTerm]
+    events: dict[str, EventTerm] = field(default_factory=dict)
+    commands: VelocityCommandCfg | None = None
+    terrain: str = "flat"
+    num_envs: int = 4096
+    episode_length_s: float = 20.0
+    action_scale: float = 0.5
+    seed: int = 42
+    dynamics: str = "mujoco"
+    dynamics_kwargs: dict[str, Any] = field(default_factory=dict)
+    device: str = "cpu"
+
+
+def cfg_to_dict(obj: Any) -> Any:
+    """A YAML-safe view of a config: dataclasses become dicts, callables become 'module:name' strings."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: cfg_to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, dict):
+        return {str(k): cfg_to_dict(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [cfg_to_dict(v) for v in obj]
+    if callable(obj):
+        return f"{getattr(obj, '__module__', '?')}:{getattr(obj, '__qualname__', repr(obj))}"
+    if isinstance(obj, (str, int, float, bool)) or obj is None:
+        return obj
+    return repr(obj)

@@ -1,0 +1,311 @@
+"""`FlashNeRDEnv`: one batched torch environment for every task and every dynamics backend.
+
+The layout follows Isaac Lab's manager-based RL env (observation groups, weighted reward terms times the step dt,
+terminations split into terminated/truncated, reset and interval events, velocity commands, `extras["log"]`),
+but its configuration is a plain dataclass and its physics is any `Dynamics` backend chosen by name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from flashnerd.dynamics import make_dynamics
+from flashnerd.envs.commands import VelocityCommand
+from flashnerd.envs.config import EnvCfg
+from flashnerd.envs.registry import load_entry_point
+from flashnerd.robots import get_robot
+from flashnerd.utils.math import quat_apply_inverse, yaw_from_quat
+
+
+class AirTime:
+    """Per-body air and contact timers of a contact group, as Isaac Lab's contact sensor tracks them."""
+
+    def __init__(self, num_envs: int, num_bodies: int, device: torch.device) -> None:
+        z = dict(device=device)
+        self.current_air_time = torch.zeros(num_envs, num_bodies, **z)  # (N, nb)
+        self.last_air_time = torch.zeros(num_envs, num_bodies, **z)
+        self.current_contact_time = torch.zeros(num_envs, num_bodies, **z)
+        self.last_contact_time = torch.zeros(num_envs, num_bodies, **z)
+
+    def update(self, in_contact: torch.Tensor, dt: float) -> None:
+        """Advance the timers by dt given the contact flags (N, nb)."""
+        first_contact = (self.current_air_time > 0) & in_contact
+        first_detached = (self.current_contact_time > 0) & ~in_contact
+        self.last_air_time = torch.where(first_contact, self.current_air_time + dt, self.last_air_time)
+        self.current_air_time = torch.where(in_contact, 0.0, self.current_air_time + dt)
+        self.last_contact_time = torch.where(first_detached, self.current_contact_time + dt, self.last_contact_time)
+        self.current_contact_time = torch.where(in_contact, self.current_contact_time + dt, 0.0)
+
+    def first_contact(self, dt: float) -> torch.Tensor:
+        """Bodies that touched down during the last step (N, nb) as float."""
+        return ((self.current_contact_time > 0) & (self.current_contact_time < dt + 1e-8)).float()
+
+    def reset(self, env_ids: torch.Tensor) -> None:
+        for buf in (self.current_air_time, self.last_air_time, self.current_contact_time, self.last_contact_time):
+            buf[env_ids] = 0.0
+
+
+class FlashNeRDEnv(gym.Env):
+    """A batched task environment. `gym.make(task_id, num_envs=..., dynamics=..., device=...)` builds one.
+
+    `reset()` returns (obs, extras); `step(actions)` returns (obs, reward, terminated, truncated, extras), where
+    obs is a dict of (N, D) tensors per observation group ("policy", "critic").
+    """
+
+    is_vector_env = True
+    metadata = {"render_modes": [None]}
+
+    def __init__(
+        self,
+        cfg: EnvCfg | None = None,
+        num_envs: int | None = None,
+        dynamics: str | None = None,
+        device: str | None = None,
+        seed: int | None = None,
+        render_mode: str | None = None,
+        env_cfg_entry_point: Any = None,
+        rsl_rl_cfg_entry_point: Any = None,
+        **dynamics_kwargs: Any,
+    ) -> None:
+        if cfg is None:
+            if env_cfg_entry_point is None:
+                raise ValueError("FlashNeRDEnv needs cfg= or a registry entry with env_cfg_entry_point")
+            cfg = load_entry_point(env_cfg_entry_point)()
+        overrides = {k: v for k, v in dict(num_envs=num_envs, dynamics=dynamics, device=device, seed=seed).items()
+                     if v is not None}
+        if dynamics_kwargs:
+            overrides["dynamics_kwargs"] = {**cfg.dynamics_kwargs, **dynamics_kwargs}
+        cfg = dataclasses.replace(cfg, **overrides)
+        if cfg.num_envs < 1:
+            raise ValueError(f"num_envs must be at least 1, got {cfg.num_envs}")
+        self.cfg = cfg
+        self.render_mode = render_mode
+        self.device = _resolve_device(cfg.device)
+        self.num_envs = cfg.num_envs
+        self.robot = get_robot(cfg.robot)
+        self.rng = torch.Generator(device=self.device).manual_seed(cfg.seed)
+        torch.manual_seed(cfg.seed)
+
+        self.dyn = make_dynamics(cfg.dynamics, self.robot, cfg.num_envs, device=self.device,
+                                 terrain=cfg.terrain, **cfg.dynamics_kwargs)
+        self.step_dt = self.dyn.control_dt
+        self.max_episode_length_s = cfg.episode_length_s
+        self.max_episode_length = math.ceil(cfg.episode_length_s / self.step_dt)
+
+        n, nj = self.num_envs, self.robot.num_joints
+        self.num_actions = nj
+        self.default_joint_pos = torch.tensor(self.robot.default_joint_pos, device=self.device)  # (nj,)
+        self._default_qpos = torch.as_tensor(self.dyn.default_qpos(), dtype=torch.float32, device=self.device)
+        self.actions = torch.zeros(n, nj, device=self.device)  # (N, na)
+        self.prev_actions = torch.zeros(n, nj, device=self.device)
+        self.joint_acc = torch.zeros(n, nj, device=self.device)
+        self._prev_joint_vel = torch.zeros(n, nj, device=self.device)
+        self.episode_length_buf = torch.zeros(n, dtype=torch.long, device=self.device)  # (N,)
+        self.terminated = torch.zeros(n, dtype=torch.bool, device=self.device)  # (N,) ended by a termination
+        self.truncated = torch.zeros(n, dtype=torch.bool, device=self.device)  # (N,) ended by a time-out
+        self.common_step_counter = 0
+
+        # Contact groups: slices into the backend's (N, nb) contact-force summary.
+        self._contact_slices: dict[str, slice] = {}
+        start = 0
+        for group, bodies in self.robot.contact_bodies.items():
+            self._contact_slices[group] = slice(start, start + len(bodies))
+            start += len(bodies)
+        self.air_time = AirTime(n, len(self.robot.contact_bodies.get("feet", ())), self.device)
+
+        self.command_manager = VelocityCommand(cfg.commands, n, self.device, self.rng) if cfg.commands else None
+        self.episode_sums = {name: torch.zeros(n, device=self.device) for name in cfg.rewards}
+        self.reward_terms: dict[str, torch.Tensor] = {}  # each term's weighted reward of the last step (N,)
+        self._interval_time_left = {
+            name: self._sample_interval(ev.interval_range_s, n)
+            for name, ev in cfg.events.items() if ev.mode == "interval"
+        }
+        self._term_buffers = {name: torch.zeros(n, dtype=torch.bool, device=self.device) for name in cfg.terminations}
+        self.extras: dict[str, Any] = {"log": {}}
+
+        self._update_derived()
+        obs = self.compute_observations()
+        self.single_observation_space = gym.spaces.Dict(
+            {g: gym.spaces.Box(-np.inf, np.inf, (v.shape[1],), np.float32) for g, v in obs.items()}
+        )
+        self.single_action_space = gym.spaces.Box(-np.inf, np.inf, (nj,), np.float32)
+        self.observation_space = gym.vector.utils.batch_space(self.single_observation_space, n)
+        self.action_space = gym.vector.utils.batch_space(self.single_action_space, n)
+        self._reset_idx(torch.arange(n, device=self.device))
+        self._obs = self.compute_observations()
+
+    # --- properties tasks read ----------------------------------------------------------------------------------
+
+    @property
+    def state(self):
+        """The backend's current `RobotState`."""
+        return self.dyn.state()
+
+    def contact_force(self, group: str) -> torch.Tensor:
+        """Largest contact-force norm over the last step of each body in `group` (N, nb)."""
+        if group not in self._contact_slices:
+            raise ValueError(f"unknown contact group '{group}'; robot '{self.robot.name}' has "
+                             f"{', '.join(self._contact_slices)}")
+        return self.state.contact_force[:, self._contact_slices[group]]
+
+    # --- gym API ------------------------------------------------------------------------------------------------
+
+    def reset(self, seed: int | None = None, options: dict | None = None):
+        """Reset every world; returns (obs, extras)."""
+        if seed is not None:
+            self.rng.manual_seed(seed)
+            torch.manual_seed(seed)
+        self._reset_idx(torch.arange(self.num_envs, device=self.device))
+        self._obs = self.compute_observations()
+        return self._obs, self.extras
+
+    def step(self, actions: torch.Tensor):
+        """Apply actions (N, na) for one control step; returns (obs, reward, terminated, truncated, extras)."""
+        actions = self._check_actions(actions)
+        self.prev_actions.copy_(self.actions)
+        self.actions.copy_(actions)
+        targets = self.default_joint_pos + self.cfg.action_scale * self.actions  # (N, nj)
+        self.dyn.step(targets)
+
+        self.episode_length_buf += 1
+        self.common_step_counter += 1
+        self._update_derived()
+        if "feet" in self._contact_slices:
+            self.air_time.update(self.contact_force("feet") > 1.0, self.step_dt)
+
+        terminated, truncated = self._compute_dones()
+        self.terminated, self.truncated = terminated, truncated
+        reward = self._compute_rewards()
+        self.extras = {"log": {}}
+        reset_ids = torch.nonzero(terminated | truncated).flatten()
+        if len(reset_ids) > 0:
+            self._reset_idx(reset_ids)
+        if self.command_manager is not None:
+            self.command_manager.update(self.step_dt, self.heading)
+        self._apply_interval_events()
+        self._obs = self.compute_observations()
+        self.extras["time_outs"] = truncated
+        return self._obs, reward, terminated, truncated, self.extras
+
+    def get_observations(self) -> dict[str, torch.Tensor]:
+        """The observations returned by the last `reset()`/`step()`."""
+        return self._obs
+
+    def close(self) -> None:
+        close = getattr(self.dyn, "close", None)
+        if close is not None:
+            close()
+
+    # --- internals ----------------------------------------------------------------------------------------------
+
+    def _check_actions(self, actions: torch.Tensor) -> torch.Tensor:
+        actions = torch.as_tensor(actions, device=self.device, dtype=torch.float32)
+        if actions.shape != (self.num_envs, self.num_actions):
+            raise ValueError(f"actions have shape {tuple(actions.shape)}, expected ({self.num_envs}, "
+                             f"{self.num_actions}) = (num_envs, num_actions)")
+        if not torch.isfinite(actions).all():
+            bad = torch.nonzero(~torch.isfinite(actions).all(dim=1)).flatten()[:5].tolist()
+            raise ValueError(f"actions contain NaN or Inf (worlds {bad}...); check the policy's output")
+        return actions
+
+    def _update_derived(self, joint_acc: bool = True) -> None:
+        s = self.dyn.state()
+        quat = s.root_quat_w  # (N, 4)
+        self.root_lin_vel_b = quat_apply_inverse(quat, s.root_lin_vel_w)  # (N, 3)
+        self.root_ang_vel_b = s.root_ang_vel_b  # (N, 3)
+        gravity = torch.tensor([0.0, 0.0, -1.0], device=self.device).expand_as(self.root_lin_vel_b)
+        self.projected_gravity_b = quat_apply_inverse(quat, gravity)  # (N, 3)
+        self.heading = yaw_from_quat(quat)  # (N,)
+        if joint_acc:
+            self.joint_acc = (s.joint_vel - self._prev_joint_vel) / self.step_dt  # (N, nj)
+            self._prev_joint_vel = s.joint_vel.clone()
+
+    def _compute_dones(self) -> tuple[torch.Tensor, torch.Tensor]:
+        terminated = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
+        truncated = torch.zeros_like(terminated)
+        for name, term in self.cfg.terminations.items():
+            value = term.func(self, **term.params)  # (N,) bool
+            self._term_buffers[name] = value
+            if term.time_out:
+                truncated |= value
+            else:
+                terminated |= value
+        return terminated, truncated & ~terminated
+
+    def _compute_rewards(self) -> torch.Tensor:
+        reward = torch.zeros(self.num_envs, device=self.device)
+        for name, term in self.cfg.rewards.items():
+            value = term.func(self, **term.params) * (term.weight * self.step_dt)  # (N,)
+            self.reward_terms[name] = value
+            self.episode_sums[name] += value
+            reward += value
+        return reward
+
+    def compute_observations(self) -> dict[str, torch.Tensor]:
+        """Evaluate every observation group: {group: (N, D)}."""
+        out = {}
+        for group_name, group in self.cfg.observations.items():
+            parts = []
+            for term in group.terms.values():
+                x = term.func(self, **term.params)  # (N, d)
+                if group.enable_corruption and term.noise > 0.0:
+                    x = x + (2.0 * torch.rand(x.shape, device=self.device, generator=self.rng) - 1.0) * term.noise
+                if term.clip is not None:
+                    x = x.clamp(*term.clip)
+                parts.append(x * term.scale)
+            out[group_name] = torch.cat(parts, dim=-1)  # (N, D)
+        return out
+
+    def _reset_idx(self, env_ids: torch.Tensor) -> None:
+        log = self.extras.setdefault("log", {})
+        for name, sums in self.episode_sums.items():
+            log[f"Episode_Reward/{name}"] = torch.mean(sums[env_ids]) / self.max_episode_length_s
+            sums[env_ids] = 0.0
+        for name, buf in self._term_buffers.items():
+            log[f"Episode_Termination/{name}"] = torch.count_nonzero(buf[env_ids])
+
+        k = len(env_ids)
+        qpos = self._default_qpos.expand(k, -1).clone()  # (k, nq)
+        qvel = torch.zeros(k, self.state.qvel.shape[1], device=self.device)  # (k, nv)
+        for event in self.cfg.events.values():
+            if event.mode == "reset":
+                event.func(self, env_ids, qpos, qvel, **event.params)
+        self.dyn.reset(env_ids, qpos, qvel)
+
+        self.actions[env_ids] = 0.0
+        self.prev_actions[env_ids] = 0.0
+        self.episode_length_buf[env_ids] = 0
+        self.air_time.reset(env_ids)
+        if self.command_manager is not None:
+            self.command_manager.resample(env_ids)
+        self._update_derived(joint_acc=False)
+        self._prev_joint_vel[env_ids] = self.state.joint_vel[env_ids]
+        self.joint_acc[env_ids] = 0.0
+
+    def _sample_interval(self, bounds: tuple[float, float] | None, n: int) -> torch.Tensor:
+        lo, hi = bounds if bounds is not None else (1.0, 1.0)
+        return lo + (hi - lo) * torch.rand(n, device=self.device, generator=self.rng)
+
+    def _apply_interval_events(self) -> None:
+        for name, time_left in self._interval_time_left.items():
+            event = self.cfg.events[name]
+            time_left -= self.step_dt
+            ids = torch.nonzero(time_left <= 0.0).flatten()
+            if len(ids) > 0:
+                event.func(self, ids, **event.params)
+                time_left[ids] = self._sample_interval(event.interval_range_s, len(ids))
+
+
+def _resolve_device(device: str) -> torch.device:
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device '{device}' requested but CUDA is not available; use --device cpu")
+    if dev.type not in ("cpu", "cuda"):
+        raise ValueError(f"unsupported device '{device}'; use cpu or cuda[:index]")
+    return dev

@@ -1,0 +1,64 @@
+"""Run a policy for whole episodes in a task env and measure it (returns, tracking error, falls)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from tqdm import tqdm
+
+from flashnerd.envs.core import FlashNeRDEnv
+
+
+@torch.inference_mode()
+def evaluate_policy(
+    env: FlashNeRDEnv, policy: Callable[[dict[str, torch.Tensor]], torch.Tensor], progress: bool = True
+) -> dict[str, float]:
+    """One episode per world: step every world until each has ended once, then report per-episode means.
+
+    Metrics: mean_return, per-term returns, lin_vel_rms (m/s, base-frame xy velocity against the command),
+    ang_vel_rms (rad/s, yaw rate), fall_rate (episodes ended by a termination other than time-out),
+    mean_episode_length_s. `policy` maps the observation groups {group: (N, D)} to actions (N, na).
+    """
+    n = env.num_envs
+    obs, _ = env.reset()
+    active = torch.ones(n, dtype=torch.bool, device=env.device)  # (N,) world still in its first episode
+    ret = torch.zeros(n, device=env.device)
+    term_ret = {name: torch.zeros(n, device=env.device) for name in env.cfg.rewards}
+    lin_sq = torch.zeros(n, device=env.device)
+    ang_sq = torch.zeros(n, device=env.device)
+    steps = torch.zeros(n, device=env.device)
+    tracked = torch.zeros(n, device=env.device)  # steps that entered the tracking error
+    fell = torch.zeros(n, dtype=torch.bool, device=env.device)
+    bar = tqdm(total=env.max_episode_length, desc="eval", disable=None if progress else True, leave=False)
+    for _ in range(env.max_episode_length):
+        cmd = env.command_manager.command.clone() if env.command_manager is not None else None
+        obs, reward, terminated, truncated, _ = env.step(policy(obs))
+        a = active.float()
+        ret += reward * a
+        for name, value in env.reward_terms.items():
+            term_ret[name] += value * a
+        done = terminated | truncated
+        # Tracking error of the step just taken; a world reset this step shows its new state, so skip it.
+        if cmd is not None:
+            live = a * (~done).float()
+            lin_sq += torch.sum(torch.square(cmd[:, :2] - env.root_lin_vel_b[:, :2]), dim=1) * live
+            ang_sq += torch.square(cmd[:, 2] - env.root_ang_vel_b[:, 2]) * live
+            tracked += live
+        steps += a
+        fell |= active & terminated
+        active &= ~done
+        bar.update(1)
+        if not active.any():
+            break
+    bar.close()
+    tracked_total = torch.clamp(tracked.sum(), min=1.0)
+    return {
+        "episodes": n,
+        "mean_return": ret.mean().item(),
+        "fall_rate": fell.float().mean().item(),
+        "mean_episode_length_s": (steps.mean() * env.step_dt).item(),
+        "lin_vel_rms": torch.sqrt(lin_sq.sum() / tracked_total).item(),
+        "ang_vel_rms": torch.sqrt(ang_sq.sum() / tracked_total).item(),
+        "returns": {name: v.mean().item() for name, v in term_ret.items()},
+    }

@@ -1,0 +1,76 @@
+"""`RslRlVecEnvWrapper`: presents a FlashNeRD env as `rsl_rl.env.VecEnv` with Isaac Lab's semantics."""
+
+from __future__ import annotations
+
+import os
+
+import gymnasium as gym
+import torch
+from rsl_rl.env import VecEnv
+from rsl_rl.runners import OnPolicyRunner
+from tensordict import TensorDict
+
+from flashnerd.envs.core import FlashNeRDEnv
+
+
+class RslRlVecEnvWrapper(VecEnv):
+    """Observations as a TensorDict of groups, `dones = terminated | truncated`, `extras["time_outs"] = truncated`.
+
+    Actions are clipped to [-clip_actions, clip_actions] when `clip_actions` is given.
+    """
+
+    def __init__(self, env: gym.Env | FlashNeRDEnv, clip_actions: float | None = None) -> None:
+        self.env = env
+        self.unwrapped: FlashNeRDEnv = env.unwrapped  # type: ignore[assignment]
+        if not isinstance(self.unwrapped, FlashNeRDEnv):
+            raise ValueError(f"RslRlVecEnvWrapper wraps FlashNeRD envs, got {type(self.unwrapped).__name__}")
+        self.clip_actions = clip_actions
+        self.num_envs = self.unwrapped.num_envs
+        self.num_actions = self.unwrapped.num_actions
+        self.device = self.unwrapped.device
+        self.max_episode_length = self.unwrapped.max_episode_length
+        self.cfg = self.unwrapped.cfg
+        # rsl_rl never calls reset(); do it once here (this also satisfies gymnasium's order checks).
+        self.env.reset()
+
+    @property
+    def episode_length_buf(self) -> torch.Tensor:
+        return self.unwrapped.episode_length_buf
+
+    @episode_length_buf.setter
+    def episode_length_buf(self, value: torch.Tensor) -> None:
+        # rsl_rl randomizes episode lengths at start (init_at_random_ep_len); write into the env's own buffer.
+        self.unwrapped.episode_length_buf.copy_(value)
+
+    def to_tensordict(self, obs: dict[str, torch.Tensor]) -> TensorDict:
+        """Observation groups {group: (N, D)} as the TensorDict that rsl_rl models read."""
+        return TensorDict(obs, batch_size=[self.num_envs], device=self.device)
+
+    def get_observations(self) -> TensorDict:
+        """Current observation groups as a TensorDict with batch size (num_envs,)."""
+        return self.to_tensordict(self.unwrapped.get_observations())
+
+    def reset(self) -> tuple[TensorDict, dict]:
+        obs, extras = self.env.reset()
+        return self.to_tensordict(obs), extras
+
+    def step(self, actions: torch.Tensor) -> tuple[TensorDict, torch.Tensor, torch.Tensor, dict]:
+        """One control step; returns (obs, rewards (N,), dones (N,) long, extras)."""
+        if self.clip_actions is not None:
+            actions = torch.clamp(actions, -self.clip_actions, self.clip_actions)
+        obs, rew, terminated, truncated, extras = self.env.step(actions)
+        dones = (terminated | truncated).to(torch.long)
+        extras["time_outs"] = truncated
+        return self.to_tensordict(obs), rew, dones, extras
+
+    def close(self) -> None:
+        self.env.close()
+
+
+class FlashNeRDRunner(OnPolicyRunner):
+    """rsl_rl's `OnPolicyRunner` whose checkpoints are written to a temporary file and renamed (never torn)."""
+
+    def save(self, path: str, infos: dict | None = None) -> None:
+        tmp = f"{path}.tmp"
+        super().save(tmp, infos)
+        os.replace(tmp, path)

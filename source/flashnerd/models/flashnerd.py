@@ -1,0 +1,191 @@
+"""FlashNeRD: a streaming transformer for learned robot dynamics.
+
+One token per frame. Every block attends from the current frame to itself and the last `span` frames only, with a
+learned bias per (head, lag) and no absolute positions, so the model is time-shift invariant and streaming needs just a
+fixed ring buffer of `span` keys/values per block. Attention and the gated feed-forward run in parallel off one packed
+input projection and share one output projection (GPT-J / PaLM style).
+
+Shapes: B batch (worlds), T frames, C n_embd, H heads, D head_dim, F ff hidden, S span, L layers.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+@dataclass
+class FlashNeRDConfig:
+    """Sizes of a FlashNeRD model."""
+
+    input_dim: int
+    output_dim: int
+    n_layer: int = 4
+    n_head: int = 4
+    n_embd: int = 128
+    span: int = 4  # S: past frames each block attends to (its KV cache length), besides the current frame
+    ff_mult: float = 2.0  # hidden width of the gated feed-forward = int(ff_mult * n_embd)
+    readout_hidden: int = 128
+
+
+FLASHNERD_SIZES: dict[str, dict] = {
+    "cpu": dict(n_layer=4, n_head=4, n_embd=128, span=4, ff_mult=2.0, readout_hidden=128),
+    "paper_small": dict(n_layer=6, n_head=12, n_embd=192, span=4, ff_mult=2.0, readout_hidden=128),
+    "paper": dict(n_layer=6, n_head=12, n_embd=384, span=4, ff_mult=2.0, readout_hidden=256),
+}
+
+
+@dataclass
+class FlashNeRDCache:
+    """Per-block ring buffers of the last S keys/values of every world; all worlds step together."""
+
+    k: torch.Tensor  # (L, B, H, S, D)
+    v: torch.Tensor  # (L, B, H, S, D)
+    count: torch.Tensor  # (B,) long: valid past frames per world, capped at S
+    ptr: int = 0  # slot holding the oldest frame, overwritten by the next step
+
+
+class FlashBlock(nn.Module):
+    """Pre-LN block with parallel banded attention and gated feed-forward, combined by one output projection."""
+
+    def __init__(self, config: FlashNeRDConfig):
+        super().__init__()
+        assert config.n_embd % config.n_head == 0
+        self.n_head, self.n_embd = config.n_head, config.n_embd
+        self.ff_hidden = int(config.ff_mult * config.n_embd)
+        self.ln = nn.LayerNorm(config.n_embd)
+        # q, k, v, gate, up in one matmul
+        self.in_proj = nn.Linear(config.n_embd, 3 * config.n_embd + 2 * self.ff_hidden)
+        self.out_proj = nn.Linear(config.n_embd + self.ff_hidden, config.n_embd)
+        # relative position by lag only (0..S); zero init = plain banded attention at the start of training
+        self.lag_bias = nn.Parameter(torch.zeros(config.n_head, config.span + 1))  # (H, S+1)
+
+    def _project(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(B, T, C) -> q, k, v (B, H, T, D) and the feed-forward activation (B, T, F)."""
+        B, T, C = h.shape
+        C_, F_ = self.n_embd, self.ff_hidden
+        q, k, v, gate, up = self.in_proj(self.ln(h)).split([C_, C_, C_, F_, F_], dim=-1)  # (B, T, C) x3, (B, T, F) x2
+        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))  # (B, H, T, D)
+        return q, k, v, F.silu(gate) * up  # ..., (B, T, F)
+
+    def _combine(self, h: torch.Tensor, y: torch.Tensor, ff: torch.Tensor) -> torch.Tensor:
+        """Residual update from attention output y (B, H, T, D) and ff (B, T, F); returns (B, T, C)."""
+        B, T, C = h.shape
+        y = y.transpose(1, 2).reshape(B, T, C)  # (B, T, C)
+        return h + self.out_proj(torch.cat([y, ff], dim=-1))  # (B, T, C)
+
+    def forward(self, h: torch.Tensor, lag: torch.Tensor, band: torch.Tensor) -> torch.Tensor:
+        """Whole window: h (B, T, C), lag = t - s (T, T) clamped to 0..S, band (T, T) bool -> (B, T, C)."""
+        q, k, v, ff = self._project(h)  # (B, H, T, D) x3, (B, T, F)
+        mask = self.lag_bias[:, lag].masked_fill(~band, float("-inf"))  # (H, T, T)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask[None])  # (B, H, T, D)
+        return self._combine(h, y, ff)
+
+    def step(
+        self,
+        h: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        ptr: int,
+        lags: torch.Tensor,
+        valid: torch.Tensor,
+    ) -> torch.Tensor:
+        """Newest frame only: h (B, C); caches (B, H, S, D) with slot lags (S,) and validity (B, S) -> (B, C).
+
+        Writes this frame's key/value into slot `ptr` after attending, so the attention sees the old contents.
+        """
+        q, k, v, ff = self._project(h[:, None])  # (B, H, 1, D) x3, (B, 1, F)
+        keys = torch.cat([k, k_cache], dim=2)  # (B, H, 1+S, D): current frame (lag 0) first
+        vals = torch.cat([v, v_cache], dim=2)  # (B, H, 1+S, D)
+        bias = torch.cat([self.lag_bias[:, :1], self.lag_bias[:, lags]], dim=1)  # (H, 1+S)
+        keep = F.pad(valid, (1, 0), value=True)  # (B, 1+S): the current frame is always visible
+        mask = bias[None].masked_fill(~keep[:, None], float("-inf"))  # (B, H, 1+S)
+        y = F.scaled_dot_product_attention(q, keys, vals, attn_mask=mask[:, :, None])  # (B, H, 1, D)
+        k_cache[:, :, ptr] = k[:, :, 0]  # (B, H, D) overwrites the oldest frame
+        v_cache[:, :, ptr] = v[:, :, 0]  # (B, H, D)
+        return self._combine(h[:, None], y, ff)[:, 0]  # (B, C)
+
+
+class FlashNeRD(nn.Module):
+    """Streaming dynamics transformer: per-frame features (normalized) -> per-frame normalized state increment."""
+
+    def __init__(self, config: FlashNeRDConfig):
+        super().__init__()
+        assert config.span >= 1, "span must be at least 1 frame"
+        self.config = config
+        self.embed = nn.Linear(config.input_dim, config.n_embd)
+        self.blocks = nn.ModuleList(FlashBlock(config) for _ in range(config.n_layer))
+        self.ln_f = nn.LayerNorm(config.n_embd)
+        self.readout = nn.Sequential(
+            nn.Linear(2 * config.n_embd, config.readout_hidden),
+            nn.GELU(),
+            nn.Linear(config.readout_hidden, config.output_dim),
+        )
+        self.skip = nn.Linear(config.input_dim, config.output_dim)  # direct affine path keeps current-state info
+        self.register_buffer("slots", torch.arange(config.span), persistent=False)  # (S,)
+        self.apply(self._init_weights)
+        for block in self.blocks:  # keep the residual stream's scale independent of depth (GPT-2)
+            nn.init.normal_(block.out_proj.weight, std=0.02 / math.sqrt(2 * config.n_layer))
+
+    @staticmethod
+    def _init_weights(module: nn.Module) -> None:
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, std=0.02)
+            nn.init.zeros_(module.bias)
+
+    def _predict(self, h: torch.Tensor, e: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """Readout from last hidden h (..., C), input embedding e (..., C), input x (..., I) -> (..., O)."""
+        return self.readout(torch.cat([self.ln_f(h), e], dim=-1)) + self.skip(x)  # (..., O)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Training pass over a window: x (B, T, input_dim) -> (B, T, output_dim), banded causal attention."""
+        T = x.shape[1]
+        t = torch.arange(T, device=x.device)  # (T,)
+        lag = t[:, None] - t[None, :]  # (T, T): query frame minus key frame
+        band = (lag >= 0) & (lag <= self.config.span)  # (T, T)
+        lag = lag.clamp(0, self.config.span)  # (T, T) index into lag_bias; out-of-band entries are masked anyway
+        e = self.embed(x)  # (B, T, C)
+        h = e
+        for block in self.blocks:
+            h = block(h, lag, band)  # (B, T, C)
+        return self._predict(h, e, x)  # (B, T, O)
+
+    def init_cache(
+        self, batch_size: int, device: torch.device | str | None = None, dtype: torch.dtype | None = None
+    ) -> FlashNeRDCache:
+        """Empty ring buffers for `batch_size` worlds (defaults: the model's device and dtype)."""
+        p = next(self.parameters())
+        device, dtype = device or p.device, dtype or p.dtype
+        c = self.config
+        shape = (c.n_layer, batch_size, c.n_head, c.span, c.n_embd // c.n_head)  # (L, B, H, S, D)
+        return FlashNeRDCache(
+            k=torch.zeros(shape, device=device, dtype=dtype),
+            v=torch.zeros(shape, device=device, dtype=dtype),
+            count=torch.zeros(batch_size, device=device, dtype=torch.long),
+        )
+
+    def step(self, x_t: torch.Tensor, cache: FlashNeRDCache) -> torch.Tensor:
+        """Process only the newest frame x_t (B, input_dim) -> (B, output_dim), updating `cache` in place.
+
+        Meant for inference; wrap in torch.no_grad() since the cache is written in place.
+        """
+        S = self.config.span
+        lags = (cache.ptr - 1 - self.slots) % S + 1  # (S,): the most recently written slot has lag 1
+        valid = lags[None] <= cache.count[:, None]  # (B, S): a slot is valid once the world has seen that many frames
+        e = self.embed(x_t)  # (B, C)
+        h = e
+        for layer, block in enumerate(self.blocks):
+            h = block.step(h, cache.k[layer], cache.v[layer], cache.ptr, lags, valid)  # (B, C)
+        cache.ptr = (cache.ptr + 1) % S
+        cache.count.add_(1).clamp_(max=S)  # (B,)
+        return self._predict(h, e, x_t)  # (B, O)
+
+    def reset_cache(self, cache: FlashNeRDCache, world_ids: torch.Tensor) -> None:
+        """Forget the history of `world_ids` only; other worlds are untouched."""
+        cache.count[world_ids] = 0
+        cache.k[:, world_ids] = 0  # (L, n, H, S, D); masked by count anyway, zeroed to keep stale data out
+        cache.v[:, world_ids] = 0

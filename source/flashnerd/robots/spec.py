@@ -1,0 +1,63 @@
+"""`RobotSpec`: what the rest of the suite needs to know about a robot beyond its MJCF."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ASSET_DIR = Path(__file__).parent / "assets"
+
+
+@dataclass(frozen=True)
+class Probe:
+    """A fixed contact probe (the NeRD convention): a sphere of `radius` at `pos` in the frame of `body`."""
+
+    body: str
+    pos: tuple[float, float, float]
+    radius: float = 0.0
+
+
+@dataclass(frozen=True)
+class RobotSpec:
+    """A robot model and the conventions that tasks and learned models share.
+
+    Joint order is the MJCF actuator order; every tensor with a joint axis uses it.
+    """
+
+    name: str
+    mjcf: str  # file name under robots/assets
+    joint_names: tuple[str, ...]
+    default_joint_pos: tuple[float, ...]
+    stiffness: float  # PD proportional gain of the position actuators (N*m/rad)
+    damping: float  # PD derivative gain (N*m*s/rad)
+    effort_limit: float  # actuator torque limit (N*m)
+    init_base_height: float  # spawn height of the base (m)
+    floating_base: bool = True
+    sim_dt: float = 0.005
+    decimation: int = 4
+    contact_bodies: dict[str, tuple[str, ...]] = field(default_factory=dict)  # group name -> body names
+    probes: tuple[Probe, ...] = ()  # fixed-contact probe points for learned models
+
+    @property
+    def mjcf_path(self) -> Path:
+        """Absolute path of the robot's MJCF file."""
+        return ASSET_DIR / self.mjcf
+
+    @property
+    def num_joints(self) -> int:
+        return len(self.joint_names)
+
+    @property
+    def control_dt(self) -> float:
+        """Seconds advanced by one control step."""
+        return self.sim_dt * self.decimation
+
+    @property
+    def all_contact_bodies(self) -> tuple[str, ...]:
+        """Every named contact body, in group order (the order of the backend's contact summary)."""
+        return tuple(b for group in self.contact_bodies.values() for b in group)
+
+    def model_hash(self) -> str:
+        """A short hash of the MJCF text: checkpoints and datasets carry it to refuse data from another robot."""
+        return hashlib.sha256(self.mjcf_path.read_bytes()).hexdigest()[:16]

@@ -1,0 +1,1 @@
+"""Analytical physics backends (MuJoCo C on CPU) and scene assembly."""

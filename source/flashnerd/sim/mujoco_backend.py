@@ -1,0 +1,141 @@
+"""The `mujoco` backend: MuJoCo C stepping all worlds with its threaded `rollout` (a persistent thread pool)."""
+
+from __future__ import annotations
+
+import os
+
+import mujoco
+import numpy as np
+import torch
+from mujoco import rollout
+
+from flashnerd.dynamics.base import RobotState
+from flashnerd.robots import RobotSpec
+from flashnerd.sim.scene import build_scene, default_qpos
+
+_STATE_SPEC = mujoco.mjtState.mjSTATE_FULLPHYSICS
+
+
+class MujocoDynamics:
+    """N independent MuJoCo worlds of one robot; `step()` runs `robot.decimation` physics steps per world.
+
+    The physics state of all worlds lives in one float64 array (N, nstate) that `rollout` reads and writes;
+    torch views of it are refreshed into preallocated float32 buffers on `device` after every step.
+    """
+
+    def __init__(
+        self,
+        robot: RobotSpec,
+        num_worlds: int,
+        device: str | torch.device = "cpu",
+        nthread: int | None = None,
+        terrain: str = "flat",
+    ) -> None:
+        self.robot = robot
+        self.num_worlds = num_worlds
+        self.device = torch.device(device)
+        self.control_dt = robot.control_dt
+        self.model = build_scene(robot, terrain)
+        m = self.model
+        self.nq, self.nv, self.nu = m.nq, m.nv, m.nu
+        if self.nu != robot.num_joints:
+            raise ValueError(f"MJCF of '{robot.name}' has {self.nu} actuators but its RobotSpec names "
+                             f"{robot.num_joints} joints; make them agree")
+        self.nthread = max(1, min(nthread or os.cpu_count() or 1, num_worlds))
+        self._roll = rollout.Rollout(nthread=self.nthread)
+        self._datas = [mujoco.MjData(m) for _ in range(self.nthread)]
+
+        # State layout of mjSTATE_FULLPHYSICS: [time, qpos, qvel, act, ...].
+        self._nstate = mujoco.mj_stateSize(m, _STATE_SPEC)
+        self._qpos_slice = slice(1, 1 + self.nq)
+        self._qvel_slice = slice(1 + self.nq, 1 + self.nq + self.nv)
+        self._state = np.zeros((num_worlds, self._nstate))  # (N, nstate)
+        self._out_state = np.zeros((num_worlds, robot.decimation, self._nstate))  # (N, dec, nstate)
+        self._out_sens = np.zeros((num_worlds, robot.decimation, m.nsensordata))  # (N, dec, nsens)
+        self._ctrl = np.zeros((num_worlds, robot.decimation, self.nu))  # (N, dec, nu), held over the substeps
+        self._models = [m] * num_worlds  # rollout with skip_checks takes one model reference per world
+
+        # Sensor addresses: one 'contact' sensor (found, fx, fy, fz) per contact body, one torque per actuator.
+        self._contact_adr = np.array([self._sensor_adr(f"{b}_contact") for b in robot.all_contact_bodies], dtype=int)
+        self._torque_adr = np.array([self._sensor_adr(f"{j}_torque") for j in robot.joint_names], dtype=int)
+
+        # Preallocated torch outputs.
+        f32 = dict(dtype=torch.float32, device=self.device)
+        self._qpos_t = torch.zeros(num_worlds, self.nq, **f32)
+        self._qvel_t = torch.zeros(num_worlds, self.nv, **f32)
+        self._torque_t = torch.zeros(num_worlds, self.nu, **f32)
+        self._contact_t = torch.zeros(num_worlds, len(self._contact_adr), **f32)
+        self._robot_state = RobotState(self._qpos_t, self._qvel_t, self._torque_t, self._contact_t)
+
+        # Start every world in the model's default pose, standing at the spawn height.
+        qpos0 = self.default_qpos()
+        self._state[:, self._qpos_slice] = qpos0
+        self._ctrl[:] = np.asarray(robot.default_joint_pos)
+        self._refresh_torch()
+
+    def _sensor_adr(self, name: str) -> int:
+        try:
+            return int(self.model.sensor_adr[self.model.sensor(name).id])
+        except KeyError as err:
+            raise ValueError(f"MJCF of '{self.robot.name}' lacks sensor '{name}'; add it to the robot file") from err
+
+    def default_qpos(self) -> np.ndarray:
+        """The standing configuration: base at the spawn height, identity orientation, default joint angles."""
+        return default_qpos(self.robot, self.model)
+
+    # --- Dynamics interface -------------------------------------------------------------------------------------
+
+    def reset(self, world_ids: torch.Tensor, qpos: torch.Tensor, qvel: torch.Tensor) -> None:
+        """Write the state of `world_ids` (k,) to qpos (k, nq) and qvel (k, nv); their clocks restart at zero."""
+        ids = _as_index(world_ids)
+        self._state[ids] = 0.0
+        self._state[ids, self._qpos_slice] = qpos.detach().cpu().double().numpy()
+        self._state[ids, self._qvel_slice] = qvel.detach().cpu().double().numpy()
+        self._refresh_torch(ids)
+
+    def set_qvel(self, world_ids: torch.Tensor, qvel: torch.Tensor) -> None:
+        """Overwrite the generalized velocity (k, nv) of `world_ids` (k,)."""
+        ids = _as_index(world_ids)
+        self._state[ids, self._qvel_slice] = qvel.detach().cpu().double().numpy()
+        self._refresh_torch(ids)
+
+    def step(self, ctrl: torch.Tensor) -> None:
+        """Advance all worlds by one control period under joint position targets ctrl (N, nu)."""
+        self._ctrl[:] = ctrl.detach().cpu().numpy()[:, None, :]
+        self._roll.rollout(
+            self._models, self._datas, self._state, self._ctrl, nstep=self.robot.decimation,
+            state=self._out_state, sensordata=self._out_sens, skip_checks=True,
+        )
+        self._state[:] = self._out_state[:, -1]  # (N, nstate)
+        self._refresh_torch(sensors=True)
+
+    def state(self) -> RobotState:
+        """Views of the current state; valid until the next `step()`/`reset()`."""
+        return self._robot_state
+
+    # --- helpers ------------------------------------------------------------------------------------------------
+
+    def _refresh_torch(self, ids: np.ndarray | slice = slice(None), sensors: bool = False) -> None:
+        self._qpos_t[ids] = torch.from_numpy(self._state[ids, self._qpos_slice]).to(self._qpos_t)
+        self._qvel_t[ids] = torch.from_numpy(self._state[ids, self._qvel_slice]).to(self._qvel_t)
+        if sensors:
+            force = self._out_sens[:, :, self._contact_adr[:, None] + np.arange(1, 4)]  # (N, dec, nb, 3)
+            self._contact_t.copy_(torch.from_numpy(np.linalg.norm(force, axis=-1).max(axis=1)))  # (N, nb)
+            self._torque_t.copy_(torch.from_numpy(self._out_sens[:, -1, self._torque_adr]))  # (N, nu)
+        else:
+            self._contact_t[ids] = 0.0
+            self._torque_t[ids] = 0.0
+
+    def close(self) -> None:
+        """Stop the rollout thread pool."""
+        self._roll.close()
+
+    def __del__(self) -> None:
+        try:
+            self._roll.close()
+        except Exception:
+            pass
+
+
+def _as_index(world_ids: torch.Tensor) -> np.ndarray:
+    return world_ids.detach().cpu().numpy().astype(np.int64).reshape(-1)

@@ -1,0 +1,1 @@
+"""Fitting learned dynamics models and measuring them (long-horizon accuracy, throughput)."""

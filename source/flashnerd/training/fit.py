@@ -1,0 +1,220 @@
+"""Fit a learned dynamics model on recorded trajectories.
+
+Loss = teacher-forced MSE on normalized increments over windows + `ar_weight` x a multi-step autoregressive loss
+(RWM's dual autoregression): after `ar_history` true frames the model's own predicted states are fed back (with small
+input noise, real controls) for `ar_steps` forecast steps, and their state features are compared with the recorded
+ones. AdamW with warm-up and cosine decay, gradient clipping, validation split by trajectory, TensorBoard scalars,
+and resumable checkpoints that carry the model config, normalizers and the robot-model hash.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch.utils.tensorboard import SummaryWriter
+from tqdm import tqdm
+
+from flashnerd.contacts import ProbeFeatures
+from flashnerd.data.dataset import TrajectoryData, check_robot, load_dataset
+from flashnerd.dynamics.representation import Normalizer, StateRepresentation
+from flashnerd.models import build_model, num_params
+from flashnerd.robots import get_robot
+from flashnerd.sim.scene import build_scene
+from flashnerd.training.checkpoint import config_dict, read_checkpoint, save_checkpoint
+from flashnerd.training.features import trajectory_tensors
+
+
+@dataclass
+class FitConfig:
+    """Settings of `flashnerd fit`."""
+
+    model: str = "flashnerd"
+    size: str = "cpu"
+    window: int = 16  # teacher-forced window (NeRD: capped at its history length)
+    ar_history: int = 8  # true frames before the forecast
+    ar_steps: int = 4  # forecast steps fed with the model's own predictions
+    ar_weight: float = 1.0
+    ar_noise: float = 0.02  # std of noise on fed-back frames, normalized units
+    ar_batch_size: int = 32
+    batch_size: int = 128
+    lr: float = 1e-3
+    min_lr: float = 1e-4
+    warmup_steps: int = 100
+    weight_decay: float = 0.01
+    grad_clip: float = 1.0
+    max_steps: int = 2000
+    time_budget_s: float = 0.0  # stop after this much training wall time (0 = no limit)
+    val_fraction: float = 0.1
+    eval_every: int = 100
+    seed: int = 0
+
+
+class Fitter:
+    """Holds the data tensors, model, normalizers and optimizer of one fitting run."""
+
+    def __init__(self, data_path: str | Path, cfg: FitConfig, device: str = "cpu") -> None:
+        self.cfg, self.device = cfg, torch.device(device)
+        data = load_dataset(data_path)
+        self.robot = get_robot(str(data.attrs["robot"]))
+        check_robot(data.attrs, self.robot, data_path)
+        self.data_path, self.transitions = str(data_path), data.num_trajectories * data.traj_len
+        self.probes = ProbeFeatures(self.robot, build_scene(self.robot), self.device)
+        self.rep = StateRepresentation(self.robot.num_joints, self.probes.dim)
+        train, val = data.split(cfg.val_fraction, seed=cfg.seed)
+        self.train, self.val = self._to_device(train), self._to_device(val)
+        cpu_probes = ProbeFeatures(self.robot, build_scene(self.robot))  # features are built once, on the CPU
+        x_tr, y_tr = trajectory_tensors(train, self.rep, cpu_probes)
+        x_va, y_va = trajectory_tensors(val, self.rep, cpu_probes)
+        self.x_norm = Normalizer(self.rep.input_dim).fit(x_tr).to(self.device)
+        self.y_norm = Normalizer(self.rep.target_dim).fit(y_tr).to(self.device)
+        self.xn_tr = self.x_norm.normalize(x_tr.to(self.device))  # (M, T, I)
+        self.yn_tr = self.y_norm.normalize(y_tr.to(self.device))  # (M, T, O)
+        self.xn_va = self.x_norm.normalize(x_va.to(self.device))
+        self.yn_va = self.y_norm.normalize(y_va.to(self.device))
+
+        self.model = build_model(cfg.model, self.rep.input_dim, self.rep.target_dim, size=cfg.size).to(self.device)
+        self.window = min(cfg.window, getattr(self.model.config, "window", cfg.window), data.traj_len)
+        self.opt = torch.optim.AdamW(self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+        self.step, self.train_seconds = 0, 0.0
+        self.gen = torch.Generator(device=self.device).manual_seed(cfg.seed)
+        val_gen = torch.Generator(device=self.device).manual_seed(cfg.seed + 1)
+        self.val_idx = self._sample_windows(self.xn_va.shape[0], self.xn_va.shape[1], self.window, 512, val_gen)
+        self.history: list[dict] = []
+
+    def _to_device(self, d: TrajectoryData) -> TrajectoryData:
+        return TrajectoryData(d.qpos.to(self.device), d.qvel.to(self.device), d.ctrl.to(self.device), d.attrs)
+
+    def _sample_windows(self, m: int, t: int, w: int, b: int, gen: torch.Generator):
+        """b random windows of w frames from m trajectories of t frames: indices (b, 1) and (b, w)."""
+        traj = torch.randint(0, m, (b,), device=self.device, generator=gen)  # (b,)
+        t0 = torch.randint(0, t - w + 1, (b,), device=self.device, generator=gen)  # (b,)
+        return traj[:, None], t0[:, None] + torch.arange(w, device=self.device)  # (b, 1), (b, w)
+
+    def lr_at(self, step: int) -> float:
+        """Linear warm-up, then cosine decay from lr to min_lr over max_steps."""
+        c = self.cfg
+        if step < c.warmup_steps:
+            return c.lr * (step + 1) / c.warmup_steps
+        frac = min(1.0, (step - c.warmup_steps) / max(1, c.max_steps - c.warmup_steps))
+        return c.min_lr + 0.5 * (c.lr - c.min_lr) * (1 + math.cos(math.pi * frac))
+
+    def teacher_forced_loss(self, xn: torch.Tensor, yn: torch.Tensor, idx) -> torch.Tensor:
+        traj, tt = idx
+        return F.mse_loss(self.model(xn[traj, tt]), yn[traj, tt])  # (b, w, O) vs (b, w, O)
+
+    def autoregressive_loss(self, data: TrajectoryData, xn: torch.Tensor) -> torch.Tensor:
+        """Dual autoregression: true history, then the model's own predicted states for `ar_steps` steps."""
+        c, rep = self.cfg, self.rep
+        hist, steps = c.ar_history, c.ar_steps
+        traj, tt = self._sample_windows(xn.shape[0], xn.shape[1], hist + steps, c.ar_batch_size, self.gen)
+        seq = xn[traj, tt[:, :hist]]  # (b, H, I) true normalized frames
+        last_t = tt[:, hist - 1]  # (b,)
+        qpos, qvel = data.qpos[traj[:, 0], last_t], data.qvel[traj[:, 0], last_t]  # (b, nq), (b, nv) true state
+        sd = slice(0, rep.state_dim)
+        loss = 0.0
+        for k in range(steps):
+            window = seq[:, -getattr(self.model.config, "window", seq.shape[1]):]  # NeRD reads at most its history
+            delta = self.y_norm.denormalize(self.model(window)[:, -1])  # (b, O)
+            qpos, qvel = rep.apply(qpos, qvel, delta)
+            t_next = last_t + k + 1
+            true_feat = rep.state_features(data.qpos[traj[:, 0], t_next], data.qvel[traj[:, 0], t_next])
+            pred_feat = rep.state_features(qpos, qvel)  # (b, state_dim)
+            scale = self.x_norm.std[sd]
+            loss = loss + F.mse_loss(pred_feat / scale, true_feat / scale)
+            if k + 1 < steps:
+                frame = rep.inputs(qpos, qvel, data.ctrl[traj[:, 0], t_next], self.probes(qpos))  # (b, I)
+                frame = self.x_norm.normalize(frame)
+                frame = frame + c.ar_noise * torch.randn(frame.shape, device=self.device, generator=self.gen)
+                seq = torch.cat([seq, frame[:, None]], dim=1)  # (b, H+k+1, I)
+        return loss / steps
+
+    @torch.no_grad()
+    def validate(self) -> float:
+        self.model.eval()
+        loss = self.teacher_forced_loss(self.xn_va, self.yn_va, self.val_idx).item()
+        self.model.train()
+        return loss
+
+    def fit(self, out: str | Path, log_dir: str | Path | None = None, progress: bool = True) -> dict:
+        """Train until max_steps (or the time budget), checkpointing to `out` every eval_every steps."""
+        c = self.cfg
+        writer = SummaryWriter(str(log_dir)) if log_dir else None
+        if self.step == 0:
+            self.history.append({"step": 0, "val_loss": self.validate()})
+        bar = tqdm(total=c.max_steps, initial=self.step, desc=f"fit {c.model}", disable=None if progress else True)
+        self.model.train()
+        while self.step < c.max_steps:
+            if c.time_budget_s and self.train_seconds >= c.time_budget_s:
+                break
+            start = time.perf_counter()
+            for group in self.opt.param_groups:
+                group["lr"] = self.lr_at(self.step)
+            idx = self._sample_windows(self.xn_tr.shape[0], self.xn_tr.shape[1], self.window, c.batch_size, self.gen)
+            loss_tf = self.teacher_forced_loss(self.xn_tr, self.yn_tr, idx)
+            loss_ar = self.autoregressive_loss(self.train, self.xn_tr) if c.ar_weight > 0 else torch.zeros(())
+            loss = loss_tf + c.ar_weight * loss_ar
+            self.opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), c.grad_clip)
+            self.opt.step()
+            self.step += 1
+            self.train_seconds += time.perf_counter() - start
+            bar.update(1)
+            if writer:
+                writer.add_scalar("train/loss_teacher_forced", loss_tf.item(), self.step)
+                writer.add_scalar("train/loss_autoregressive", loss_ar.item(), self.step)
+                writer.add_scalar("train/lr", self.lr_at(self.step), self.step)
+            if self.step % c.eval_every == 0 or self.step == c.max_steps:
+                val = self.validate()
+                self.history.append({"step": self.step, "val_loss": val, "train_seconds": self.train_seconds})
+                bar.set_postfix(val=f"{val:.4f}")
+                if writer:
+                    writer.add_scalar("val/loss_teacher_forced", val, self.step)
+                self.save(out)
+        bar.close()
+        if self.history[-1]["step"] != self.step:
+            self.history.append({"step": self.step, "val_loss": self.validate(), "train_seconds": self.train_seconds})
+        self.save(out)
+        if writer:
+            writer.close()
+        return {"out": str(out), "model": c.model, "params": num_params(self.model), "steps": self.step,
+                "train_seconds": round(self.train_seconds, 1), "transitions": self.transitions,
+                "val_loss_initial": self.history[0]["val_loss"], "val_loss_final": self.history[-1]["val_loss"]}
+
+    def save(self, out: str | Path) -> None:
+        save_checkpoint(out, {
+            "kind": self.cfg.model,
+            "model_config": config_dict(self.model.config),
+            "state_dict": self.model.state_dict(),
+            "input_normalizer": self.x_norm.state_dict(),
+            "target_normalizer": self.y_norm.state_dict(),
+            "robot": self.robot.name,
+            "model_hash": self.robot.model_hash(),
+            "control_dt": self.robot.control_dt,
+            "representation": {"num_joints": self.rep.nj, "contact_dim": self.rep.contact_dim,
+                               "layout": self.rep.layout(), "contact": "probes"},
+            "fit_config": asdict(self.cfg),
+            "optimizer": self.opt.state_dict(),
+            "step": self.step,
+            "train_seconds": self.train_seconds,
+            "rng": self.gen.get_state(),
+            "data": {"path": self.data_path, "transitions": self.transitions},
+            "history": self.history,
+        })
+
+    def resume(self, path: str | Path) -> None:
+        """Continue from a checkpoint of this run: weights, optimizer, step, RNG and history."""
+        ckpt = read_checkpoint(path, self.robot)
+        if ckpt["kind"] != self.cfg.model or ckpt["model_config"] != config_dict(self.model.config):
+            raise ValueError(f"checkpoint '{path}' holds a different model ({ckpt['kind']}); cannot resume")
+        self.model.load_state_dict(ckpt["state_dict"])
+        self.opt.load_state_dict(ckpt["optimizer"])
+        self.x_norm.load_state_dict(ckpt["input_normalizer"])
+        self.y_norm.load_state_dict(ckpt["target_normalizer"])
+        self.step, self.train_seconds, self.history = ckpt["step"], ckpt["train_seconds"], ckpt["history"]
+        self.gen.set_state(ckpt["rng"])

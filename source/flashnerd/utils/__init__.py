@@ -1,0 +1,1 @@
+"""Small shared helpers: quaternion math and errors."""

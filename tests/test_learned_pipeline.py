@@ -1,0 +1,149 @@
+"""Record -> dataset -> fit -> checkpoint -> learned backend, on tiny data; bad files give one-line errors."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+
+import h5py
+import pytest
+import torch
+
+from flashnerd.cli.main import main
+from flashnerd.data.dataset import load_dataset
+from flashnerd.data.record import record
+from flashnerd.dynamics import make_dynamics
+from flashnerd.robots import RobotSpec
+from flashnerd.training.fit import FitConfig, Fitter
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory, ):
+    from flashnerd.robots import get_robot
+
+    root = tmp_path_factory.mktemp("tiny")
+    path = root / "tiny.h5"
+    # no pushes: they are velocity writes that a replay of the stored controls would not repeat
+    info = record(get_robot("anymal_c"), num_worlds=6, steps=40, out=path, traj_len=20, seed=1, push_prob=0.0,
+                  progress=False)
+    return root, path, info
+
+
+@pytest.fixture(scope="module")
+def tiny_ckpt(tiny):
+    root, path, _ = tiny
+    out = root / "flashnerd.pt"
+    cfg = dataclasses.replace(FitConfig(), max_steps=4, batch_size=8, ar_batch_size=4, window=8, eval_every=2)
+    Fitter(path, cfg).fit(out, progress=False)
+    return out
+
+
+def test_record_round_trip_replays_in_the_simulator(anymal, tiny):
+    _, path, info = tiny
+    assert info["trajectories"] == 12 and info["transitions"] == 240 and info["dropped"] == 0
+    data = load_dataset(path, anymal)
+    assert data.qpos.shape == (12, 21, 19) and data.ctrl.shape == (12, 20, 12)
+    assert data.attrs["robot"] == "anymal_c" and data.attrs["model_hash"] == anymal.model_hash()
+    assert data.attrs["state_layout"]["joint_pos"] == [10, 22]
+    # Replaying the stored controls from the stored first state reproduces the stored trajectory.
+    dyn = make_dynamics("mujoco", anymal, 12)
+    dyn.reset(torch.arange(12), data.qpos[:, 0], data.qvel[:, 0])
+    for t in range(20):
+        dyn.step(data.ctrl[:, t])
+    err = (dyn.state().qpos - data.qpos[:, 20]).abs().max().item()
+    assert err < 2e-3, err
+    dyn.close()
+
+
+def test_truncated_foreign_and_missing_datasets_are_refused(anymal, tiny, tmp_path):
+    _, path, _ = tiny
+    cut = tmp_path / "cut.h5"
+    raw = path.read_bytes()
+    cut.write_bytes(raw[: len(raw) // 2])
+    with pytest.raises(ValueError, match="truncated or corrupt"):
+        load_dataset(cut, anymal)
+    other = tmp_path / "other.h5"
+    shutil.copy(path, other)
+    with h5py.File(other, "a") as f:
+        f.attrs["robot"] = "franka"
+    with pytest.raises(ValueError, match="recorded for robot 'franka', not 'anymal_c'"):
+        load_dataset(other, anymal)
+    with h5py.File(other, "a") as f:
+        f.attrs["robot"] = "anymal_c"
+        f.attrs["model_hash"] = "0000"
+    with pytest.raises(ValueError, match="another version of the 'anymal_c' model"):
+        load_dataset(other, anymal)
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        load_dataset(tmp_path / "nope.h5", anymal)
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_checkpoint_carries_config_normalizers_and_hash(tiny_ckpt, anymal):
+    ckpt = torch.load(tiny_ckpt, weights_only=False)
+    assert ckpt["kind"] == "flashnerd" and ckpt["robot"] == "anymal_c" and ckpt["model_hash"] == anymal.model_hash()
+    assert set(ckpt["input_normalizer"]) == {"mean", "std"} and ckpt["step"] == 4
+    assert ckpt["model_config"]["input_dim"] == ckpt["representation"]["layout"]["contact"][1]
+
+
+def test_learned_backend_reset_leaves_other_worlds_unchanged(anymal, tiny_ckpt):
+    def run(reset_world: bool) -> torch.Tensor:
+        dyn = make_dynamics("flashnerd", anymal, 5, checkpoint=tiny_ckpt)
+        ctrl = torch.tensor(anymal.default_joint_pos).repeat(5, 1)
+        for t in range(12):
+            if reset_world and t == 6:
+                dyn.reset(torch.tensor([3]), dyn.state().qpos[3:4].clone(), torch.zeros(1, 18))
+            dyn.step(ctrl)
+        return dyn.state().qpos.clone()
+
+    a, b = run(False), run(True)
+    keep = [0, 1, 2, 4]
+    assert torch.equal(a[keep], b[keep])
+    assert not torch.equal(a[3], b[3])
+
+
+def test_mismatched_checkpoints_are_clear_errors(anymal, tiny_ckpt, tmp_path):
+    with pytest.raises(ValueError, match="holds a 'flashnerd' model; the 'nerd' backend"):
+        make_dynamics("nerd", anymal, 2, checkpoint=tiny_ckpt)
+    other = dataclasses.replace(anymal, name="anymal_b")
+    with pytest.raises(ValueError, match="is for robot 'anymal_c', not 'anymal_b'"):
+        make_dynamics("flashnerd", other, 2, checkpoint=tiny_ckpt)
+    junk = tmp_path / "junk.pt"
+    torch.save({"weights": 1}, junk)
+    with pytest.raises(ValueError, match="is not a FlashNeRD dynamics checkpoint"):
+        make_dynamics("flashnerd", anymal, 2, checkpoint=junk)
+    assert isinstance(other, RobotSpec)
+
+
+def test_fit_resume_continues_the_step_count(tiny, tiny_ckpt, tmp_path):
+    _, path, _ = tiny
+    out = tmp_path / "resumed.pt"
+    shutil.copy(tiny_ckpt, out)
+    cfg = dataclasses.replace(FitConfig(), max_steps=6, batch_size=8, ar_batch_size=4, window=8, eval_every=2)
+    fitter = Fitter(path, cfg)
+    fitter.resume(out)
+    assert fitter.step == 4
+    result = fitter.fit(out, progress=False)
+    assert result["steps"] == 6 and torch.load(out, weights_only=False)["step"] == 6
+
+
+def test_evaluate_model_and_bench_model_cli(tiny, tiny_ckpt, capsys):
+    _, path, _ = tiny
+    assert main(["evaluate-model", "--checkpoint", str(tiny_ckpt), "--data", str(path), "--horizons", "1,15"]) == 0
+    res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert set(res["nrmse"]) == {"1", "15"} and res["rollouts"] == 12
+    assert res["nrmse"]["1"] < res["nrmse"]["15"] * 10
+    assert main(["bench", "model", "--batch", "4", "--min_seconds", "0.05"]) == 0
+    bench = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert set(bench["steps_per_s"]) == {"flashnerd", "nerd"} and "4" in bench["ratio"]
+
+
+@pytest.mark.slow
+def test_fitting_lowers_validation_loss_tenfold(tmp_path):
+    from flashnerd.robots import get_robot
+
+    path = tmp_path / "small.h5"
+    record(get_robot("anymal_c"), num_worlds=32, steps=200, out=path, traj_len=100, seed=3, progress=False)
+    cfg = dataclasses.replace(FitConfig(), max_steps=600, ar_weight=0.0, eval_every=100)
+    result = Fitter(path, cfg).fit(tmp_path / "f.pt", progress=False)
+    assert result["val_loss_final"] < result["val_loss_initial"] / 10

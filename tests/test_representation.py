@@ -1,0 +1,116 @@
+"""State representation, quaternion increments, torch kinematics and probe features against MuJoCo."""
+
+from __future__ import annotations
+
+import math
+
+import mujoco
+import numpy as np
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from flashnerd.contacts import ProbeFeatures
+from flashnerd.dynamics.representation import Normalizer, StateRepresentation, quat_to_rotvec, rotvec_to_quat
+from flashnerd.robots.kinematics import TorchKinematics
+from flashnerd.sim.scene import build_scene
+from flashnerd.training.evaluate import nrmse
+from flashnerd.utils.math import quat_apply, quat_from_euler_xyz, quat_mul
+
+
+def _random_states(n: int, nj: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    qpos = torch.randn(n, 7 + nj, generator=g, dtype=torch.float64)
+    qpos[:, 3:7] /= torch.linalg.norm(qpos[:, 3:7], dim=1, keepdim=True)
+    return qpos, torch.randn(n, 6 + nj, generator=g, dtype=torch.float64)
+
+
+def test_increment_and_apply_round_trip():
+    rep = StateRepresentation(12)
+    q0, v0 = _random_states(64, 12, seed=0)
+    q1, v1 = _random_states(64, 12, seed=1)
+    delta = rep.increment(q0, v0, q1, v1)
+    assert delta.shape == (64, rep.target_dim)
+    q1_hat, v1_hat = rep.apply(q0, v0, delta)
+    sign = torch.sign((q1_hat[:, 3:7] * q1[:, 3:7]).sum(1, keepdim=True))  # q and -q are the same rotation
+    q1_hat[:, 3:7] *= sign
+    assert torch.allclose(q1_hat, q1, atol=1e-9) and torch.allclose(v1_hat, v1, atol=1e-9)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.floats(-3.0, 3.0, allow_nan=False), min_size=3, max_size=3))
+def test_rotvec_quaternion_round_trip(v):
+    vec = torch.tensor(v, dtype=torch.float64)
+    if torch.linalg.norm(vec) > math.pi - 1e-6:  # beyond pi the shorter rotation is the other way round
+        vec = vec / torch.linalg.norm(vec) * (math.pi - 1e-3)
+    q = rotvec_to_quat(vec)
+    assert torch.isclose(torch.linalg.norm(q), torch.tensor(1.0, dtype=torch.float64))
+    assert torch.allclose(quat_to_rotvec(q), vec, atol=1e-9)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.floats(-3.1, 3.1), st.floats(-1.5, 1.5), st.floats(-3.1, 3.1))
+def test_frame_transforms_are_inverse(roll, pitch, yaw):
+    q = quat_from_euler_xyz(torch.tensor(roll), torch.tensor(pitch), torch.tensor(yaw)).double()
+    v = torch.tensor([0.3, -1.2, 2.0], dtype=torch.float64)
+    back = quat_apply(torch.cat((q[:1], -q[1:])), quat_apply(q, v))
+    assert torch.allclose(back, v, atol=1e-9)
+    assert torch.allclose(quat_mul(q, torch.cat((q[:1], -q[1:]))), torch.tensor([1.0, 0, 0, 0]).double(), atol=1e-9)
+
+
+def test_torch_kinematics_matches_mujoco(anymal):
+    m = build_scene(anymal)
+    d = mujoco.MjData(m)
+    kin = TorchKinematics(m)
+    rng = np.random.default_rng(0)
+    qpos = np.zeros((16, m.nq))
+    for i in range(16):
+        qpos[i, 0:3] = rng.normal(size=3)
+        quat = rng.normal(size=4)
+        qpos[i, 3:7] = quat / np.linalg.norm(quat)
+        qpos[i, 7:] = rng.uniform(-1.5, 1.5, size=12)
+    pos, quat = kin.forward(torch.tensor(qpos, dtype=torch.float32))
+    for i in range(16):
+        d.qpos[:] = qpos[i]
+        mujoco.mj_kinematics(m, d)
+        assert np.allclose(pos[i].numpy(), d.xpos, atol=1e-5)
+        same = np.abs(np.sum(quat[i].numpy() * d.xquat, axis=1))  # q ~ -q
+        assert np.allclose(same, 1.0, atol=1e-5)
+
+
+def test_probe_distances_match_mujoco_geometry(anymal):
+    m = build_scene(anymal)
+    d = mujoco.MjData(m)
+    probes = ProbeFeatures(anymal, m)
+    qpos = torch.tensor(m.qpos0, dtype=torch.float32)[None].clone()
+    qpos[0, 2] = 0.5
+    qpos[0, 7:] = torch.tensor(anymal.default_joint_pos)
+    d.qpos[:] = qpos[0].double().numpy()
+    mujoco.mj_kinematics(m, d)
+    dist = probes.signed_distance(qpos)[0]
+    for i, leg in enumerate(("LF", "RF", "LH", "RH")):
+        assert abs(dist[i].item() - (d.geom_xpos[m.geom(f"{leg}_foot").id, 2] - 0.03)) < 1e-5
+    feats = probes(qpos).reshape(probes.num_probes, 8)
+    far = dist > probes.cutoff
+    assert (feats[far] == 0).all() and (feats[~far, 7] == 1).all()
+    assert torch.allclose(feats[~far, 3:6], torch.tensor([0.0, 0.0, 1.0]).expand(int((~far).sum()), 3), atol=1e-6)
+
+
+def test_nrmse_hand_computed():
+    truth = torch.tensor([[0.0, 1.0], [2.0, 3.0]])
+    pred = torch.tensor([[1.0, 1.0], [2.0, 5.0]])
+    # dim 0: RMSE sqrt((1 + 0) / 2); dim 1: sqrt((0 + 4) / 2); stds 2 and 4
+    expected = (math.sqrt(0.5) / 2.0 + math.sqrt(2.0) / 4.0) / 2.0
+    assert math.isclose(nrmse(pred, truth, torch.tensor([2.0, 4.0])).item(), expected, rel_tol=1e-6)
+
+
+def test_normalizer_round_trip_and_state_dict():
+    x = torch.randn(1000, 5) * torch.tensor([1.0, 10.0, 0.1, 0.0, 3.0]) + 7.0
+    norm = Normalizer(5).fit(x)
+    z = norm.normalize(x)
+    assert torch.allclose(z[:, [0, 1, 2, 4]].mean(0), torch.zeros(4), atol=1e-4)
+    assert norm.std[3] == 1.0, "a constant dimension keeps std 1"
+    assert torch.allclose(norm.denormalize(z), x, atol=1e-4)
+    other = Normalizer(5)
+    other.load_state_dict(norm.state_dict())
+    assert torch.equal(other.mean, norm.mean) and torch.equal(other.std, norm.std)

@@ -1,0 +1,121 @@
+"""RSL-RL wrapper semantics, a 2-iteration training smoke run, determinism, play/eval, and CLI errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import gymnasium as gym
+import pytest
+import torch
+from conftest import TASK
+from tensordict import TensorDict
+
+from flashnerd.cli.main import main
+from flashnerd.envs.rsl_rl import RslRlVecEnvWrapper
+
+
+def test_wrapper_semantics():
+    env = RslRlVecEnvWrapper(gym.make(TASK, num_envs=4))
+    obs = env.get_observations()
+    assert isinstance(obs, TensorDict) and obs.batch_size == torch.Size([4])
+    assert set(obs.keys()) == {"policy", "critic"} and obs["policy"].shape == (4, 48)
+    env.unwrapped.episode_length_buf[:] = torch.tensor([0, 0, 999, 999])
+    obs, rew, dones, extras = env.step(torch.zeros(4, 12))
+    assert dones.tolist() == [0, 0, 1, 1]
+    assert extras["time_outs"].tolist() == [False, False, True, True]
+    assert rew.shape == (4,)
+    # rsl_rl writes random episode lengths through the property; they must land in the env.
+    env.episode_length_buf = torch.tensor([5, 6, 7, 8])
+    assert env.unwrapped.episode_length_buf.tolist() == [5, 6, 7, 8]
+    env.close()
+
+
+def _train(tmp_path: Path, run_name: str, seed: int = 3) -> Path:
+    argv = ["train", "--task", TASK, "--num_envs", "8", "--max_iterations", "2", "--seed", str(seed),
+            "--log_root", str(tmp_path), "--run_name", run_name]
+    assert main(argv) == 0
+    runs = sorted((tmp_path / "anymal_c_flat").glob(f"*_{run_name}"))
+    assert len(runs) == 1
+    return runs[0]
+
+
+@pytest.fixture(scope="module")
+def trained_run(tmp_path_factory):
+    return _train(tmp_path_factory.mktemp("logs"), "smoke")
+
+
+def test_training_writes_checkpoint_params_and_events(trained_run):
+    assert (trained_run / "model_1.pt").is_file()
+    assert (trained_run / "params" / "env.yaml").is_file() and (trained_run / "params" / "agent.yaml").is_file()
+    assert list(trained_run.glob("events.out.tfevents.*"))
+    assert not list(trained_run.glob("*.tmp"))
+    env_yaml = (trained_run / "params" / "env.yaml").read_text()
+    assert "track_lin_vel_xy_exp" in env_yaml and "flashnerd.envs.mdp:" in env_yaml
+
+
+def test_same_seed_gives_identical_weights(trained_run, tmp_path):
+    again = _train(tmp_path, "again")
+    a = torch.load(trained_run / "model_1.pt", weights_only=False)["actor_state_dict"]
+    b = torch.load(again / "model_1.pt", weights_only=False)["actor_state_dict"]
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
+    other = _train(tmp_path, "other", seed=4)
+    c = torch.load(other / "model_1.pt", weights_only=False)["actor_state_dict"]
+    assert any(not torch.equal(a[k], c[k]) for k in a)
+
+
+def test_play_exports_and_eval_prints_metrics(trained_run, capsys):
+    ckpt = str(trained_run / "model_1.pt")
+    assert main(["play", "--task", TASK, "--num_envs", "2", "--checkpoint", ckpt,
+                 "--steps", "5"]) == 0
+    assert (trained_run / "exported" / "policy.pt").is_file()
+    assert (trained_run / "exported" / "policy.onnx").is_file()
+    jit = torch.jit.load(str(trained_run / "exported" / "policy.pt"))
+    assert jit(torch.zeros(1, 48)).shape == (1, 12)
+    capsys.readouterr()
+    assert main(["eval", "--task", TASK, "--checkpoint", ckpt, "--episodes", "2"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    for key in ("mean_return", "lin_vel_rms", "ang_vel_rms", "fall_rate", "mean_episode_length_s", "returns"):
+        assert key in result
+    assert result["dynamics"] == "mujoco" and result["episodes"] == 2
+    assert 0.0 <= result["fall_rate"] <= 1.0
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["train", "--task", "FlashNeRD-Nope-v0"], "unknown task 'FlashNeRD-Nope-v0'"),
+        (["train", "--task", TASK, "--dynamics", "nope", "--num_envs", "2"], "unknown dynamics backend 'nope'"),
+        (["train", "--task", TASK, "--num_envs", "0"], "--num_envs must be a positive integer"),
+        (["train", "--task", TASK, "--max_iterations", "-1"], "--max_iterations must be a positive integer"),
+        (["train", "--task", TASK, "--device", "cuda:0"], "CUDA is not available"),
+        (["eval", "--task", TASK, "--episodes", "0"], "--episodes must be a positive integer"),
+        (["eval", "--task", TASK, "--checkpoint", "/nonexistent/model_1.pt"], "does not exist"),
+        (["bench", "env", "--task", TASK, "--steps", "0"], "--steps must be a positive integer"),
+    ],
+)
+def test_bad_cli_input_is_one_line_exit_2(argv, message, capsys, tmp_path):
+    assert main([*argv, *(["--log_root", str(tmp_path)] if argv[0] != "bench" else [])]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1 and "Traceback" not in err
+    assert not list(tmp_path.rglob("*.pt"))
+
+
+def test_corrupt_checkpoint_is_one_line_error(tmp_path, capsys):
+    bad = tmp_path / "model_3.pt"
+    bad.write_bytes(b"not a checkpoint")
+    assert main(["eval", "--task", TASK, "--checkpoint", str(bad), "--episodes", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "cannot read checkpoint" in err[0]
+
+
+def test_console_script_exit_status():
+    proc = subprocess.run([sys.executable, "-m", "flashnerd.cli.main", "eval", "--task", "Nope-v0"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == ("flashnerd eval: error: unknown task 'Nope-v0'; registered tasks: "
+                                   "FlashNeRD-Velocity-Flat-Anymal-C-Play-v0, FlashNeRD-Velocity-Flat-Anymal-C-v0")
