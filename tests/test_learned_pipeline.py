@@ -147,3 +147,28 @@ def test_fitting_lowers_validation_loss_tenfold(tmp_path):
     cfg = dataclasses.replace(FitConfig(), max_steps=600, ar_weight=0.0, eval_every=100)
     result = Fitter(path, cfg).fit(tmp_path / "f.pt", progress=False)
     assert result["val_loss_final"] < result["val_loss_initial"] / 10
+
+
+def test_train_on_the_learned_model_then_evaluate_in_mujoco(tiny_ckpt, tmp_path, capsys):
+    argv = ["train", "--task", "FlashNeRD-Velocity-Flat-Anymal-C-v0", "--dynamics", "flashnerd",
+            "--dynamics_checkpoint", str(tiny_ckpt), "--num_envs", "4", "--max_iterations", "2",
+            "--eval_episodes", "2", "--log_root", str(tmp_path)]
+    assert main(argv) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["dynamics"] == "flashnerd"
+    assert set(summary["eval"]) == {"flashnerd", "mujoco"}
+    for metrics in summary["eval"].values():
+        assert metrics["fall_rate"] >= 0.0 and metrics["lin_vel_rms"] >= 0.0
+
+
+def test_bench_ppo_writes_json_and_plot(tiny_ckpt, tmp_path, capsys):
+    out = tmp_path / "bench"
+    argv = ["bench", "ppo", "--task", "FlashNeRD-Velocity-Flat-Anymal-C-v0", "--dynamics", "mujoco,flashnerd",
+            "--dynamics_checkpoint", f"flashnerd={tiny_ckpt}", "--num_envs", "4", "--max_iterations", "2",
+            "--eval_episodes", "2", "--out_dir", str(out)]
+    assert main(argv) == 0
+    data = json.loads((out / "bench_ppo.json").read_text())
+    assert set(data["backends"]) == {"mujoco", "flashnerd"}
+    for r in data["backends"].values():
+        assert r["seconds_per_iteration"] > 0 and len(r["curve"]) == 2 and "mean_return" in r["eval_mujoco"]
+    assert (out / "bench_ppo.png").stat().st_size > 10_000

@@ -33,9 +33,9 @@ def test_wrapper_semantics():
     env.close()
 
 
-def _train(tmp_path: Path, run_name: str, seed: int = 3) -> Path:
+def _train(tmp_path: Path, run_name: str, seed: int = 3, eval_episodes: int = 0) -> Path:
     argv = ["train", "--task", TASK, "--num_envs", "8", "--max_iterations", "2", "--seed", str(seed),
-            "--log_root", str(tmp_path), "--run_name", run_name]
+            "--log_root", str(tmp_path), "--run_name", run_name, "--eval_episodes", str(eval_episodes)]
     assert main(argv) == 0
     runs = sorted((tmp_path / "anymal_c_flat").glob(f"*_{run_name}"))
     assert len(runs) == 1
@@ -44,7 +44,7 @@ def _train(tmp_path: Path, run_name: str, seed: int = 3) -> Path:
 
 @pytest.fixture(scope="module")
 def trained_run(tmp_path_factory):
-    return _train(tmp_path_factory.mktemp("logs"), "smoke")
+    return _train(tmp_path_factory.mktemp("logs"), "smoke", eval_episodes=2)
 
 
 def test_training_writes_checkpoint_params_and_events(trained_run):
@@ -52,6 +52,8 @@ def test_training_writes_checkpoint_params_and_events(trained_run):
     assert (trained_run / "params" / "env.yaml").is_file() and (trained_run / "params" / "agent.yaml").is_file()
     assert list(trained_run.glob("events.out.tfevents.*"))
     assert not list(trained_run.glob("*.tmp"))
+    evaluation = json.loads((trained_run / "eval.json").read_text())
+    assert list(evaluation) == ["mujoco"] and evaluation["mujoco"]["episodes"] == 2
     env_yaml = (trained_run / "params" / "env.yaml").read_text()
     assert "track_lin_vel_xy_exp" in env_yaml and "flashnerd.envs.mdp:" in env_yaml
 

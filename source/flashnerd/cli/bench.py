@@ -29,6 +29,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     m.add_argument("--device", default="cpu", help="torch device")
     m.add_argument("--min_seconds", type=float, default=1.0, help="timed seconds per measurement (at least)")
     m.set_defaults(func=run_model)
+    add_ppo_parser(bsub)
 
 
 def _env_steps_per_second(task: str, env_cfg, steps: int, warmup: int) -> float:
@@ -92,3 +93,97 @@ def run_model(args: argparse.Namespace) -> dict:
         out["ratio"] = {b: round(results["flashnerd"][b] / results["nerd"][b], 2) for b in results["nerd"]}
     print(json.dumps(out))
     return out
+
+
+def add_ppo_parser(bsub: argparse._SubParsersAction) -> None:
+    p = bsub.add_parser("ppo", help="train one PPO policy per backend; time, reward curve, MuJoCo evaluation")
+    p.add_argument("--task", required=True, help="task id")
+    p.add_argument("--dynamics", default="mujoco,nerd,flashnerd", help="comma-separated training backends")
+    p.add_argument("--num_envs", type=int, default=1024, help="parallel worlds per backend")
+    p.add_argument("--max_iterations", type=int, default=100, help="PPO iterations per backend")
+    p.add_argument("--seed", type=int, default=42, help="random seed (same for every backend)")
+    p.add_argument("--device", default="cpu", help="torch device")
+    p.add_argument("--eval_episodes", type=int, default=64, help="MuJoCo evaluation episodes per final policy")
+    p.add_argument("--out_dir", default="logs/bench_ppo", help="folder for runs, JSON and the plot")
+    p.add_argument("--dynamics_checkpoint", default="",
+                   help="learned checkpoints as kind=path[,kind=path] (default: the shipped ones)")
+    p.set_defaults(func=run_ppo)
+
+
+def run_ppo(args: argparse.Namespace) -> dict:
+    """Train per backend with identical settings; JSON keyed by backend and a reward-vs-time plot (cf. Fig. 5)."""
+    from pathlib import Path
+
+    for name in ("num_envs", "max_iterations", "eval_episodes"):
+        check_positive(name, getattr(args, name))
+    out_dir = Path(args.out_dir)
+    try:
+        checkpoints = dict(item.split("=", 1) for item in args.dynamics_checkpoint.split(",") if item)
+    except ValueError as err:
+        raise CLIError(f"--dynamics_checkpoint takes kind=path[,kind=path], got '{args.dynamics_checkpoint}'") from err
+    results = {backend: _train_and_time(args, backend, out_dir, checkpoints.get(backend))
+               for backend in args.dynamics.split(",")}
+    summary = {"task": args.task, "num_envs": args.num_envs, "iterations": args.max_iterations,
+               "device": args.device, "backends": results}
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "bench_ppo.json").write_text(json.dumps(summary, indent=1))
+    _plot_ppo(results, out_dir / "bench_ppo.png", args.task)
+    print(json.dumps({b: {k: v for k, v in r.items() if k != "curve"} for b, r in results.items()}))
+    return summary
+
+
+def _train_and_time(args: argparse.Namespace, backend: str, out_dir, checkpoint: str | None) -> dict:
+    """One PPO run on `backend`: accumulated iteration time, reward curve, MuJoCo evaluation of the final policy."""
+    import statistics
+
+    from flashnerd.cli.train import evaluate_on_backends, seed_everything
+    from flashnerd.envs.rsl_rl import FlashNeRDRunner, RslRlVecEnvWrapper
+
+    ns = argparse.Namespace(task=args.task, num_envs=args.num_envs, seed=args.seed, device=args.device,
+                            dynamics=backend, dynamics_checkpoint=checkpoint)
+    env_cfg, agent_cfg = load_task_cfgs(ns)
+    agent_cfg.max_iterations = args.max_iterations
+    seed_everything(agent_cfg.seed)
+    env = RslRlVecEnvWrapper(make_env(args.task, env_cfg), clip_actions=agent_cfg.clip_actions)
+    runner = FlashNeRDRunner(env, agent_cfg.to_rsl_rl_dict(), str(out_dir / backend), device=agent_cfg.device)
+    curve: list[tuple[float, float]] = []
+    log = runner.logger.log
+
+    def record_iteration(**kw) -> None:  # rsl_rl calls logger.log with keywords once per iteration
+        elapsed = (curve[-1][0] if curve else 0.0) + kw["collect_time"] + kw["learn_time"]
+        buf = runner.logger.rewbuffer
+        curve.append((elapsed, statistics.mean(buf) if len(buf) else float("nan")))
+        log(**kw)
+
+    runner.logger.log = record_iteration
+    runner.learn(num_learning_iterations=agent_cfg.max_iterations, init_at_random_ep_len=True)
+    env.close()
+    policy = runner.get_inference_policy(device=agent_cfg.device)
+    evaluation = evaluate_on_backends(args.task, env_cfg, policy, args.eval_episodes, backends=["mujoco"])
+    return {
+        "seconds_per_iteration": curve[-1][0] / len(curve),
+        "total_seconds": curve[-1][0],
+        "final_train_reward": curve[-1][1],
+        "eval_mujoco": {k: evaluation["mujoco"][k] for k in ("mean_return", "lin_vel_rms", "fall_rate")},
+        "curve": curve,
+    }
+
+
+def _plot_ppo(results: dict, path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    for backend, r in results.items():
+        t, rew = zip(*r["curve"])
+        line, = ax.plot(t, rew, label=f"{backend} ({r['seconds_per_iteration']:.2f} s/it)")
+        ax.plot([t[-1]], [r["eval_mujoco"]["mean_return"]], marker="D", color=line.get_color(), markersize=8)
+    ax.set_xlabel("accumulated training time (s)")
+    ax.set_ylabel("mean episode return")
+    ax.set_title(f"{title}\n(diamonds: final policy evaluated in MuJoCo)", fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

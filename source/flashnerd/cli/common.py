@@ -27,6 +27,8 @@ def add_env_args(p: argparse.ArgumentParser, num_envs: int | None = None) -> Non
     p.add_argument("--seed", type=int, default=None, help="random seed")
     p.add_argument("--device", default="cpu", help="torch device: cpu or cuda[:i]")
     p.add_argument("--dynamics", default=None, help="dynamics backend (default: the task's, usually mujoco)")
+    p.add_argument("--dynamics_checkpoint", default=None,
+                   help="learned-model checkpoint for --dynamics flashnerd/nerd (default: the shipped one)")
 
 
 def add_checkpoint_args(p: argparse.ArgumentParser) -> None:
@@ -65,6 +67,10 @@ def load_task_cfgs(args: argparse.Namespace):
         agent_cfg.seed = args.seed
     if args.dynamics is not None:
         env_cfg.dynamics = args.dynamics
+    if getattr(args, "dynamics_checkpoint", None):
+        if env_cfg.dynamics == "mujoco":
+            raise CLIError("--dynamics_checkpoint applies to learned backends; add --dynamics flashnerd or nerd")
+        env_cfg.dynamics_kwargs = {**env_cfg.dynamics_kwargs, "checkpoint": args.dynamics_checkpoint}
     env_cfg.device = args.device
     agent_cfg.device = args.device
     if getattr(args, "experiment_name", None):
@@ -123,3 +129,14 @@ def load_policy(runner, path: Path, device: str):
     except Exception as err:  # unpickling errors of corrupt files come in many types
         raise CLIError(f"cannot read checkpoint '{path}': {type(err).__name__}: {str(err)[:160]}") from err
     return runner.get_inference_policy(device=device)
+
+
+def env_and_policy(args: argparse.Namespace):
+    """For play/eval: (wrapped env, runner, inference policy, checkpoint path, env_cfg) of `args`."""
+    from flashnerd.envs.rsl_rl import FlashNeRDRunner, RslRlVecEnvWrapper
+
+    env_cfg, agent_cfg = load_task_cfgs(args)
+    path = resolve_checkpoint(args.log_root, agent_cfg.experiment_name, args.load_run, args.checkpoint)
+    env = RslRlVecEnvWrapper(make_env(args.task, env_cfg), clip_actions=agent_cfg.clip_actions)
+    runner = FlashNeRDRunner(env, agent_cfg.to_rsl_rl_dict(), None, device=agent_cfg.device)
+    return env, runner, load_policy(runner, path, agent_cfg.device), path, env_cfg

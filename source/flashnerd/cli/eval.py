@@ -5,17 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from flashnerd.cli.common import (
-    add_checkpoint_args,
-    add_env_args,
-    check_positive,
-    load_policy,
-    load_task_cfgs,
-    make_env,
-    resolve_checkpoint,
-)
+from flashnerd.cli.common import add_checkpoint_args, add_env_args, check_positive, env_and_policy
 from flashnerd.envs.evaluate import evaluate_policy
-from flashnerd.envs.rsl_rl import FlashNeRDRunner, RslRlVecEnvWrapper
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -29,11 +20,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> dict:
     check_positive("episodes", args.episodes)
     args.num_envs = args.episodes
-    env_cfg, agent_cfg = load_task_cfgs(args)
-    path = resolve_checkpoint(args.log_root, agent_cfg.experiment_name, args.load_run, args.checkpoint)
-    env = RslRlVecEnvWrapper(make_env(args.task, env_cfg), clip_actions=agent_cfg.clip_actions)
-    runner = FlashNeRDRunner(env, agent_cfg.to_rsl_rl_dict(), None, device=agent_cfg.device)
-    policy = load_policy(runner, path, agent_cfg.device)
+    env, _, policy, path, env_cfg = env_and_policy(args)
     metrics = evaluate_policy(env.unwrapped, lambda obs: policy(env.to_tensordict(obs)))
     env.close()
     result = {"task": args.task, "dynamics": env_cfg.dynamics, "checkpoint": str(path), **metrics}

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 from flashnerd.cli.common import CLIError, check_device, check_positive
+from flashnerd.training.checkpoint import export_for_inference
 from flashnerd.training.fit import FitConfig, Fitter
 
 
@@ -27,6 +28,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--log_dir", default=None, help="TensorBoard folder (default: logs/fit/<out stem>)")
     p.add_argument("--resume", action="store_true", help="continue from --out if it exists")
     p.set_defaults(func=run)
+    e = sub.add_parser("export-model", help="strip a fitting checkpoint to what inference needs (to ship it)")
+    e.add_argument("--checkpoint", required=True, help="checkpoint written by `flashnerd fit`")
+    e.add_argument("--out", required=True, help="where to write the slim checkpoint")
+    e.add_argument("--metrics", default=None, help="JSON printed by `flashnerd evaluate-model`, stored inside")
+    e.set_defaults(func=run_export)
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -44,5 +50,17 @@ def run(args: argparse.Namespace) -> dict:
         fitter.resume(out)
     log_dir = args.log_dir or str(Path("logs") / "fit" / out.stem)
     result = fitter.fit(out, log_dir=log_dir)
+    print(json.dumps(result))
+    return result
+
+
+def run_export(args: argparse.Namespace) -> dict:
+    metrics = None
+    if args.metrics:
+        try:
+            metrics = json.loads(Path(args.metrics).read_text().strip().splitlines()[-1])
+        except (OSError, ValueError, IndexError) as err:
+            raise CLIError(f"--metrics '{args.metrics}' is not the JSON of `flashnerd evaluate-model`") from err
+    result = export_for_inference(args.checkpoint, args.out, metrics)
     print(json.dumps(result))
     return result

@@ -8,15 +8,8 @@ import os
 
 import torch
 
-from flashnerd.cli.common import (
-    add_checkpoint_args,
-    add_env_args,
-    load_policy,
-    load_task_cfgs,
-    make_env,
-    resolve_checkpoint,
-)
-from flashnerd.envs.rsl_rl import FlashNeRDRunner, RslRlVecEnvWrapper
+from flashnerd.cli.common import add_checkpoint_args, add_env_args, check_positive, env_and_policy
+from flashnerd.envs.rsl_rl import FlashNeRDRunner
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -40,11 +33,8 @@ def export_policy(runner: FlashNeRDRunner, export_dir: str) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> dict:
-    env_cfg, agent_cfg = load_task_cfgs(args)
-    path = resolve_checkpoint(args.log_root, agent_cfg.experiment_name, args.load_run, args.checkpoint)
-    env = RslRlVecEnvWrapper(make_env(args.task, env_cfg), clip_actions=agent_cfg.clip_actions)
-    runner = FlashNeRDRunner(env, agent_cfg.to_rsl_rl_dict(), None, device=agent_cfg.device)
-    policy = load_policy(runner, path, agent_cfg.device)
+    check_positive("steps", args.steps)
+    env, runner, policy, path, _ = env_and_policy(args)
     exported = export_policy(runner, os.path.join(os.path.dirname(os.path.abspath(path)), "exported"))
 
     obs = env.get_observations()

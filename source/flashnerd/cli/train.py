@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import random
 import time
@@ -21,6 +22,7 @@ from flashnerd.cli.common import (
     new_log_dir,
     resolve_checkpoint,
 )
+from flashnerd.envs.evaluate import evaluate_policy
 from flashnerd.envs.rsl_rl import FlashNeRDRunner, RslRlVecEnvWrapper
 
 
@@ -32,6 +34,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--run_name", default=None, help="suffix of the run folder name")
     p.add_argument("--logger", default=None, choices=["tensorboard"], help="log writer")
     p.add_argument("--resume", action="store_true", help="continue from a checkpoint (--load_run/--checkpoint)")
+    p.add_argument("--eval_episodes", type=int, default=64,
+                   help="after training, evaluate this many episodes on the training backend and in MuJoCo (0: skip)")
     p.set_defaults(func=run)
 
 
@@ -45,6 +49,8 @@ def seed_everything(seed: int) -> None:
 def run(args: argparse.Namespace) -> dict:
     env_cfg, agent_cfg = load_task_cfgs(args)
     check_positive("max_iterations", args.max_iterations)
+    if args.eval_episodes < 0:
+        raise CLIError(f"--eval_episodes must be zero or positive, got {args.eval_episodes}")
     if args.max_iterations is not None:
         agent_cfg.max_iterations = args.max_iterations
     if args.run_name is not None:
@@ -69,6 +75,11 @@ def run(args: argparse.Namespace) -> dict:
     runner.learn(num_learning_iterations=agent_cfg.max_iterations, init_at_random_ep_len=True)
     wall = time.perf_counter() - start
     env.close()
+    evaluation = {}
+    if args.eval_episodes > 0:
+        policy = runner.get_inference_policy(device=agent_cfg.device)
+        evaluation = evaluate_on_backends(args.task, env_cfg, policy, args.eval_episodes)
+        (log_dir / "eval.json").write_text(json.dumps(evaluation, indent=1))
     summary = {
         "task": args.task,
         "dynamics": env_cfg.dynamics,
@@ -77,9 +88,23 @@ def run(args: argparse.Namespace) -> dict:
         "wall_time_s": round(wall, 2),
         "log_dir": str(log_dir),
         "checkpoint": str(log_dir / f"model_{runner.current_learning_iteration}.pt"),
+        "eval": {backend: {k: m[k] for k in ("mean_return", "lin_vel_rms", "ang_vel_rms", "fall_rate")}
+                 for backend, m in evaluation.items()},
     }
     print(json.dumps(summary))
     return summary
 
 
-__all__ = ["CLIError", "add_parser", "run"]
+def evaluate_on_backends(task: str, env_cfg, policy, episodes: int, backends: list[str] | None = None) -> dict:
+    """Evaluate `policy` on `backends` (default: the training backend and MuJoCo), same task config otherwise."""
+    results = {}
+    for backend in dict.fromkeys(backends or [env_cfg.dynamics, "mujoco"]):
+        kwargs = env_cfg.dynamics_kwargs if backend == env_cfg.dynamics else {}
+        cfg = dataclasses.replace(env_cfg, dynamics=backend, num_envs=episodes, dynamics_kwargs=kwargs)
+        env = RslRlVecEnvWrapper(make_env(task, cfg))
+        results[backend] = evaluate_policy(env.unwrapped, lambda obs, env=env: policy(env.to_tensordict(obs)))
+        env.close()
+    return results
+
+
+__all__ = ["CLIError", "add_parser", "evaluate_on_backends", "run"]

@@ -96,11 +96,14 @@ class Fitter:
         return traj[:, None], t0[:, None] + torch.arange(w, device=self.device)  # (b, 1), (b, w)
 
     def lr_at(self, step: int) -> float:
-        """Linear warm-up, then cosine decay from lr to min_lr over max_steps."""
+        """Linear warm-up, then cosine decay from lr to min_lr over max_steps (or over the time budget, when one is
+        set and runs out first, so that a budgeted run still ends at min_lr)."""
         c = self.cfg
         if step < c.warmup_steps:
             return c.lr * (step + 1) / c.warmup_steps
         frac = min(1.0, (step - c.warmup_steps) / max(1, c.max_steps - c.warmup_steps))
+        if c.time_budget_s:
+            frac = max(frac, min(1.0, self.train_seconds / c.time_budget_s))
         return c.min_lr + 0.5 * (c.lr - c.min_lr) * (1 + math.cos(math.pi * frac))
 
     def teacher_forced_loss(self, xn: torch.Tensor, yn: torch.Tensor, idx) -> torch.Tensor:

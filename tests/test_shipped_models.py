@@ -1,0 +1,50 @@
+"""The shipped ANYmal-C models track the analytical simulator as well as their cards say."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from flashnerd.data.dataset import load_dataset
+from flashnerd.data.record import record
+from flashnerd.dynamics import make_dynamics
+from flashnerd.dynamics.learned import default_checkpoint
+from flashnerd.training.checkpoint import read_checkpoint
+from flashnerd.training.evaluate import nrmse, rollout_errors
+
+
+@pytest.fixture(scope="module")
+def fresh_data(tmp_path_factory, ):
+    from flashnerd.robots import get_robot
+
+    path = tmp_path_factory.mktemp("fresh") / "fresh.h5"
+    record(get_robot("anymal_c"), num_worlds=48, steps=15, out=path, traj_len=15, seed=1234, progress=False)
+    return load_dataset(path)
+
+
+@pytest.mark.parametrize("kind", ["flashnerd", "nerd"])
+def test_shipped_model_reproduces_mujoco_over_15_steps(anymal, fresh_data, kind):
+    path = default_checkpoint(anymal, kind)
+    ckpt = read_checkpoint(path, anymal)
+    card_nrmse_15 = ckpt["metrics"]["nrmse"]["15"]
+    dyn = make_dynamics(kind, anymal, fresh_data.num_trajectories)
+    measured = rollout_errors(dyn, fresh_data, horizons=(15,))[15]["nrmse"]
+    # Fresh trajectories (another seed) must land near the card's figure ...
+    assert measured <= 1.5 * card_nrmse_15 + 0.02, (measured, card_nrmse_15)
+    # ... and far below the error of predicting that nothing moves.
+    rep = dyn.rep
+    truth0 = rep.state_features(fresh_data.qpos[:, 0], fresh_data.qvel[:, 0])
+    truth15 = rep.state_features(fresh_data.qpos[:, 15], fresh_data.qvel[:, 15])
+    feats = rep.state_features(fresh_data.qpos, fresh_data.qvel).reshape(-1, rep.state_dim)
+    hold = nrmse(truth0, truth15, feats.std(0).clamp_min(1e-6)).item()
+    assert measured < 0.5 * hold, (measured, hold)
+
+
+def test_shipped_checkpoints_are_small_and_carry_their_provenance(anymal):
+    for kind in ("flashnerd", "nerd"):
+        path = default_checkpoint(anymal, kind)
+        assert path.stat().st_size < 10 * 2**20
+        ckpt = torch.load(path, weights_only=False)
+        assert "optimizer" not in ckpt and ckpt["model_hash"] == anymal.model_hash()
+        assert set(ckpt["metrics"]["nrmse"]) >= {"1", "15", "100", "200"}
+        assert ckpt["data"]["transitions"] > 0 and ckpt["train_seconds"] > 0
