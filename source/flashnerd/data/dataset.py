@@ -1,0 +1,78 @@
+"""Read recorded HDF5 datasets (with clear errors for missing, corrupt or foreign files) into torch tensors."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import h5py
+import torch
+
+from flashnerd.robots import RobotSpec
+
+REQUIRED = ("qpos", "qvel", "ctrl")
+
+
+@dataclass
+class TrajectoryData:
+    """All trajectories of a dataset: qpos (M, T+1, nq), qvel (M, T+1, nv), ctrl (M, T, nu) + attributes."""
+
+    qpos: torch.Tensor
+    qvel: torch.Tensor
+    ctrl: torch.Tensor
+    attrs: dict
+
+    @property
+    def num_trajectories(self) -> int:
+        return self.qpos.shape[0]
+
+    @property
+    def traj_len(self) -> int:
+        return self.ctrl.shape[1]
+
+    def split(self, val_fraction: float, seed: int = 0) -> tuple[TrajectoryData, TrajectoryData]:
+        """Split by trajectory (never by frame) into (train, validation)."""
+        m = self.num_trajectories
+        n_val = max(1, int(round(m * val_fraction))) if m > 1 else 0
+        perm = torch.randperm(m, generator=torch.Generator().manual_seed(seed))
+        val, train = perm[:n_val], perm[n_val:]
+        pick = lambda idx: TrajectoryData(self.qpos[idx], self.qvel[idx], self.ctrl[idx], self.attrs)  # noqa: E731
+        return pick(train), pick(val)
+
+
+def load_dataset(path: str | Path, robot: RobotSpec | None = None) -> TrajectoryData:
+    """Load a dataset written by `flashnerd record`; refuse truncated, corrupt or other-robot files in one line."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"dataset '{path}' does not exist; record one with `flashnerd record`")
+    try:
+        with h5py.File(path, "r") as f:
+            missing = [k for k in REQUIRED if k not in f]
+            if missing:
+                raise ValueError(f"dataset '{path}' lacks {', '.join(missing)}; it was not written by flashnerd record")
+            attrs = {k: (v.item() if hasattr(v, "item") else v) for k, v in f.attrs.items()}
+            data = {k: torch.from_numpy(f[k][()]) for k in REQUIRED}
+    except (OSError, KeyError) as err:
+        raise ValueError(f"dataset '{path}' is truncated or corrupt ({str(err).splitlines()[0][:120]}); "
+                         "record it again") from err
+    if robot is not None:
+        check_robot(attrs, robot, path)
+    qpos, qvel, ctrl = data["qpos"], data["qvel"], data["ctrl"]
+    if qpos.shape[0] == 0:
+        raise ValueError(f"dataset '{path}' holds no trajectories")
+    if qpos.shape[1] != ctrl.shape[1] + 1 or qvel.shape[:2] != qpos.shape[:2]:
+        raise ValueError(f"dataset '{path}' has inconsistent shapes qpos {tuple(qpos.shape)}, "
+                         f"qvel {tuple(qvel.shape)}, ctrl {tuple(ctrl.shape)}")
+    if "state_layout" in attrs and isinstance(attrs["state_layout"], str):
+        attrs["state_layout"] = json.loads(attrs["state_layout"])
+    return TrajectoryData(qpos.float(), qvel.float(), ctrl.float(), attrs)
+
+
+def check_robot(attrs: dict, robot: RobotSpec, path: str | Path) -> None:
+    """Refuse a dataset recorded for another robot, or for another version of this robot's model."""
+    if attrs.get("robot") != robot.name:
+        raise ValueError(f"dataset '{path}' was recorded for robot '{attrs.get('robot')}', not '{robot.name}'")
+    if attrs.get("model_hash") != robot.model_hash():
+        raise ValueError(f"dataset '{path}' was recorded with another version of the '{robot.name}' model "
+                         f"(hash {attrs.get('model_hash')} != {robot.model_hash()}); record it again")
