@@ -101,7 +101,8 @@ def record(robot: RobotSpec, num_worlds: int, steps: int, out: str | Path, traj_
             "flashnerd_version": flashnerd.__version__, "state_layout": json.dumps(rep.layout()),
             "contact_bodies": json.dumps(list(robot.all_contact_bodies)),
         })
-        bar = tqdm(total=n_chunks * traj_len * num_worlds, desc="record", unit="step", disable=None if progress else True)
+        bar = tqdm(total=n_chunks * traj_len * num_worlds, desc="record", unit="step",
+                   disable=None if progress else True)
         for _ in range(n_chunks):
             buf = {k: np.zeros((num_worlds, *d.shape[1:]), dtype=np.float32) for k, d in ds.items()}
             qpos, qvel = _sample_initial_state(dyn, num_worlds, gen)
