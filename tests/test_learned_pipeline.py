@@ -143,8 +143,9 @@ def test_fitting_lowers_validation_loss_tenfold(tmp_path):
     from flashnerd.robots import get_robot
 
     path = tmp_path / "small.h5"
-    record(get_robot("anymal_c"), num_worlds=32, steps=200, out=path, traj_len=100, seed=3, progress=False)
-    cfg = dataclasses.replace(FitConfig(), max_steps=600, ar_weight=0.0, eval_every=100)
+    record(get_robot("anymal_c"), num_worlds=64, steps=400, out=path, traj_len=100, seed=3, push_prob=0.0,
+           progress=False)
+    cfg = dataclasses.replace(FitConfig(), max_steps=1500, ar_weight=0.0, eval_every=250)
     result = Fitter(path, cfg).fit(tmp_path / "f.pt", progress=False)
     assert result["val_loss_final"] < result["val_loss_initial"] / 10
 
