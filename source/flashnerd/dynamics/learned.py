@@ -7,6 +7,7 @@ rewards and terminations is a penetration-based estimate from the probes.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +20,9 @@ from flashnerd.robots import RobotSpec
 from flashnerd.sim.scene import build_scene, default_qpos
 from flashnerd.training.checkpoint import model_from_checkpoint, read_checkpoint
 
-CHECKPOINT_DIR = Path(__file__).resolve().parents[3] / "checkpoints"
+# Shipped checkpoints live in the repository's checkpoints/ folder (editable installs); FLASHNERD_CHECKPOINTS
+# points elsewhere, e.g. for a copy of that folder next to a non-editable install.
+CHECKPOINT_DIR = Path(os.environ.get("FLASHNERD_CHECKPOINTS", Path(__file__).resolve().parents[3] / "checkpoints"))
 CONTACT_STIFFNESS = 2.0e4  # N/m: penetration -> force estimate (about body weight at a few millimetres)
 CONTACT_MARGIN = 0.002  # m: a probe this close to the ground counts as touching (MuJoCo's soft contact sinks ~mm)
 

@@ -113,18 +113,18 @@ class NeRD(nn.Module):
         if isinstance(module, nn.Linear) and module.bias is not None:
             nn.init.zeros_(module.bias)
 
-    def _run(self, x: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-        """x (B, T, I), positions (T,) or (B, T), mask as in CausalSelfAttention -> (B, T, O)."""
+    def _hidden(self, x: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        """x (B, T, I), positions (T,) or (B, T), mask as in CausalSelfAttention -> final hidden states (B, T, C)."""
         h = self.embed(x) + self.wpe(pos)  # (B, T, C)
         for block in self.blocks:
             h = block(h, mask)  # (B, T, C)
-        return self.head(self.ln_f(h))  # (B, T, O)
+        return self.ln_f(h)  # (B, T, C)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x (B, T, input_dim) with T <= window -> (B, T, output_dim); frame t sits at position t."""
         T = x.shape[1]
         assert T <= self.config.window, f"sequence of {T} frames exceeds the window of {self.config.window}"
-        return self._run(x, self.slots[:T], None)  # (B, T, O)
+        return self.head(self._hidden(x, self.slots[:T], None))  # (B, T, O)
 
     def init_cache(
         self, batch_size: int, device: torch.device | str | None = None, dtype: torch.dtype | None = None
@@ -148,7 +148,8 @@ class NeRD(nn.Module):
         pos = (self.slots[None] - start[:, None]).clamp(min=0)  # (B, W): valid frames at positions 0..count-1
         # causal, invalid keys hidden; the diagonal stays open so invalid query rows never see an all-masked row (NaN)
         mask = self.causal & (valid[:, None, :] | self.diag)  # (B, W, W)
-        return self._run(cache.x, pos, mask[:, None])[:, -1]  # (B, O)
+        # only the newest frame's prediction is needed: the head runs on that position alone
+        return self.head(self._hidden(cache.x, pos, mask[:, None])[:, -1])  # (B, O)
 
     def reset_cache(self, cache: NeRDCache, world_ids: torch.Tensor) -> None:
         """Forget the history of `world_ids` only; other worlds are untouched."""
