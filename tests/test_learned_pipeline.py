@@ -173,3 +173,51 @@ def test_bench_ppo_writes_json_and_plot(tiny_ckpt, tmp_path, capsys):
     for r in data["backends"].values():
         assert r["seconds_per_iteration"] > 0 and len(r["curve"]) == 2 and "mean_return" in r["eval_mujoco"]
     assert (out / "bench_ppo.png").stat().st_size > 10_000
+
+
+def test_ctrl_c_during_fit_saves_a_resumable_checkpoint(tiny, tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    _, path, _ = tiny
+    out = tmp_path / "interrupted.pt"
+    cmd = [sys.executable, "-m", "flashnerd.cli.main", "fit", "--data", str(path), "--out", str(out),
+           "--max_steps", "100000", "--batch_size", "8", "--log_dir", str(tmp_path / "tb")]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while not out.exists() and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.5)
+    assert out.exists(), proc.stderr.read() if proc.poll() is not None else "no checkpoint within 120 s"
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and "interrupted" in err
+    ckpt = torch.load(out, weights_only=False)
+    assert ckpt["step"] >= 100 and not list(tmp_path.glob("*.tmp"))
+    cfg = dataclasses.replace(FitConfig(), max_steps=ckpt["step"] + 2, batch_size=8)
+    fitter = Fitter(path, cfg)
+    fitter.resume(out)
+    assert fitter.fit(out, progress=False)["steps"] == ckpt["step"] + 2
+
+
+def test_ctrl_c_during_record_leaves_no_partial_file(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "big.h5"
+    cmd = [sys.executable, "-m", "flashnerd.cli.main", "record", "--num_worlds", "64", "--steps", "100000",
+           "--out", str(out)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    tmp = out.with_name(out.name + ".tmp")
+    deadline = time.time() + 120
+    while not tmp.exists() and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    assert tmp.exists(), "recording did not start"
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and "interrupted" in err
+    assert not out.exists() and not tmp.exists()

@@ -72,7 +72,13 @@ def run(args: argparse.Namespace) -> dict:
         runner.load(str(resume_path), map_location=agent_cfg.device)
 
     start = time.perf_counter()
-    runner.learn(num_learning_iterations=agent_cfg.max_iterations, init_at_random_ep_len=True)
+    try:
+        runner.learn(num_learning_iterations=agent_cfg.max_iterations, init_at_random_ep_len=True)
+    except KeyboardInterrupt:
+        # Ctrl-C: save the policy as it is, so `--resume` can continue the run.
+        runner.save(str(log_dir / f"model_{runner.current_learning_iteration}.pt"))
+        print(f"[flashnerd] interrupted; saved {log_dir / f'model_{runner.current_learning_iteration}.pt'}")
+        raise
     wall = time.perf_counter() - start
     env.close()
     evaluation = {}

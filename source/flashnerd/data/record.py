@@ -86,58 +86,63 @@ def record(robot: RobotSpec, num_worlds: int, steps: int, out: str | Path, traj_
     n_chunks = math.ceil(steps / traj_len)
     nq, nv, nu, nb, npb = dyn.nq, dyn.nv, dyn.nu, len(robot.all_contact_bodies), probes.num_probes
     kept = dropped = 0
-    with h5py.File(tmp, "w") as f:
-        def make(name: str, t: int, d: int) -> h5py.Dataset:
-            return f.create_dataset(name, shape=(0, t, d), maxshape=(None, t, d), dtype="f4",
-                                    chunks=(min(64, num_worlds), t, d), compression="gzip", compression_opts=4)
+    try:
+        with h5py.File(tmp, "w") as f:
+            def make(name: str, t: int, d: int) -> h5py.Dataset:
+                return f.create_dataset(name, shape=(0, t, d), maxshape=(None, t, d), dtype="f4",
+                                        chunks=(min(64, num_worlds), t, d), compression="gzip", compression_opts=4)
 
-        ds = {"qpos": make("qpos", traj_len + 1, nq), "qvel": make("qvel", traj_len + 1, nv),
-              "ctrl": make("ctrl", traj_len, nu), "torque": make("torque", traj_len, nu),
-              "contact_force": make("contact_force", traj_len, nb),
-              "probe_distance": make("probe_distance", traj_len + 1, npb)}
-        f.attrs.update({
-            "robot": robot.name, "model_hash": robot.model_hash(), "control_dt": robot.control_dt,
-            "nq": nq, "nv": nv, "nu": nu, "traj_len": traj_len, "seed": seed, "format_version": FORMAT_VERSION,
-            "flashnerd_version": flashnerd.__version__, "state_layout": json.dumps(rep.layout()),
-            "contact_bodies": json.dumps(list(robot.all_contact_bodies)),
-        })
-        bar = tqdm(total=n_chunks * traj_len * num_worlds, desc="record", unit="step",
-                   disable=None if progress else True)
-        for _ in range(n_chunks):
-            buf = {k: np.zeros((num_worlds, *d.shape[1:]), dtype=np.float32) for k, d in ds.items()}
-            qpos, qvel = _sample_initial_state(dyn, num_worlds, gen)
-            dyn.reset(torch.arange(num_worlds), qpos, qvel)
-            controller.reset()
-            s = dyn.state()
-            buf["qpos"][:, 0], buf["qvel"][:, 0] = s.qpos.numpy(), s.qvel.numpy()
-            buf["probe_distance"][:, 0] = probes.signed_distance(s.qpos).numpy()
-            for t in range(traj_len):
-                ctrl = controller()
-                push = torch.rand(num_worlds, generator=gen) < push_prob
-                if push.any():
-                    ids = torch.nonzero(push).flatten()
-                    v = s.qvel[ids].clone()
-                    v[:, 0:2] += (torch.rand(len(ids), 2, generator=gen) - 0.5) * 2.0
-                    dyn.set_qvel(ids, v)
-                dyn.step(ctrl)
+            ds = {"qpos": make("qpos", traj_len + 1, nq), "qvel": make("qvel", traj_len + 1, nv),
+                  "ctrl": make("ctrl", traj_len, nu), "torque": make("torque", traj_len, nu),
+                  "contact_force": make("contact_force", traj_len, nb),
+                  "probe_distance": make("probe_distance", traj_len + 1, npb)}
+            f.attrs.update({
+                "robot": robot.name, "model_hash": robot.model_hash(), "control_dt": robot.control_dt,
+                "nq": nq, "nv": nv, "nu": nu, "traj_len": traj_len, "seed": seed, "format_version": FORMAT_VERSION,
+                "flashnerd_version": flashnerd.__version__, "state_layout": json.dumps(rep.layout()),
+                "contact_bodies": json.dumps(list(robot.all_contact_bodies)),
+            })
+            bar = tqdm(total=n_chunks * traj_len * num_worlds, desc="record", unit="step",
+                       disable=None if progress else True)
+            for _ in range(n_chunks):
+                buf = {k: np.zeros((num_worlds, *d.shape[1:]), dtype=np.float32) for k, d in ds.items()}
+                qpos, qvel = _sample_initial_state(dyn, num_worlds, gen)
+                dyn.reset(torch.arange(num_worlds), qpos, qvel)
+                controller.reset()
                 s = dyn.state()
-                buf["ctrl"][:, t], buf["torque"][:, t] = ctrl.numpy(), s.joint_torque.numpy()
-                buf["contact_force"][:, t] = s.contact_force.numpy()
-                buf["qpos"][:, t + 1], buf["qvel"][:, t + 1] = s.qpos.numpy(), s.qvel.numpy()
-                buf["probe_distance"][:, t + 1] = probes.signed_distance(s.qpos).numpy()
-                bar.update(num_worlds)
-            good = np.ones(num_worlds, dtype=bool)
-            for k in ("qpos", "qvel", "torque"):
-                x = buf[k].reshape(num_worlds, -1)
-                good &= np.isfinite(x).all(1) & (np.abs(x) < HUGE).all(1)
-            dropped += int((~good).sum())
-            for k, d in ds.items():
-                d.resize(kept + int(good.sum()), axis=0)
-                d[kept:] = buf[k][good]
-            kept += int(good.sum())
-        bar.close()
-        f.attrs["dropped"] = dropped
-        f.attrs["num_trajectories"] = kept
+                buf["qpos"][:, 0], buf["qvel"][:, 0] = s.qpos.numpy(), s.qvel.numpy()
+                buf["probe_distance"][:, 0] = probes.signed_distance(s.qpos).numpy()
+                for t in range(traj_len):
+                    ctrl = controller()
+                    push = torch.rand(num_worlds, generator=gen) < push_prob
+                    if push.any():
+                        ids = torch.nonzero(push).flatten()
+                        v = s.qvel[ids].clone()
+                        v[:, 0:2] += (torch.rand(len(ids), 2, generator=gen) - 0.5) * 2.0
+                        dyn.set_qvel(ids, v)
+                    dyn.step(ctrl)
+                    s = dyn.state()
+                    buf["ctrl"][:, t], buf["torque"][:, t] = ctrl.numpy(), s.joint_torque.numpy()
+                    buf["contact_force"][:, t] = s.contact_force.numpy()
+                    buf["qpos"][:, t + 1], buf["qvel"][:, t + 1] = s.qpos.numpy(), s.qvel.numpy()
+                    buf["probe_distance"][:, t + 1] = probes.signed_distance(s.qpos).numpy()
+                    bar.update(num_worlds)
+                good = np.ones(num_worlds, dtype=bool)
+                for k in ("qpos", "qvel", "torque"):
+                    x = buf[k].reshape(num_worlds, -1)
+                    good &= np.isfinite(x).all(1) & (np.abs(x) < HUGE).all(1)
+                dropped += int((~good).sum())
+                for k, d in ds.items():
+                    d.resize(kept + int(good.sum()), axis=0)
+                    d[kept:] = buf[k][good]
+                kept += int(good.sum())
+            bar.close()
+            f.attrs["dropped"] = dropped
+            f.attrs["num_trajectories"] = kept
+    except BaseException:  # an error or Ctrl-C: leave no half-written dataset behind
+        dyn.close()
+        tmp.unlink(missing_ok=True)
+        raise
     dyn.close()
     os.replace(tmp, out)
     return {"out": str(out), "trajectories": kept, "dropped": dropped, "traj_len": traj_len,

@@ -151,34 +151,17 @@ class Fitter:
             self.history.append({"step": 0, "val_loss": self.validate()})
         bar = tqdm(total=c.max_steps, initial=self.step, desc=f"fit {c.model}", disable=None if progress else True)
         self.model.train()
-        while self.step < c.max_steps:
-            if c.time_budget_s and self.train_seconds >= c.time_budget_s:
-                break
-            start = time.perf_counter()
-            for group in self.opt.param_groups:
-                group["lr"] = self.lr_at(self.step)
-            idx = self._sample_windows(self.xn_tr.shape[0], self.xn_tr.shape[1], self.window, c.batch_size, self.gen)
-            loss_tf = self.teacher_forced_loss(self.xn_tr, self.yn_tr, idx)
-            loss_ar = self.autoregressive_loss(self.train, self.xn_tr) if c.ar_weight > 0 else torch.zeros(())
-            loss = loss_tf + c.ar_weight * loss_ar
-            self.opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), c.grad_clip)
-            self.opt.step()
-            self.step += 1
-            self.train_seconds += time.perf_counter() - start
-            bar.update(1)
-            if writer:
-                writer.add_scalar("train/loss_teacher_forced", loss_tf.item(), self.step)
-                writer.add_scalar("train/loss_autoregressive", loss_ar.item(), self.step)
-                writer.add_scalar("train/lr", self.lr_at(self.step), self.step)
-            if self.step % c.eval_every == 0 or self.step == c.max_steps:
-                val = self.validate()
-                self.history.append({"step": self.step, "val_loss": val, "train_seconds": self.train_seconds})
-                bar.set_postfix(val=f"{val:.4f}")
-                if writer:
-                    writer.add_scalar("val/loss_teacher_forced", val, self.step)
-                self.save(out)
+        try:
+            while self.step < c.max_steps and not (c.time_budget_s and self.train_seconds >= c.time_budget_s):
+                self._train_step(writer)
+                bar.update(1)
+                if self.step % c.eval_every == 0 or self.step == c.max_steps:
+                    bar.set_postfix(val=f"{self._validate_and_save(out, writer):.4f}")
+        except KeyboardInterrupt:
+            # Ctrl-C: keep every finished step; `flashnerd fit ... --resume` continues from here.
+            bar.close()
+            self.save(out)
+            raise
         bar.close()
         if self.history[-1]["step"] != self.step:
             self.history.append({"step": self.step, "val_loss": self.validate(), "train_seconds": self.train_seconds})
@@ -188,6 +171,35 @@ class Fitter:
         return {"out": str(out), "model": c.model, "params": num_params(self.model), "steps": self.step,
                 "train_seconds": round(self.train_seconds, 1), "transitions": self.transitions,
                 "val_loss_initial": self.history[0]["val_loss"], "val_loss_final": self.history[-1]["val_loss"]}
+
+    def _train_step(self, writer: SummaryWriter | None) -> None:
+        """One optimizer step on a teacher-forced batch plus the autoregressive loss."""
+        c = self.cfg
+        start = time.perf_counter()
+        for group in self.opt.param_groups:
+            group["lr"] = self.lr_at(self.step)
+        idx = self._sample_windows(self.xn_tr.shape[0], self.xn_tr.shape[1], self.window, c.batch_size, self.gen)
+        loss_tf = self.teacher_forced_loss(self.xn_tr, self.yn_tr, idx)
+        loss_ar = self.autoregressive_loss(self.train, self.xn_tr) if c.ar_weight > 0 else torch.zeros(())
+        loss = loss_tf + c.ar_weight * loss_ar
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), c.grad_clip)
+        self.opt.step()
+        self.step += 1
+        self.train_seconds += time.perf_counter() - start
+        if writer:
+            writer.add_scalar("train/loss_teacher_forced", loss_tf.item(), self.step)
+            writer.add_scalar("train/loss_autoregressive", loss_ar.item(), self.step)
+            writer.add_scalar("train/lr", self.lr_at(self.step), self.step)
+
+    def _validate_and_save(self, out: str | Path, writer: SummaryWriter | None) -> float:
+        val = self.validate()
+        self.history.append({"step": self.step, "val_loss": val, "train_seconds": self.train_seconds})
+        if writer:
+            writer.add_scalar("val/loss_teacher_forced", val, self.step)
+        self.save(out)
+        return val
 
     def save(self, out: str | Path) -> None:
         save_checkpoint(out, {
