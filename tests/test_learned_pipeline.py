@@ -221,3 +221,31 @@ def test_ctrl_c_during_record_leaves_no_partial_file(tmp_path):
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130 and "interrupted" in err
     assert not out.exists() and not tmp.exists()
+
+
+def test_a_diverging_world_is_reset_alone(tiny_ckpt):
+    import gymnasium as gym
+
+    def run(poison: bool):
+        env = gym.make("FlashNeRD-Velocity-Flat-Anymal-C-Play-v0", num_envs=4, dynamics="flashnerd",
+                       checkpoint=str(tiny_ckpt), seed=5).unwrapped
+        env.reset(seed=5)
+        logs = []
+        for t in range(6):
+            if poison and t == 3:
+                qvel = env.state.qvel[1:2].clone()
+                qvel[:, 0] = float("nan")
+                env.dyn.set_qvel(torch.tensor([1]), qvel)
+            obs, rew, terminated, truncated, extras = env.step(torch.zeros(4, 12))
+            assert torch.isfinite(rew).all() and all(torch.isfinite(v).all() for v in obs.values())
+            logs.append((terminated.clone(), extras["log"]))
+        return env.state.qpos.clone(), env.episode_length_buf.clone(), logs
+
+    clean_q, _, _ = run(False)
+    bad_q, lengths, logs = run(True)
+    terminated, log = logs[3]
+    assert terminated.tolist() == [False, True, False, False]
+    assert int(log["Episode_Termination/non_finite_state"]) == 1
+    assert lengths[1] == 2 and torch.isfinite(bad_q).all()
+    keep = [0, 2, 3]
+    assert torch.equal(clean_q[keep], bad_q[keep])

@@ -242,6 +242,9 @@ class FlashNeRDEnv(gym.Env):
         reward = torch.zeros(self.num_envs, device=self.device)
         for name, term in self.cfg.rewards.items():
             value = term.func(self, **term.params) * (term.weight * self.step_dt)  # (N,)
+            # A diverged world (NaN/Inf state) earns nothing this step and is reset by its termination term;
+            # without this one bad world would poison the batch's returns (rsl_rl stops on NaN rewards).
+            value = torch.nan_to_num(value, nan=0.0, posinf=0.0, neginf=0.0)
             self.reward_terms[name] = value
             self.episode_sums[name] += value
             reward += value
