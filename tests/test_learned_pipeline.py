@@ -249,3 +249,24 @@ def test_a_diverging_world_is_reset_alone(tiny_ckpt):
     assert lengths[1] == 2 and torch.isfinite(bad_q).all()
     keep = [0, 2, 3]
     assert torch.equal(clean_q[keep], bad_q[keep])
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["fit", "--data", "{tmp}/missing.h5", "--out", "{tmp}/m.pt"], "does not exist"),
+        (["fit", "--data", "{tmp}/junk.h5", "--out", "{tmp}/m.pt"], "truncated or corrupt"),
+        (["fit", "--data", "{tmp}/junk.h5", "--out", "{tmp}/m.pt", "--max_steps", "0"], "--max_steps must be"),
+        (["evaluate-model", "--checkpoint", "{tmp}/junk.h5", "--data", "{tmp}/junk.h5"], "cannot read checkpoint"),
+        (["export-model", "--checkpoint", "{tmp}/missing.pt", "--out", "{tmp}/m.pt"], "does not exist"),
+        (["record", "--num_worlds", "0", "--out", "{tmp}/r.h5"], "--num_worlds must be a positive integer"),
+        (["record", "--robot", "spot", "--out", "{tmp}/r.h5"], "unknown robot 'spot'"),
+        (["bench", "model", "--batch", "16,abc"], "--batch must be comma-separated integers"),
+    ],
+)
+def test_bad_pipeline_input_is_one_line_exit_2(argv, message, tmp_path, capsys):
+    (tmp_path / "junk.h5").write_bytes(b"definitely not hdf5")
+    assert main([a.replace("{tmp}", str(tmp_path)) for a in argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1 and "Traceback" not in err
+    assert not list(tmp_path.glob("*.pt")) and not list(tmp_path.glob("r.h5*"))
