@@ -121,3 +121,16 @@ def test_console_script_exit_status():
     assert proc.returncode == 2
     assert proc.stderr.strip() == ("flashnerd eval: error: unknown task 'Nope-v0'; registered tasks: "
                                    "FlashNeRD-Velocity-Flat-Anymal-C-Play-v0, FlashNeRD-Velocity-Flat-Anymal-C-v0")
+
+
+def test_resume_ends_at_the_requested_iteration_count(tmp_path, capsys):
+    first = _train(tmp_path, "part", seed=3)  # iterations 0 and 1 -> model_1.pt
+    argv = ["train", "--task", TASK, "--num_envs", "8", "--max_iterations", "4", "--seed", "3",
+            "--log_root", str(tmp_path), "--run_name", "resumed", "--eval_episodes", "0",
+            "--resume", "--load_run", first.name]
+    assert main(argv) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    resumed = Path(summary["log_dir"])
+    assert summary["checkpoint"].endswith("model_3.pt") and (resumed / "model_3.pt").is_file()
+    assert torch.load(resumed / "model_3.pt", weights_only=False)["iter"] == 3
+    assert main([*argv[:6], "2", *argv[7:]]) == 2, "a run that already has 2 iterations cannot resume to 2"

@@ -30,7 +30,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("train", help="train a PPO policy on a task")
     add_env_args(p)
     add_checkpoint_args(p)
-    p.add_argument("--max_iterations", type=int, default=None, help="PPO iterations (default: the agent config's)")
+    p.add_argument("--max_iterations", type=int, default=None,
+                   help="PPO iterations in all, counting those a resumed run already did (default: agent config)")
     p.add_argument("--run_name", default=None, help="suffix of the run folder name")
     p.add_argument("--logger", default=None, choices=["tensorboard"], help="log writer")
     p.add_argument("--resume", action="store_true", help="continue from a checkpoint (--load_run/--checkpoint)")
@@ -67,17 +68,26 @@ def run(args: argparse.Namespace) -> dict:
     dump_yaml(log_dir / "params" / "env.yaml", env_cfg)
     dump_yaml(log_dir / "params" / "agent.yaml", agent_cfg)
     runner = FlashNeRDRunner(env, agent_cfg.to_rsl_rl_dict(), str(log_dir), device=agent_cfg.device)
+    remaining = agent_cfg.max_iterations
     if resume_path is not None:
-        print(f"[flashnerd] resuming from {resume_path}")
         runner.load(str(resume_path), map_location=agent_cfg.device)
+        done = runner.current_learning_iteration + 1  # a checkpoint's "iter" is the last completed iteration
+        remaining = agent_cfg.max_iterations - done
+        if remaining < 1:
+            raise CLIError(f"'{resume_path}' already completed {done} iterations; raise --max_iterations above that")
+        runner.current_learning_iteration = done
+        print(f"[flashnerd] resuming from {resume_path}: {done} iterations done, {remaining} to go")
 
     start = time.perf_counter()
     try:
-        runner.learn(num_learning_iterations=agent_cfg.max_iterations, init_at_random_ep_len=True)
+        runner.learn(num_learning_iterations=remaining, init_at_random_ep_len=resume_path is None)
     except KeyboardInterrupt:
-        # Ctrl-C: save the policy as it is, so `--resume` can continue the run.
-        runner.save(str(log_dir / f"model_{runner.current_learning_iteration}.pt"))
-        print(f"[flashnerd] interrupted; saved {log_dir / f'model_{runner.current_learning_iteration}.pt'}")
+        # Ctrl-C: save the policy after the last completed iteration, so `--resume` continues without a gap.
+        if runner.last_completed_iteration >= 0:
+            runner.current_learning_iteration = runner.last_completed_iteration
+            path = log_dir / f"model_{runner.last_completed_iteration}.pt"
+            runner.save(str(path))
+            print(f"[flashnerd] interrupted; saved {path}")
         raise
     wall = time.perf_counter() - start
     env.close()

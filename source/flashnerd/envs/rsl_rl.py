@@ -68,7 +68,19 @@ class RslRlVecEnvWrapper(VecEnv):
 
 
 class FlashNeRDRunner(OnPolicyRunner):
-    """rsl_rl's `OnPolicyRunner` whose checkpoints are written to a temporary file and renamed (never torn)."""
+    """rsl_rl's `OnPolicyRunner` whose checkpoints are written to a temporary file and renamed (never torn), and
+    which knows the last iteration it completed (for saving on Ctrl-C and resuming to an exact iteration count)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.last_completed_iteration = -1
+        log = self.logger.log
+
+        def log_and_count(**kw) -> None:  # rsl_rl logs once per iteration, after the policy update
+            self.last_completed_iteration = kw["it"]
+            log(**kw)
+
+        self.logger.log = log_and_count
 
     def save(self, path: str, infos: dict | None = None) -> None:
         tmp = f"{path}.tmp"
