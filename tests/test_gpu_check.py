@@ -1,0 +1,25 @@
+"""scripts/gpu_check.sh runs end to end with --dry-run (tiny sizes on the CPU) and prints one JSON."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_gpu_check_dry_run(tmp_path):
+    env = {**os.environ, "OUT_DIR": str(tmp_path), "PYTHON": sys.executable}
+    proc = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_check.sh"), "--dry-run"], capture_output=True,
+                          text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["device"] == "cpu"
+    assert set(result["env_steps_per_s"]) == {"mujoco", "nerd", "flashnerd"}
+    assert all(v > 0 for v in result["env_steps_per_s"].values())
+    assert set(result["ppo_seconds_per_iteration"]) == {"nerd", "flashnerd"}
+    assert result["model_ratio"]["64"] > 0
+    assert (tmp_path / "gpu_check.json").is_file()
