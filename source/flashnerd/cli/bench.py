@@ -134,8 +134,6 @@ def run_ppo(args: argparse.Namespace) -> dict:
 
 def _train_and_time(args: argparse.Namespace, backend: str, out_dir, checkpoint: str | None) -> dict:
     """One PPO run on `backend`: accumulated iteration time, reward curve, MuJoCo evaluation of the final policy."""
-    import statistics
-
     from flashnerd.cli.train import evaluate_on_backends, seed_everything
     from flashnerd.envs.rsl_rl import FlashNeRDRunner, RslRlVecEnvWrapper
 
@@ -146,18 +144,9 @@ def _train_and_time(args: argparse.Namespace, backend: str, out_dir, checkpoint:
     seed_everything(agent_cfg.seed)
     env = RslRlVecEnvWrapper(make_env(args.task, env_cfg), clip_actions=agent_cfg.clip_actions)
     runner = FlashNeRDRunner(env, agent_cfg.to_rsl_rl_dict(), str(out_dir / backend), device=agent_cfg.device)
-    curve: list[tuple[float, float]] = []
-    log = runner.logger.log
-
-    def record_iteration(**kw) -> None:  # rsl_rl calls logger.log with keywords once per iteration
-        elapsed = (curve[-1][0] if curve else 0.0) + kw["collect_time"] + kw["learn_time"]
-        buf = runner.logger.rewbuffer
-        curve.append((elapsed, statistics.mean(buf) if len(buf) else float("nan")))
-        log(**kw)
-
-    runner.logger.log = record_iteration
     runner.learn(num_learning_iterations=agent_cfg.max_iterations, init_at_random_ep_len=True)
     env.close()
+    curve = runner.iteration_curve
     policy = runner.get_inference_policy(device=agent_cfg.device)
     evaluation = evaluate_on_backends(args.task, env_cfg, policy, args.eval_episodes, backends=["mujoco"])
     return {

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import statistics
 
 import gymnasium as gym
 import torch
@@ -74,13 +75,19 @@ class FlashNeRDRunner(OnPolicyRunner):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.last_completed_iteration = -1
+        # (accumulated collect + learn seconds, mean episode return) after each iteration of this process
+        self.iteration_curve: list[tuple[float, float]] = []
         log = self.logger.log
 
-        def log_and_count(**kw) -> None:  # rsl_rl logs once per iteration, after the policy update
+        def log_and_record(**kw) -> None:  # rsl_rl logs once per iteration, after the policy update
             self.last_completed_iteration = kw["it"]
+            elapsed = (self.iteration_curve[-1][0] if self.iteration_curve else 0.0)
+            returns = self.logger.rewbuffer
+            self.iteration_curve.append((elapsed + kw["collect_time"] + kw["learn_time"],
+                                         statistics.mean(returns) if len(returns) else float("nan")))
             log(**kw)
 
-        self.logger.log = log_and_count
+        self.logger.log = log_and_record
 
     def save(self, path: str, infos: dict | None = None) -> None:
         tmp = f"{path}.tmp"

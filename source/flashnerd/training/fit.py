@@ -163,9 +163,10 @@ class Fitter:
             self.save(out)
             raise
         bar.close()
-        if self.history[-1]["step"] != self.step:
-            self.history.append({"step": self.step, "val_loss": self.validate(), "train_seconds": self.train_seconds})
-        self.save(out)
+        if self.history[-1]["step"] != self.step:  # stopped by the time budget between validations
+            self._validate_and_save(out, writer)
+        else:
+            self.save(out)  # also when resumed with no step left to take
         if writer:
             writer.close()
         return {"out": str(out), "model": c.model, "params": num_params(self.model), "steps": self.step,
