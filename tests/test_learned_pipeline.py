@@ -251,6 +251,15 @@ def test_a_diverging_world_is_reset_alone(tiny_ckpt):
     assert torch.equal(clean_q[keep], bad_q[keep])
 
 
+def test_short_trajectories_are_a_clear_fit_error(tmp_path):
+    from flashnerd.robots import get_robot
+
+    path = tmp_path / "short.h5"
+    record(get_robot("anymal_c"), num_worlds=2, steps=5, out=path, traj_len=5, progress=False)
+    with pytest.raises(ValueError, match="has 5-step trajectories; the autoregressive loss needs 12"):
+        Fitter(path, FitConfig())
+
+
 @pytest.mark.parametrize(
     "argv, message",
     [

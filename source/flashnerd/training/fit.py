@@ -62,6 +62,12 @@ class Fitter:
         data = load_dataset(data_path)
         self.robot = get_robot(str(data.attrs["robot"]))
         check_robot(data.attrs, self.robot, data_path)
+        if cfg.ar_weight > 0 and data.traj_len < cfg.ar_history + cfg.ar_steps:
+            raise ValueError(f"dataset '{data_path}' has {data.traj_len}-step trajectories; the autoregressive loss "
+                             f"needs {cfg.ar_history + cfg.ar_steps} (record a longer --traj_len, or --ar_weight 0)")
+        if data.num_trajectories < 2:
+            raise ValueError(f"dataset '{data_path}' holds {data.num_trajectories} trajectory; fitting needs at least "
+                             "2 (one for validation)")
         self.data_path, self.transitions = str(data_path), data.num_trajectories * data.traj_len
         self.probes = ProbeFeatures(self.robot, build_scene(self.robot), self.device)
         self.rep = StateRepresentation(self.robot.num_joints, self.probes.dim)
