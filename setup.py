@@ -32,6 +32,8 @@ setup(
     install_requires=[
         "torch>=2.4,<3",
         "mujoco>=3.3",
+        "mujoco-warp>=4.0",
+        "warp-lang>=1.10",
         "gymnasium>=1.0",
         "rsl-rl-lib>=5.5,<6",
         "tensorboard>=2.15",

@@ -3,14 +3,15 @@
 #   bash scripts/gpu_check.sh            # on a CUDA machine: 16,384 worlds, batches up to 512,000, 30 PPO iterations
 #   bash scripts/gpu_check.sh --dry-run  # tiny sizes on the CPU (CI runs this)
 # The lent GPU machines have torch but not mujoco, gymnasium, rsl-rl-lib or tensordict: put their wheels (Python 3.12,
-# manylinux x86-64) in .whl/ of the checkout and they are installed into /tmp/site first. The MuJoCo Warp backend is
-# not built yet, so its figures are absent.
+# manylinux x86-64, including mujoco-warp and warp-lang) in .whl/ of the checkout and they are installed into
+# /tmp/site first. Warp's compiled kernels are cached in .warp_cache/ of the working tree (WARP_CACHE_PATH).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+export WARP_CACHE_PATH=${WARP_CACHE_PATH:-$PWD/.warp_cache}
 DRY=0
 [[ "${1:-}" == "--dry-run" ]] && DRY=1
 PY=${PYTHON:-python3}
-if [[ -d .whl ]] && ! "$PY" -c "import mujoco, gymnasium, rsl_rl, tensordict" 2>/dev/null; then
+if [[ -d .whl ]] && ! "$PY" -c "import mujoco, gymnasium, rsl_rl, tensordict, mujoco_warp" 2>/dev/null; then
   "$PY" -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
   export PYTHONPATH="/tmp/site:${PYTHONPATH:-}"
 fi
@@ -25,10 +26,10 @@ run() { "$PY" -m flashnerd.cli.main "$@" 2>>"$OUT/stderr.log" | tail -n 1; }
 
 run bench model --robot anymal_c --batch "$BATCH" --models flashnerd,nerd --device "$DEV" > "$OUT/model.json"
 run bench env --task $TASK --dynamics mujoco --num_envs "$N" --steps "$STEPS" --device cpu > "$OUT/env_mujoco.json"
-for D in nerd flashnerd; do
+for D in mjwarp nerd flashnerd; do
   run bench env --task $TASK --dynamics $D --num_envs "$N" --steps "$STEPS" --device "$DEV" > "$OUT/env_$D.json"
 done
-run bench ppo --task $TASK --dynamics nerd,flashnerd --num_envs "$N" --max_iterations "$ITERS" --eval_episodes 4 \
+run bench ppo --task $TASK --dynamics mjwarp,nerd,flashnerd --num_envs "$N" --max_iterations "$ITERS" --eval_episodes 4 \
   --device "$DEV" --out_dir "$OUT/ppo" > "$OUT/ppo.json"
 
 "$PY" - "$OUT" "$DEV" <<'PYEOF'
@@ -40,9 +41,8 @@ result = {
     "torch": torch.__version__,
     "model_steps_per_s": load("model.json")["steps_per_s"],
     "model_ratio": load("model.json").get("ratio"),
-    "env_steps_per_s": {d: load(f"env_{d}.json")["env_steps_per_s"] for d in ("mujoco", "nerd", "flashnerd")},
+    "env_steps_per_s": {d: load(f"env_{d}.json")["env_steps_per_s"] for d in ("mujoco", "mjwarp", "nerd", "flashnerd")},
     "ppo_seconds_per_iteration": {d: r["seconds_per_iteration"] for d, r in load("ppo.json").items()},
-    "mjwarp": "not built yet",
 }
 (out / "gpu_check.json").write_text(json.dumps(result, indent=1))
 print(json.dumps(result))

@@ -18,8 +18,8 @@ def test_gpu_check_dry_run(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["device"] == "cpu"
-    assert set(result["env_steps_per_s"]) == {"mujoco", "nerd", "flashnerd"}
+    assert set(result["env_steps_per_s"]) == {"mujoco", "mjwarp", "nerd", "flashnerd"}
     assert all(v > 0 for v in result["env_steps_per_s"].values())
-    assert set(result["ppo_seconds_per_iteration"]) == {"nerd", "flashnerd"}
+    assert set(result["ppo_seconds_per_iteration"]) == {"mjwarp", "nerd", "flashnerd"}
     assert result["model_ratio"]["64"] > 0
     assert (tmp_path / "gpu_check.json").is_file()

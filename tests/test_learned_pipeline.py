@@ -24,8 +24,7 @@ def tiny(tmp_path_factory, ):
 
     root = tmp_path_factory.mktemp("tiny")
     path = root / "tiny.h5"
-    # no pushes: they are velocity writes that a replay of the stored controls would not repeat
-    info = record(get_robot("anymal_c"), num_worlds=6, steps=40, out=path, traj_len=20, seed=1, push_prob=0.0,
+    info = record(get_robot("anymal_c"), num_worlds=6, steps=40, out=path, traj_len=20, seed=1,
                   progress=False)
     return root, path, info
 
@@ -143,7 +142,7 @@ def test_fitting_lowers_validation_loss_tenfold(tmp_path):
     from flashnerd.robots import get_robot
 
     path = tmp_path / "small.h5"
-    record(get_robot("anymal_c"), num_worlds=64, steps=400, out=path, traj_len=100, seed=3, push_prob=0.0,
+    record(get_robot("anymal_c"), num_worlds=64, steps=400, out=path, traj_len=100, seed=3,
            progress=False)
     cfg = dataclasses.replace(FitConfig(), max_steps=1500, ar_weight=0.0, eval_every=250)
     result = Fitter(path, cfg).fit(tmp_path / "f.pt", progress=False)
@@ -201,26 +200,94 @@ def test_ctrl_c_during_fit_saves_a_resumable_checkpoint(tiny, tmp_path):
     assert fitter.fit(out, progress=False)["steps"] == ckpt["step"] + 2
 
 
-def test_ctrl_c_during_record_leaves_no_partial_file(tmp_path):
+def test_interrupted_record_resumes_to_the_uninterrupted_dataset(anymal, tmp_path):
+    """Ctrl-C keeps every complete batch in <out>.tmp; --resume finishes it, equal to an uninterrupted recording."""
+    from flashnerd.data.record import ExplorationSource
+
+    class InterruptedSource(ExplorationSource):
+        calls = 0
+
+        def start_trajectory(self) -> None:
+            self.calls += 1
+            if self.calls == 3:  # Ctrl-C while the third batch starts
+                raise KeyboardInterrupt
+            super().start_trajectory()
+
+    kw = dict(num_worlds=6, steps=100, traj_len=20, seed=4, progress=False)
+    ref = tmp_path / "ref.h5"
+    record(anymal, out=ref, **kw)
+    out = tmp_path / "resumed.h5"
+    gen = torch.Generator()
+    with pytest.raises(KeyboardInterrupt):
+        record(anymal, out=out, source=InterruptedSource(anymal, 6, gen), **kw)
+    tmp = out.with_name(out.name + ".tmp")
+    assert not out.exists() and tmp.is_file()
+    with h5py.File(tmp) as f:
+        assert f.attrs["chunks_done"] == 2 and f["qpos"].shape[0] == 12
+    with pytest.raises(ValueError, match="other settings: seed=4"):
+        record(anymal, out=out, resume=True, **{**kw, "seed": 5})
+    info = record(anymal, out=out, resume=True, **kw)
+    assert info["trajectories"] == 30 and not tmp.exists()
+    a, b = load_dataset(ref, anymal), load_dataset(out, anymal)
+    assert torch.allclose(a.qpos, b.qpos, atol=1e-4) and torch.equal(a.ctrl, b.ctrl)
+    with pytest.raises(ValueError, match="no unfinished recording"):
+        record(anymal, out=out, resume=True, **kw)
+
+
+def _wait_for(path, proc, seconds: float = 180.0) -> None:
+    import time
+
+    deadline = time.time() + seconds
+    while not path.exists() and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    assert path.exists(), proc.stderr.read()[-2000:] if proc.poll() is not None else f"no {path.name} in {seconds} s"
+
+
+def test_ctrl_c_during_record_keeps_complete_batches_and_resume_finishes(tmp_path):
     import signal
     import subprocess
     import sys
-    import time
 
     out = tmp_path / "big.h5"
-    cmd = [sys.executable, "-m", "flashnerd.cli.main", "record", "--num_worlds", "64", "--steps", "100000",
-           "--out", str(out)]
+    cmd = [sys.executable, "-m", "flashnerd.cli.main", "record", "--num_worlds", "4", "--steps", "6000",
+           "--traj_len", "50", "--out", str(out)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     tmp = out.with_name(out.name + ".tmp")
-    deadline = time.time() + 120
-    while not tmp.exists() and time.time() < deadline and proc.poll() is None:
-        time.sleep(0.2)
-    assert tmp.exists(), "recording did not start"
-    time.sleep(1.0)
+    _wait_for(tmp, proc)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
+    if proc.returncode == 0:
+        pytest.skip("the recording finished before the interrupt arrived")
     assert proc.returncode == 130 and "interrupted" in err
-    assert not out.exists() and not tmp.exists()
+    assert not out.exists() and tmp.exists()
+    done = subprocess.run(cmd + ["--resume"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    info = json.loads(done.stdout.strip().splitlines()[-1])
+    assert info["trajectories"] + info["dropped"] == 4 * 120 and not tmp.exists()
+    assert load_dataset(out).num_trajectories == info["trajectories"]
+
+
+def test_fit_killed_mid_run_resumes_to_the_requested_step_count(tiny, tmp_path):
+    import signal
+    import subprocess
+    import sys
+
+    _, path, _ = tiny
+    out = tmp_path / "killed.pt"
+    cmd = [sys.executable, "-m", "flashnerd.cli.main", "fit", "--data", str(path), "--out", str(out),
+           "--max_steps", "100000", "--batch_size", "8", "--log_dir", str(tmp_path / "tb")]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _wait_for(out, proc)
+    proc.send_signal(signal.SIGKILL)  # no handler runs: only what was already renamed into place survives
+    proc.communicate(timeout=60)
+    step = torch.load(out, weights_only=False)["step"]
+    target = step + 3
+    assert cmd[8] == "--max_steps"
+    done = subprocess.run(cmd[:9] + [str(target)] + cmd[10:] + ["--resume"], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1])["steps"] == target
+    assert torch.load(out, weights_only=False)["step"] == target
 
 
 def test_a_diverging_world_is_reset_alone(tiny_ckpt):

@@ -14,7 +14,10 @@ from conftest import TASK
 from tensordict import TensorDict
 
 from flashnerd.cli.main import main
+from flashnerd.data.dataset import load_dataset, load_datasets
+from flashnerd.dynamics import make_dynamics
 from flashnerd.envs.rsl_rl import RslRlVecEnvWrapper
+from flashnerd.robots import get_robot
 
 
 def test_wrapper_semantics():
@@ -134,3 +137,59 @@ def test_resume_ends_at_the_requested_iteration_count(tmp_path, capsys):
     assert summary["checkpoint"].endswith("model_3.pt") and (resumed / "model_3.pt").is_file()
     assert torch.load(resumed / "model_3.pt", weights_only=False)["iter"] == 3
     assert main([*argv[:6], "2", *argv[7:]]) == 2, "a run that already has 2 iterations cannot resume to 2"
+
+
+def test_policy_driven_recording_replays_and_drops_interrupted_trajectories(trained_run, tmp_path, capsys):
+    """`record --task --checkpoint`: the stored controls are what the backend received (an exact replay), and a
+    trajectory whose world was reset by the task (a fall under heavy action noise) is dropped, not stored cut."""
+    out = tmp_path / "policy.h5"
+    argv = ["record", "--task", TASK, "--checkpoint", str(trained_run / "model_1.pt"), "--num_worlds", "16",
+            "--steps", "60", "--traj_len", "30", "--action_noise", "3.0", "--seed", "2", "--out", str(out)]
+    assert main(argv) == 0
+    info = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert info["trajectories"] + info["interrupted"] + info["dropped"] == 32
+    data = load_dataset(out, get_robot("anymal_c"))
+    assert data.attrs["source"] == "policy" and data.num_trajectories == info["trajectories"] > 0
+    dyn = make_dynamics("mujoco", get_robot("anymal_c"), data.num_trajectories)
+    dyn.reset(torch.arange(data.num_trajectories), data.qpos[:, 0], data.qvel[:, 0])
+    for t in range(data.traj_len):
+        dyn.step(data.ctrl[:, t])
+        err = (dyn.state().qpos - data.qpos[:, t + 1]).abs().max().item()
+        assert err < 1e-3, (t, err)  # a cut trajectory (reset inside) would jump by metres here
+    dyn.close()
+    # The datasets combine for fitting; another trajectory length is refused in one line.
+    both = load_datasets([out, out])
+    assert both.num_trajectories == 2 * data.num_trajectories
+    other = tmp_path / "other.h5"
+    assert main(argv[:-2] + ["--traj_len", "20", "--out", str(other)]) == 0
+    with pytest.raises(ValueError, match="same --traj_len"):
+        load_datasets([out, other])
+
+
+def test_train_killed_mid_run_resumes_to_the_requested_iteration_count(tmp_path):
+    """SIGKILL (no handler runs) after a few saved iterations; --resume ends at --max_iterations in all."""
+    import signal
+    import time
+
+    def cmd(iterations: int, run_name: str) -> list[str]:
+        return [sys.executable, "-m", "flashnerd.cli.main", "train", "--task", TASK, "--num_envs", "8",
+                "--max_iterations", str(iterations), "--save_interval", "2", "--seed", "3", "--log_root",
+                str(tmp_path), "--run_name", run_name, "--eval_episodes", "0"]
+
+    proc = subprocess.Popen(cmd(400, "killed"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 180
+    while not list(tmp_path.glob("anymal_c_flat/*_killed/model_4.pt")) and time.time() < deadline:
+        assert proc.poll() is None, proc.stderr.read()[-2000:]
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate(timeout=60)
+    run = next(tmp_path.glob("anymal_c_flat/*_killed"))
+    last = max(int(p.stem.split("_")[1]) for p in run.glob("model_*.pt"))
+    assert last >= 4 and torch.load(run / f"model_{last}.pt", weights_only=False)["iter"] == last
+    target = last + 3
+    resumed = subprocess.run(cmd(target, "resumed") + ["--resume", "--load_run", run.name], capture_output=True,
+                             text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    summary = json.loads(resumed.stdout.strip().splitlines()[-1])
+    assert summary["checkpoint"].endswith(f"model_{target - 1}.pt")
+    assert torch.load(summary["checkpoint"], weights_only=False)["iter"] == target - 1

@@ -1,30 +1,82 @@
-"""`flashnerd record`: exploration trajectories from the analytical backend into an HDF5 dataset."""
+"""`flashnerd record`: trajectories from the analytical backend into an HDF5 dataset, under exploration controls or
+driven by a trained policy of a task (`--task` with `--checkpoint`/`--load_run`)."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 
-from flashnerd.cli.common import check_positive
-from flashnerd.data.record import record
+import torch
+
+from flashnerd.cli.common import CLIError, check_positive, load_policy, make_env, resolve_checkpoint
+from flashnerd.data.record import PolicySource, record
 from flashnerd.robots import get_robot
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("record", help="record trajectories to HDF5 for fitting learned models")
-    p.add_argument("--robot", default="anymal_c", help="robot name")
+    p.add_argument("--robot", default=None, help="robot name (default anymal_c; with --task, the task's robot)")
     p.add_argument("--num_worlds", type=int, default=256, help="parallel worlds")
     p.add_argument("--steps", type=int, default=1000, help="control steps per world")
     p.add_argument("--traj_len", type=int, default=100, help="control steps per trajectory")
     p.add_argument("--seed", type=int, default=0, help="random seed")
     p.add_argument("--out", required=True, help="output .h5 file (written to <out>.tmp, then renamed)")
+    p.add_argument("--resume", action="store_true",
+                   help="continue an interrupted recording (<out>.tmp) made with the same settings")
+    g = p.add_argument_group("policy-driven recording (instead of exploration controls)")
+    g.add_argument("--task", default=None, help="task whose trained policy drives the robot (mujoco backend)")
+    g.add_argument("--checkpoint", default=None, help="policy checkpoint file, or a file-name regex inside the run")
+    g.add_argument("--load_run", default=None, help="run folder name (regex) under the experiment's log folder")
+    g.add_argument("--log_root", default="logs/rsl_rl", help="root of the log folders")
+    g.add_argument("--action_noise", type=float, default=0.3,
+                   help="largest per-world std of Gaussian noise added to the policy's actions")
     p.set_defaults(func=run)
+
+
+def _policy_source(args: argparse.Namespace, gen: torch.Generator) -> PolicySource:
+    """Task env on the mujoco backend (no time-outs, no interval pushes) driven by the loaded policy."""
+    from flashnerd.envs.registry import load_cfg_from_registry, task_spec
+    from flashnerd.envs.rsl_rl import FlashNeRDRunner, RslRlVecEnvWrapper
+
+    task_spec(args.task)
+    if args.action_noise < 0:
+        raise CLIError(f"--action_noise must be >= 0, got {args.action_noise}")
+    env_cfg = load_cfg_from_registry(args.task, "env_cfg_entry_point")
+    agent_cfg = load_cfg_from_registry(args.task, "rsl_rl_cfg_entry_point")
+    if args.robot is not None and args.robot != env_cfg.robot:
+        raise CLIError(f"--robot {args.robot} does not match task '{args.task}' (robot '{env_cfg.robot}')")
+    path = resolve_checkpoint(args.log_root, agent_cfg.experiment_name, args.load_run, args.checkpoint)
+    control_dt = get_robot(env_cfg.robot).control_dt
+    # Pushes between steps would put velocity jumps into recorded transitions; time-outs would cut trajectories.
+    env_cfg = dataclasses.replace(
+        env_cfg, dynamics="mujoco", num_envs=args.num_worlds, seed=args.seed, device="cpu",
+        episode_length_s=(args.steps + args.traj_len + 1) * control_dt,
+        events={k: e for k, e in env_cfg.events.items() if e.mode != "interval"},
+    )
+    wrapped = RslRlVecEnvWrapper(make_env(args.task, env_cfg), clip_actions=agent_cfg.clip_actions)
+    runner = FlashNeRDRunner(wrapped, agent_cfg.to_rsl_rl_dict(), None, device="cpu")
+    policy = load_policy(runner, path, "cpu")
+    clip = agent_cfg.clip_actions
+
+    def act(obs: dict[str, torch.Tensor]) -> torch.Tensor:
+        actions = policy(wrapped.to_tensordict(obs))  # (N, na)
+        return actions.clamp(-clip, clip) if clip is not None else actions
+
+    return PolicySource(wrapped.unwrapped, act, args.action_noise, gen)
 
 
 def run(args: argparse.Namespace) -> dict:
     for name in ("num_worlds", "steps", "traj_len"):
         check_positive(name, getattr(args, name))
-    result = record(get_robot(args.robot), args.num_worlds, args.steps, args.out, traj_len=args.traj_len,
-                    seed=args.seed)
+    source = None
+    robot = get_robot(args.robot or "anymal_c")
+    if args.task is not None:
+        source = _policy_source(args, torch.Generator().manual_seed(args.seed))
+        robot = source.env.robot
+    elif args.checkpoint or args.load_run:
+        raise CLIError("--checkpoint/--load_run drive recording with a policy; add --task TASK")
+    result = record(robot, args.num_worlds, args.steps, args.out, traj_len=args.traj_len, seed=args.seed,
+                    source=source, resume=args.resume)
     print(json.dumps(result))
     return result

@@ -6,6 +6,7 @@ import argparse
 import dataclasses
 import json
 import random
+import sys
 import time
 
 import numpy as np
@@ -32,6 +33,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_checkpoint_args(p)
     p.add_argument("--max_iterations", type=int, default=None,
                    help="PPO iterations in all, counting those a resumed run already did (default: agent config)")
+    p.add_argument("--save_interval", type=int, default=None,
+                   help="iterations between checkpoints (default: agent config)")
     p.add_argument("--run_name", default=None, help="suffix of the run folder name")
     p.add_argument("--logger", default=None, choices=["tensorboard"], help="log writer")
     p.add_argument("--resume", action="store_true", help="continue from a checkpoint (--load_run/--checkpoint)")
@@ -50,10 +53,13 @@ def seed_everything(seed: int) -> None:
 def run(args: argparse.Namespace) -> dict:
     env_cfg, agent_cfg = load_task_cfgs(args)
     check_positive("max_iterations", args.max_iterations)
+    check_positive("save_interval", args.save_interval)
     if args.eval_episodes < 0:
         raise CLIError(f"--eval_episodes must be zero or positive, got {args.eval_episodes}")
     if args.max_iterations is not None:
         agent_cfg.max_iterations = args.max_iterations
+    if args.save_interval is not None:
+        agent_cfg.save_interval = args.save_interval
     if args.run_name is not None:
         agent_cfg.run_name = args.run_name
     if args.logger is not None:
@@ -96,6 +102,7 @@ def run(args: argparse.Namespace) -> dict:
         policy = runner.get_inference_policy(device=agent_cfg.device)
         evaluation = evaluate_on_backends(args.task, env_cfg, policy, args.eval_episodes)
         (log_dir / "eval.json").write_text(json.dumps(evaluation, indent=1))
+        print_comparison(evaluation, env_cfg.dynamics, args.eval_episodes)
     summary = {
         "task": args.task,
         "dynamics": env_cfg.dynamics,
@@ -109,6 +116,17 @@ def run(args: argparse.Namespace) -> dict:
     }
     print(json.dumps(summary))
     return summary
+
+
+def print_comparison(evaluation: dict, trained_on: str, episodes: int) -> None:
+    """The evaluated returns side by side, as a small table on stderr (stdout carries the JSON summary)."""
+    lines = [f"[flashnerd] policy trained on '{trained_on}', evaluated for {episodes} episodes on each backend:",
+             f"  {'backend':<10} {'return':>8} {'lin-vel RMS':>12} {'yaw-rate RMS':>13} {'falls':>7}"]
+    for backend, m in evaluation.items():
+        falls = f"{round(m['fall_rate'] * episodes)}/{episodes}"
+        lines.append(f"  {backend:<10} {m['mean_return']:>8.2f} {m['lin_vel_rms']:>12.3f} {m['ang_vel_rms']:>13.3f} "
+                     f"{falls:>7}")
+    print("\n".join(lines), file=sys.stderr)
 
 
 def evaluate_on_backends(task: str, env_cfg, policy, episodes: int, backends: list[str] | None = None) -> dict:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -67,6 +68,27 @@ def load_dataset(path: str | Path, robot: RobotSpec | None = None) -> Trajectory
     if "state_layout" in attrs and isinstance(attrs["state_layout"], str):
         attrs["state_layout"] = json.loads(attrs["state_layout"])
     return TrajectoryData(qpos.float(), qvel.float(), ctrl.float(), attrs)
+
+
+def load_datasets(paths: Sequence[str | Path], robot: RobotSpec | None = None) -> TrajectoryData:
+    """Load one or more datasets of the same robot and trajectory length as one (trajectories concatenated)."""
+    parts = [load_dataset(p, robot) for p in paths]
+    if not parts:
+        raise ValueError("no dataset given")
+    first = parts[0]
+    for path, d in zip(paths[1:], parts[1:]):
+        if d.attrs.get("robot") != first.attrs.get("robot") or d.attrs.get("model_hash") != first.attrs.get(
+                "model_hash"):
+            raise ValueError(f"dataset '{path}' is for robot {d.attrs.get('robot')} ({d.attrs.get('model_hash')}), "
+                             f"'{paths[0]}' for {first.attrs.get('robot')} ({first.attrs.get('model_hash')}); "
+                             "fit one robot at a time")
+        if d.traj_len != first.traj_len:
+            raise ValueError(f"dataset '{path}' has {d.traj_len}-step trajectories, '{paths[0]}' {first.traj_len}; "
+                             "record them with the same --traj_len")
+    if len(parts) == 1:
+        return first
+    cat = lambda k: torch.cat([getattr(d, k) for d in parts])  # noqa: E731  (sum M, T(+1), D)
+    return TrajectoryData(cat("qpos"), cat("qvel"), cat("ctrl"), first.attrs)
 
 
 def check_robot(attrs: dict, robot: RobotSpec, path: str | Path) -> None:

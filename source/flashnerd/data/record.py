@@ -1,8 +1,13 @@
-"""Record exploration trajectories from the analytical backend into an HDF5 dataset.
+"""Record trajectories from the analytical backend into an HDF5 dataset.
 
-Each trajectory starts from a randomized pose and velocity and runs `traj_len` control steps under exploration
-controls: PD targets around the default pose with a per-trajectory amplitude and random hold times, plus
-occasional pushes. Layout (num_traj = number of trajectories, T = traj_len):
+Two sources of controls, one file format:
+- exploration (`ExplorationSource`): each trajectory starts from a randomized pose and velocity and runs `traj_len`
+  control steps of PD targets around the default pose with a per-trajectory amplitude and random hold times;
+- a policy (`PolicySource`): a trained policy drives a task environment on the `mujoco` backend with per-world
+  Gaussian action noise, so the data covers the states a policy visits (gaits at commanded velocities). Worlds run
+  on across trajectories; a trajectory during which its world was reset (a fall) is dropped, not cut.
+
+Layout (num_traj = number of trajectories, T = traj_len):
 
     qpos (num_traj, T+1, nq), qvel (num_traj, T+1, nv), ctrl (num_traj, T, nu) joint targets applied from t to t+1,
     torque (num_traj, T, nu) applied torque, contact_force (num_traj, T, nb) contact summary,
@@ -70,80 +75,191 @@ class ExplorationController:
         return self.target.clone()
 
 
+class ExplorationSource:
+    """Random initial states and `ExplorationController` targets on a `mujoco` backend of `num_worlds` worlds."""
+
+    kind = "exploration"
+
+    def __init__(self, robot: RobotSpec, num_worlds: int, gen: torch.Generator, nthread: int | None = None) -> None:
+        self.dyn = make_dynamics("mujoco", robot, num_worlds, nthread=nthread)
+        self.controller = ExplorationController(robot, num_worlds, gen)
+        self.n, self.gen = num_worlds, gen
+
+    def start_trajectory(self) -> None:
+        qpos, qvel = _sample_initial_state(self.dyn, self.n, self.gen)
+        self.dyn.reset(torch.arange(self.n), qpos, qvel)
+        self.controller.reset()
+
+    def step(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Advance one control step; returns the applied targets (N, nu) and which worlds were reset (N,)."""
+        ctrl = self.controller()
+        self.dyn.step(ctrl)
+        return ctrl, torch.zeros(self.n, dtype=torch.bool)
+
+    def close(self) -> None:
+        self.dyn.close()
+
+
+class PolicySource:
+    """A policy drives a task env (mujoco backend, no interval pushes) with per-world action noise.
+
+    Each world draws its noise std uniformly from [0, action_noise] at every trajectory start, so the data holds
+    clean gaits and perturbed ones. `policy` maps the env's observation dict to actions (N, na).
+    """
+
+    kind = "policy"
+
+    def __init__(self, env, policy, action_noise: float, gen: torch.Generator) -> None:
+        self.env, self.policy, self.action_noise, self.gen = env, policy, action_noise, gen
+        self.dyn, self.n = env.dyn, env.num_envs
+        self.noise_std = torch.zeros(env.num_envs, 1)
+        self._started = False
+
+    def start_trajectory(self) -> None:
+        if not self._started:  # worlds keep walking across trajectories; only the first start resets them
+            self.env.reset()
+            self._started = True
+        self.noise_std = self.action_noise * torch.rand(self.n, 1, generator=self.gen)  # (N, 1)
+
+    @torch.no_grad()
+    def step(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Advance one control step; returns the applied targets (N, nu) and which worlds were reset (N,)."""
+        env = self.env
+        actions = self.policy(env.get_observations()).to(torch.float32)  # (N, na)
+        actions = actions + self.noise_std * torch.randn(actions.shape, generator=self.gen)  # (N, na)
+        _, _, terminated, truncated, _ = env.step(actions)
+        ctrl = env.default_joint_pos + env.cfg.action_scale * env.actions  # (N, nu) what the backend received
+        return ctrl, terminated | truncated
+
+    def close(self) -> None:
+        self.env.close()
+
+
+def _chunk_seed(seed: int, chunk: int) -> int:
+    """Each trajectory batch draws from its own stream, so a resumed recording repeats the uninterrupted one."""
+    return (seed * 1_000_003 + chunk * 7_919) % (2**63)
+
+
 def record(robot: RobotSpec, num_worlds: int, steps: int, out: str | Path, traj_len: int = 100, seed: int = 0,
-           push_prob: float = 0.01, nthread: int | None = None, progress: bool = True) -> dict:
-    """Record `num_worlds` worlds for `steps` control steps each (cut into `traj_len`-step trajectories)."""
+           nthread: int | None = None, progress: bool = True, source=None, resume: bool = False) -> dict:
+    """Record `num_worlds` worlds for `steps` control steps each, cut into `traj_len`-step trajectories.
+
+    `source` supplies the controls (default: `ExplorationSource`); it is closed when recording ends. The file grows
+    in `<out>.tmp` one batch of trajectories at a time and is renamed to `out` when complete. An error deletes it;
+    Ctrl-C (or a killed process) leaves it holding every complete batch, and `resume=True` continues from there.
+    """
     if num_worlds < 1 or steps < 1 or traj_len < 1:
         raise ValueError("num_worlds, steps and traj_len must be positive")
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
+    if resume and not tmp.is_file():
+        raise ValueError(f"--resume: no unfinished recording '{tmp}' to continue"
+                         + ("" if not out.exists() else f" ('{out}' is complete)"))
     gen = torch.Generator().manual_seed(seed)
-    dyn = make_dynamics("mujoco", robot, num_worlds, nthread=nthread)
+    if source is None:
+        source = ExplorationSource(robot, num_worlds, gen, nthread=nthread)
+    dyn = source.dyn
     probes = ProbeFeatures(robot, dyn.model)
     rep = StateRepresentation(robot.num_joints, probes.dim)
-    controller = ExplorationController(robot, num_worlds, gen)
     n_chunks = math.ceil(steps / traj_len)
     nq, nv, nu, nb, npb = dyn.nq, dyn.nv, dyn.nu, len(robot.all_contact_bodies), probes.num_probes
-    kept = dropped = 0
+    identity = {"robot": robot.name, "model_hash": robot.model_hash(), "num_worlds": num_worlds, "steps": steps,
+                "traj_len": traj_len, "seed": seed, "source": source.kind}
     try:
-        with h5py.File(tmp, "w") as f:
-            def make(name: str, t: int, d: int) -> h5py.Dataset:
-                return f.create_dataset(name, shape=(0, t, d), maxshape=(None, t, d), dtype="f4",
-                                        chunks=(min(64, num_worlds), t, d), compression="gzip", compression_opts=4)
+        f = _open_resumable(tmp, identity) if resume else h5py.File(tmp, "w")
+    except BaseException:
+        source.close()
+        raise
+    try:
+        with f:
+            if not resume:
+                def make(name: str, t: int, d: int) -> h5py.Dataset:
+                    return f.create_dataset(name, shape=(0, t, d), maxshape=(None, t, d), dtype="f4",
+                                            chunks=(min(64, num_worlds), t, d), compression="gzip",
+                                            compression_opts=4)
 
-            ds = {"qpos": make("qpos", traj_len + 1, nq), "qvel": make("qvel", traj_len + 1, nv),
-                  "ctrl": make("ctrl", traj_len, nu), "torque": make("torque", traj_len, nu),
-                  "contact_force": make("contact_force", traj_len, nb),
-                  "probe_distance": make("probe_distance", traj_len + 1, npb)}
-            f.attrs.update({
-                "robot": robot.name, "model_hash": robot.model_hash(), "control_dt": robot.control_dt,
-                "nq": nq, "nv": nv, "nu": nu, "traj_len": traj_len, "seed": seed, "format_version": FORMAT_VERSION,
-                "flashnerd_version": flashnerd.__version__, "state_layout": json.dumps(rep.layout()),
-                "contact_bodies": json.dumps(list(robot.all_contact_bodies)),
-            })
-            bar = tqdm(total=n_chunks * traj_len * num_worlds, desc="record", unit="step",
-                       disable=None if progress else True)
-            for _ in range(n_chunks):
+                make("qpos", traj_len + 1, nq), make("qvel", traj_len + 1, nv), make("ctrl", traj_len, nu)
+                make("torque", traj_len, nu), make("contact_force", traj_len, nb)
+                make("probe_distance", traj_len + 1, npb)
+                f.attrs.update({
+                    **identity, "control_dt": robot.control_dt, "nq": nq, "nv": nv, "nu": nu,
+                    "format_version": FORMAT_VERSION, "flashnerd_version": flashnerd.__version__,
+                    "state_layout": json.dumps(rep.layout()),
+                    "contact_bodies": json.dumps(list(robot.all_contact_bodies)),
+                    "chunks_done": 0, "num_trajectories": 0, "dropped": 0, "interrupted": 0,
+                })
+            ds = {k: f[k] for k in ("qpos", "qvel", "ctrl", "torque", "contact_force", "probe_distance")}
+            done = int(f.attrs["chunks_done"])
+            kept, dropped, interrupted = (int(f.attrs[k]) for k in ("num_trajectories", "dropped", "interrupted"))
+            bar = tqdm(total=n_chunks * traj_len * num_worlds, initial=done * traj_len * num_worlds, desc="record",
+                       unit="step", disable=None if progress else True)
+            for chunk in range(done, n_chunks):
+                source.gen.manual_seed(_chunk_seed(seed, chunk))
                 buf = {k: np.zeros((num_worlds, *d.shape[1:]), dtype=np.float32) for k, d in ds.items()}
-                qpos, qvel = _sample_initial_state(dyn, num_worlds, gen)
-                dyn.reset(torch.arange(num_worlds), qpos, qvel)
-                controller.reset()
+                source.start_trajectory()
                 s = dyn.state()
-                buf["qpos"][:, 0], buf["qvel"][:, 0] = s.qpos.numpy(), s.qvel.numpy()
-                buf["probe_distance"][:, 0] = probes.signed_distance(s.qpos).numpy()
+                buf["qpos"][:, 0], buf["qvel"][:, 0] = s.qpos.cpu().numpy(), s.qvel.cpu().numpy()
+                buf["probe_distance"][:, 0] = probes.signed_distance(s.qpos.cpu()).numpy()
+                was_reset = torch.zeros(num_worlds, dtype=torch.bool)
                 for t in range(traj_len):
-                    ctrl = controller()
-                    push = torch.rand(num_worlds, generator=gen) < push_prob
-                    if push.any():
-                        ids = torch.nonzero(push).flatten()
-                        v = s.qvel[ids].clone()
-                        v[:, 0:2] += (torch.rand(len(ids), 2, generator=gen) - 0.5) * 2.0
-                        dyn.set_qvel(ids, v)
-                    dyn.step(ctrl)
+                    ctrl, reset = source.step()
+                    was_reset |= reset.cpu()
                     s = dyn.state()
-                    buf["ctrl"][:, t], buf["torque"][:, t] = ctrl.numpy(), s.joint_torque.numpy()
-                    buf["contact_force"][:, t] = s.contact_force.numpy()
-                    buf["qpos"][:, t + 1], buf["qvel"][:, t + 1] = s.qpos.numpy(), s.qvel.numpy()
-                    buf["probe_distance"][:, t + 1] = probes.signed_distance(s.qpos).numpy()
+                    buf["ctrl"][:, t], buf["torque"][:, t] = ctrl.cpu().numpy(), s.joint_torque.cpu().numpy()
+                    buf["contact_force"][:, t] = s.contact_force.cpu().numpy()
+                    buf["qpos"][:, t + 1], buf["qvel"][:, t + 1] = s.qpos.cpu().numpy(), s.qvel.cpu().numpy()
+                    buf["probe_distance"][:, t + 1] = probes.signed_distance(s.qpos.cpu()).numpy()
                     bar.update(num_worlds)
-                good = np.ones(num_worlds, dtype=bool)
+                good = ~was_reset.numpy()
+                interrupted += int(was_reset.sum())
                 for k in ("qpos", "qvel", "torque"):
                     x = buf[k].reshape(num_worlds, -1)
-                    good &= np.isfinite(x).all(1) & (np.abs(x) < HUGE).all(1)
-                dropped += int((~good).sum())
+                    finite = np.isfinite(x).all(1) & (np.abs(x) < HUGE).all(1)
+                    dropped += int((good & ~finite).sum())
+                    good &= finite
                 for k, d in ds.items():
                     d.resize(kept + int(good.sum()), axis=0)
                     d[kept:] = buf[k][good]
                 kept += int(good.sum())
+                # The counters name the complete batches; a resumed run trusts these and trims anything beyond.
+                f.attrs.update({"chunks_done": chunk + 1, "num_trajectories": kept, "dropped": dropped,
+                                "interrupted": interrupted})
+                f.flush()
             bar.close()
-            f.attrs["dropped"] = dropped
-            f.attrs["num_trajectories"] = kept
-    except BaseException:  # an error or Ctrl-C: leave no half-written dataset behind
-        dyn.close()
+    except KeyboardInterrupt:  # keep every complete batch for --resume
+        source.close()
+        raise
+    except BaseException:  # an error: leave no half-written dataset behind
+        source.close()
         tmp.unlink(missing_ok=True)
         raise
-    dyn.close()
+    source.close()
+    if kept == 0:
+        tmp.unlink(missing_ok=True)
+        raise ValueError(f"every trajectory was dropped ({dropped} diverged, {interrupted} interrupted by a reset); "
+                         "nothing written")
     os.replace(tmp, out)
-    return {"out": str(out), "trajectories": kept, "dropped": dropped, "traj_len": traj_len,
-            "transitions": kept * traj_len}
+    return {"out": str(out), "trajectories": kept, "dropped": dropped, "interrupted": interrupted,
+            "traj_len": traj_len, "transitions": kept * traj_len}
+
+
+def _open_resumable(tmp: Path, identity: dict) -> h5py.File:
+    """Open an unfinished recording for appending; refuse one made with other settings, trim a torn last batch."""
+    try:
+        f = h5py.File(tmp, "a")
+        attrs = {k: f.attrs.get(k) for k in (*identity, "chunks_done", "num_trajectories")}
+        attrs = {k: v.item() if hasattr(v, "item") else v for k, v in attrs.items()}  # numpy scalars -> Python
+    except (OSError, KeyError) as err:
+        raise ValueError(f"unfinished recording '{tmp}' is unreadable ({str(err).splitlines()[0][:100]}); delete it "
+                         "and record again") from err
+    differ = [k for k, v in identity.items() if attrs[k] != v]
+    if differ or attrs["chunks_done"] is None:
+        f.close()
+        shown = ", ".join(f"{k}={attrs[k]!r} (now {identity[k]!r})" for k in differ) or "no progress counters"
+        raise ValueError(f"unfinished recording '{tmp}' was made with other settings: {shown}; rerun with those "
+                         "settings or delete it")
+    kept = int(attrs["num_trajectories"])
+    for k in ("qpos", "qvel", "ctrl", "torque", "contact_force", "probe_distance"):
+        f[k].resize(kept, axis=0)
+    return f

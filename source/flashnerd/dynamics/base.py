@@ -111,3 +111,11 @@ def _register_builtin() -> None:
         register_backend("mujoco", MujocoDynamics)
         register_backend("flashnerd", partial(LearnedDynamics, kind="flashnerd"))
         register_backend("nerd", partial(LearnedDynamics, kind="nerd"))
+        register_backend("mjwarp", _make_mjwarp)
+
+
+def _make_mjwarp(**kwargs) -> Dynamics:
+    """MuJoCo Warp is imported on first use: loading Warp costs a second that the other backends should not pay."""
+    from flashnerd.sim.mjwarp_backend import MjwarpDynamics
+
+    return MjwarpDynamics(**kwargs)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import statistics
+import sys
 
 import gymnasium as gym
 import torch
@@ -73,7 +75,8 @@ class FlashNeRDRunner(OnPolicyRunner):
     which knows the last iteration it completed (for saving on Ctrl-C and resuming to an exact iteration count)."""
 
     def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
+        with contextlib.redirect_stdout(sys.stderr):  # rsl_rl prints the networks; stdout is for our JSON
+            super().__init__(*args, **kwargs)
         self.last_completed_iteration = -1
         # (accumulated collect + learn seconds, mean episode return) after each iteration of this process
         self.iteration_curve: list[tuple[float, float]] = []

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
 from flashnerd.contacts import ProbeFeatures
-from flashnerd.data.dataset import TrajectoryData, check_robot, load_dataset
+from flashnerd.data.dataset import TrajectoryData, check_robot, load_datasets
 from flashnerd.dynamics.representation import Normalizer, StateRepresentation
 from flashnerd.models import build_model, num_params
 from flashnerd.robots import get_robot
@@ -57,9 +58,11 @@ class FitConfig:
 class Fitter:
     """Holds the data tensors, model, normalizers and optimizer of one fitting run."""
 
-    def __init__(self, data_path: str | Path, cfg: FitConfig, device: str = "cpu") -> None:
+    def __init__(self, data_path: str | Path | Sequence[str | Path], cfg: FitConfig, device: str = "cpu") -> None:
         self.cfg, self.device = cfg, torch.device(device)
-        data = load_dataset(data_path)
+        paths = [data_path] if isinstance(data_path, (str, Path)) else list(data_path)
+        data = load_datasets(paths)
+        data_path = ", ".join(str(p) for p in paths)
         self.robot = get_robot(str(data.attrs["robot"]))
         check_robot(data.attrs, self.robot, data_path)
         if cfg.ar_weight > 0 and data.traj_len < cfg.ar_history + cfg.ar_steps:

@@ -1,0 +1,179 @@
+"""The `mjwarp` backend: MuJoCo Warp stepping all worlds as one batch, on a CUDA device or (slowly) on the CPU.
+
+The same MJCF as the `mujoco` backend is compiled by MuJoCo and moved to the device with `mujoco_warp.put_model`.
+The state lives in Warp arrays; `state()` returns zero-copy torch views of them (`wp.to_torch`), and `reset()`
+writes through those views, so no tensor crosses between host and device per step. On CUDA one control step
+(`decimation` physics steps plus the contact-force reduction) is captured once as a CUDA graph and replayed.
+"""
+
+from __future__ import annotations
+
+import mujoco
+import numpy as np
+import torch
+import warp as wp
+
+from flashnerd.dynamics.base import RobotState
+from flashnerd.robots import RobotSpec
+from flashnerd.sim.scene import build_scene, default_qpos
+
+try:
+    import mujoco_warp as mjw
+except ImportError as err:  # pragma: no cover - mujoco-warp is an install requirement
+    raise ImportError("the mjwarp backend needs mujoco-warp: pip install mujoco-warp warp-lang") from err
+
+wp.config.quiet = True  # Warp's kernel-load lines would mix into the JSON that commands print on stdout
+
+
+@wp.kernel
+def _max_contact_force(
+    sensordata: wp.array2d(dtype=float),  # (N, nsensordata)
+    contact_adr: wp.array(dtype=int),  # (nb,) address of each body's contact sensor: found, fx, fy, fz
+    out: wp.array2d(dtype=float),  # (N, nb) running maximum of the force norm over the control step
+):
+    world, body = wp.tid()
+    a = contact_adr[body]
+    force = wp.vec3(sensordata[world, a + 1], sensordata[world, a + 2], sensordata[world, a + 3])
+    out[world, body] = wp.max(out[world, body], wp.length(force))
+
+
+class MjwarpDynamics:
+    """N worlds of one robot in MuJoCo Warp; `step()` runs `robot.decimation` physics steps in every world.
+
+    Contact and constraint buffers are sized per world (`nconmax` contacts, `njmax` constraint rows); a world
+    that needs more loses the excess rows, which `overflow()` reports.
+    """
+
+    def __init__(
+        self,
+        robot: RobotSpec,
+        num_worlds: int,
+        device: str | torch.device = "cpu",
+        terrain: str = "flat",
+        nconmax: int = 48,
+        njmax: int | None = None,
+        graph: bool | None = None,
+    ) -> None:
+        self.robot = robot
+        self.num_worlds = num_worlds
+        self.device = torch.device(device)
+        if self.device.type == "cuda" and self.device.index is None:
+            self.device = torch.device("cuda", torch.cuda.current_device())
+        self.control_dt = robot.control_dt
+        self.model = build_scene(robot, terrain)
+        m = self.model
+        self.nq, self.nv, self.nu = m.nq, m.nv, m.nu
+        if self.nu != robot.num_joints:
+            raise ValueError(f"MJCF of '{robot.name}' has {self.nu} actuators but its RobotSpec names "
+                             f"{robot.num_joints} joints; make them agree")
+        self.wp_device = wp.get_device(str(self.device))
+        # A pyramidal contact of condim 3 takes 4 constraint rows; joint limits take one row each.
+        njmax = njmax if njmax is not None else 4 * nconmax + 2 * self.nv
+
+        data0 = mujoco.MjData(m)
+        data0.qpos[:] = self.default_qpos()
+        data0.ctrl[:] = robot.default_joint_pos
+        mujoco.mj_forward(m, data0)
+        with wp.ScopedDevice(self.wp_device):
+            self._m = mjw.put_model(m)
+            self._d = mjw.put_data(m, data0, nworld=num_worlds, nconmax=nconmax, njmax=njmax)
+            self._contact_adr = wp.array(
+                [self._sensor_adr(f"{b}_contact") for b in robot.all_contact_bodies], dtype=int)
+            self._contact_max = wp.zeros((num_worlds, len(robot.all_contact_bodies)), dtype=float)
+        self.nconmax, self.njmax = nconmax, njmax
+
+        # Zero-copy torch views of the Warp state.
+        d = self._d
+        self._qpos_t = wp.to_torch(d.qpos)  # (N, nq)
+        self._qvel_t = wp.to_torch(d.qvel)  # (N, nv)
+        self._ctrl_t = wp.to_torch(d.ctrl)  # (N, nu)
+        self._time_t = wp.to_torch(d.time)  # (N,)
+        self._warmstart_t = wp.to_torch(d.qacc_warmstart)  # (N, nv)
+        self._sens_t = wp.to_torch(d.sensordata)  # (N, nsensordata)
+        self._contact_t = wp.to_torch(self._contact_max)  # (N, nb)
+        torque_adr = [self._sensor_adr(f"{j}_torque") for j in robot.joint_names]
+        self._torque_adr = torch.tensor(torque_adr, dtype=torch.long, device=self.device)  # (nu,)
+        self._torque_t = torch.zeros(num_worlds, self.nu, dtype=torch.float32, device=self.device)
+        self._robot_state = RobotState(self._qpos_t, self._qvel_t, self._torque_t, self._contact_t)
+
+        self._graph = None
+        use_graph = graph if graph is not None else self.wp_device.is_cuda
+        if use_graph:
+            if not self.wp_device.is_cuda:
+                raise ValueError("graph=True needs a CUDA device; CUDA graphs do not exist on the CPU")
+            self._capture()
+
+    def _sensor_adr(self, name: str) -> int:
+        try:
+            return int(self.model.sensor_adr[self.model.sensor(name).id])
+        except KeyError as err:
+            raise ValueError(f"MJCF of '{self.robot.name}' lacks sensor '{name}'; add it to the robot file") from err
+
+    def default_qpos(self) -> np.ndarray:
+        """The standing configuration: base at the spawn height, identity orientation, default joint angles."""
+        return default_qpos(self.robot, self.model)
+
+    # --- Dynamics interface -------------------------------------------------------------------------------------
+
+    def reset(self, world_ids: torch.Tensor, qpos: torch.Tensor, qvel: torch.Tensor) -> None:
+        """Write the state of `world_ids` (k,) to qpos (k, nq) and qvel (k, nv); their clocks and solver warm starts
+        restart at zero, and their contact and torque outputs read zero until their next step."""
+        ids = world_ids.to(self.device, torch.long)
+        self._qpos_t[ids] = qpos.to(self._qpos_t)
+        self._qvel_t[ids] = qvel.to(self._qvel_t)
+        self._time_t[ids] = 0.0
+        self._warmstart_t[ids] = 0.0
+        self._contact_t[ids] = 0.0
+        self._torque_t[ids] = 0.0
+
+    def set_qvel(self, world_ids: torch.Tensor, qvel: torch.Tensor) -> None:
+        """Overwrite the generalized velocity (k, nv) of `world_ids` (k,)."""
+        self._qvel_t[world_ids.to(self.device, torch.long)] = qvel.to(self._qvel_t)
+
+    def step(self, ctrl: torch.Tensor) -> None:
+        """Advance all worlds by one control period under joint position targets ctrl (N, nu)."""
+        self._ctrl_t.copy_(ctrl)
+        if self._graph is not None:
+            wp.capture_launch(self._graph, stream=self._stream())
+        else:
+            self._control_step()
+        torch.index_select(self._sens_t, 1, self._torque_adr, out=self._torque_t)  # (N, nu) last substep's torque
+
+    def state(self) -> RobotState:
+        """Zero-copy views of the current state; valid until the next `step()`/`reset()`."""
+        return self._robot_state
+
+    def overflow(self) -> dict[str, int]:
+        """Contacts and constraint rows requested beyond the buffers at the last step (0 when everything fit)."""
+        nacon = int(self._d.nacon.numpy()[0])
+        return {"contacts": max(0, nacon - self.nconmax * self.num_worlds),
+                "constraints": max(0, int(self._d.nefc.numpy().max()) - self.njmax)}
+
+    def close(self) -> None:
+        """Release the CUDA graph (the Warp arrays are freed with the object)."""
+        self._graph = None
+
+    # --- helpers ------------------------------------------------------------------------------------------------
+
+    def _stream(self):
+        return wp.stream_from_torch(torch.cuda.current_stream(self.device)) if self.wp_device.is_cuda else None
+
+    def _control_step(self) -> None:
+        """`decimation` physics steps and the running maximum of each contact body's force over them."""
+        # On CUDA, launch on torch's stream, so torch's writes before and reads after are ordered with the kernels.
+        scope = wp.ScopedStream(self._stream()) if self.wp_device.is_cuda else wp.ScopedDevice(self.wp_device)
+        with scope:
+            self._contact_max.zero_()
+            for _ in range(self.robot.decimation):
+                mjw.step(self._m, self._d)
+                wp.launch(_max_contact_force, dim=self._contact_max.shape,
+                          inputs=[self._d.sensordata, self._contact_adr], outputs=[self._contact_max])
+
+    def _capture(self) -> None:
+        saved = [t.clone() for t in (self._qpos_t, self._qvel_t, self._time_t, self._warmstart_t)]
+        self._control_step()  # load every kernel before capture (compilation cannot be captured)
+        for t, s in zip((self._qpos_t, self._qvel_t, self._time_t, self._warmstart_t), saved):
+            t.copy_(s)  # the warm-up step leaves no trace in the state
+        with wp.ScopedCapture(device=self.wp_device, stream=self._stream()) as capture:
+            self._control_step()
+        self._graph = capture.graph
