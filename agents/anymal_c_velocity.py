@@ -4,7 +4,10 @@ from flashnerd_agents.rsl_rl_cfg import RslRlOnPolicyRunnerCfg, RslRlPpoActorCri
 
 
 def AnymalCFlatPPORunnerCfg() -> RslRlOnPolicyRunnerCfg:  # noqa: N802  (named like the Isaac Lab class)
-    """24 steps per env, 300 iterations, [128, 128, 128] ELU actor and critic, adaptive lr with KL 0.01.
+    """24 steps per env, 600 iterations, [128, 128, 128] ELU actor and critic, adaptive lr with KL 0.01.
+
+    600 iterations of 1024 envs (the task's default) take about 15 minutes on a 2-core CPU with the `flashnerd`
+    backend (Isaac Lab: 300 iterations of 4096 envs on a GPU).
 
     init_noise_std is 0.5 (Isaac Lab: 1.0): with MuJoCo's stiff ideal PD actuator, unit-std exploration jerks the
     joints so hard that torque and acceleration penalties swamp the tracking reward at the start (measured).
@@ -12,7 +15,7 @@ def AnymalCFlatPPORunnerCfg() -> RslRlOnPolicyRunnerCfg:  # noqa: N802  (named l
     return RslRlOnPolicyRunnerCfg(
         experiment_name="anymal_c_flat",
         num_steps_per_env=24,
-        max_iterations=300,
+        max_iterations=600,
         save_interval=50,
         policy=RslRlPpoActorCriticCfg(
             init_noise_std=0.5, actor_hidden_dims=[128, 128, 128], critic_hidden_dims=[128, 128, 128],

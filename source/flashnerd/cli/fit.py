@@ -10,6 +10,7 @@ from pathlib import Path
 from flashnerd.cli.common import CLIError, check_device, check_positive
 from flashnerd.training.checkpoint import export_for_inference
 from flashnerd.training.fit import FitConfig, Fitter
+from flashnerd.utils.distributed import init_distributed, shutdown
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -42,15 +43,21 @@ def run(args: argparse.Namespace) -> dict:
     cfg = dataclasses.replace(FitConfig(), model=args.model, size=args.size, max_steps=args.max_steps,
                               time_budget_s=args.time_budget, batch_size=args.batch_size, lr=args.lr,
                               ar_weight=args.ar_weight, seed=args.seed)
-    fitter = Fitter(args.data, cfg, device=args.device)
     out = Path(args.out)
-    if args.resume:
-        if not out.is_file():
-            raise CLIError(f"--resume given but '{out}' does not exist")
-        fitter.resume(out)
-    log_dir = args.log_dir or str(Path("logs") / "fit" / out.stem)
-    result = fitter.fit(out, log_dir=log_dir)
-    print(json.dumps(result))
+    if args.resume and not out.is_file():
+        raise CLIError(f"--resume given but '{out}' does not exist")
+    info, device = init_distributed(args.device)  # under torchrun: one process group, one device per rank
+    try:
+        fitter = Fitter(args.data, cfg, device=device, dist=info)
+        if args.resume:
+            fitter.resume(out)
+        log_dir = args.log_dir or str(Path("logs") / "fit" / out.stem)
+        result = fitter.fit(out, log_dir=log_dir, progress=info.is_main)
+    finally:
+        shutdown()
+    result["world_size"] = info.world_size
+    if info.is_main:
+        print(json.dumps(result))
     return result
 
 

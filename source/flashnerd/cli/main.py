@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from flashnerd.cli import bench, eval, evaluate_model, fit, play, record, train
+from flashnerd.cli import bench, eval, evaluate_model, fit, play, record, train, video
 from flashnerd.cli.common import CLIError
 
 
@@ -40,6 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     record.add_parser(sub)
     fit.add_parser(sub)
     evaluate_model.add_parser(sub)
+    video.add_parser(sub)
     return parser
 
 

@@ -5,10 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from pathlib import Path
 
 import torch
 
 from flashnerd.cli.common import add_checkpoint_args, add_env_args, check_positive, env_and_policy
+from flashnerd.cli.video import add_video_args, record_play_video
 from flashnerd.envs.rsl_rl import FlashNeRDRunner
 
 
@@ -17,6 +19,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_env_args(p)
     add_checkpoint_args(p)
     p.add_argument("--steps", type=int, default=500, help="control steps to roll out")
+    p.add_argument("--video", action="store_true", help="record an MP4 of world 0 (<run>/videos/play/)")
+    add_video_args(p, length=500)
     p.set_defaults(func=run)
 
 
@@ -36,6 +40,16 @@ def run(args: argparse.Namespace) -> dict:
     check_positive("steps", args.steps)
     env, runner, policy, path, _ = env_and_policy(args)
     exported = export_policy(runner, os.path.join(os.path.dirname(os.path.abspath(path)), "exported"))
+
+    if args.video:
+        for name in ("video_length", "video_width", "video_height"):
+            check_positive(name, getattr(args, name))
+        out = Path(path).parent / "videos" / "play" / f"{Path(path).stem}.mp4"
+        result = record_play_video(env, policy, out, args.video_length, args.video_width, args.video_height)
+        env.close()
+        result = {"checkpoint": str(path), "exported": exported, **result}
+        print(json.dumps(result))
+        return result
 
     obs = env.get_observations()
     total = torch.zeros(env.num_envs, device=env.device)

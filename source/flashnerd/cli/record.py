@@ -6,12 +6,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+from pathlib import Path
 
 import torch
 
 from flashnerd.cli.common import CLIError, check_positive, load_policy, make_env, resolve_checkpoint
-from flashnerd.data.record import PolicySource, record
+from flashnerd.data.record import PolicySource, merge_recordings, record
 from flashnerd.robots import get_robot
+from flashnerd.utils.distributed import barrier, dist_info, init_distributed, shutdown
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -67,16 +69,46 @@ def _policy_source(args: argparse.Namespace, gen: torch.Generator) -> PolicySour
 
 
 def run(args: argparse.Namespace) -> dict:
+    """Record one dataset; under torchrun each rank records its shard of the worlds and rank 0 merges them."""
     for name in ("num_worlds", "steps", "traj_len"):
         check_positive(name, getattr(args, name))
+    if args.checkpoint or args.load_run:
+        if args.task is None:
+            raise CLIError("--checkpoint/--load_run drive recording with a policy; add --task TASK")
+    info, _ = init_distributed("cpu")
+    if info.world_size > args.num_worlds:
+        raise CLIError(f"--num_worlds {args.num_worlds} is fewer than the {info.world_size} processes")
+    try:
+        shard = argparse.Namespace(**vars(args))
+        if info.enabled:  # this rank's worlds, its own seed and its own part file
+            shard.num_worlds = args.num_worlds // info.world_size + (info.rank < args.num_worlds % info.world_size)
+            shard.seed = args.seed + 100_003 * info.rank
+            shard.out = _part_path(args.out, info.rank)
+        result = _record_one(shard)
+        if info.enabled:
+            barrier()
+            if info.is_main:
+                parts = [_part_path(args.out, r) for r in range(info.world_size)]
+                result = merge_recordings(parts, args.out, [args.seed + 100_003 * r for r in range(info.world_size)])
+                result["transitions"] = result["trajectories"] * args.traj_len
+            barrier()
+    finally:
+        shutdown()
+    if info.is_main:
+        print(json.dumps(result))
+    return result
+
+
+def _part_path(out: str, rank: int) -> Path:
+    path = Path(out)
+    return path.with_name(f"{path.stem}.rank{rank}{path.suffix}")
+
+
+def _record_one(args: argparse.Namespace) -> dict:
     source = None
     robot = get_robot(args.robot or "anymal_c")
     if args.task is not None:
         source = _policy_source(args, torch.Generator().manual_seed(args.seed))
         robot = source.env.robot
-    elif args.checkpoint or args.load_run:
-        raise CLIError("--checkpoint/--load_run drive recording with a policy; add --task TASK")
-    result = record(robot, args.num_worlds, args.steps, args.out, traj_len=args.traj_len, seed=args.seed,
-                    source=source, resume=args.resume)
-    print(json.dumps(result))
-    return result
+    return record(robot, args.num_worlds, args.steps, args.out, traj_len=args.traj_len, seed=args.seed,
+                  source=source, resume=args.resume, progress=dist_info().is_main)

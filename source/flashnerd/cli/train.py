@@ -25,6 +25,7 @@ from flashnerd.cli.common import (
 )
 from flashnerd.envs.evaluate import evaluate_policy
 from flashnerd.envs.rsl_rl import FlashNeRDRunner, RslRlVecEnvWrapper
+from flashnerd.utils.distributed import dist_info, shutdown
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -68,12 +69,21 @@ def run(args: argparse.Namespace) -> dict:
     if args.resume:
         resume_path = resolve_checkpoint(args.log_root, agent_cfg.experiment_name, args.load_run, args.checkpoint)
 
+    info = dist_info()
+    if info.enabled:  # under torchrun, like Isaac Lab: one GPU and one seed per rank; rank 0 logs and saves
+        if torch.device(env_cfg.device).type == "cuda":
+            env_cfg.device = agent_cfg.device = f"cuda:{info.local_rank}"
+        env_cfg.seed += info.rank
+        agent_cfg.seed += info.rank
+
     seed_everything(agent_cfg.seed)
     env = RslRlVecEnvWrapper(make_env(args.task, env_cfg), clip_actions=agent_cfg.clip_actions)
     log_dir = new_log_dir(args.log_root, agent_cfg.experiment_name, agent_cfg.run_name)
-    dump_yaml(log_dir / "params" / "env.yaml", env_cfg)
-    dump_yaml(log_dir / "params" / "agent.yaml", agent_cfg)
-    runner = FlashNeRDRunner(env, agent_cfg.to_rsl_rl_dict(), str(log_dir), device=agent_cfg.device)
+    if info.is_main:
+        dump_yaml(log_dir / "params" / "env.yaml", env_cfg)
+        dump_yaml(log_dir / "params" / "agent.yaml", agent_cfg)
+    runner = FlashNeRDRunner(env, agent_cfg.to_rsl_rl_dict(), str(log_dir) if info.is_main else None,
+                             device=agent_cfg.device)
     remaining = agent_cfg.max_iterations
     if resume_path is not None:
         runner.load(str(resume_path), map_location=agent_cfg.device)
@@ -89,7 +99,7 @@ def run(args: argparse.Namespace) -> dict:
         runner.learn(num_learning_iterations=remaining, init_at_random_ep_len=resume_path is None)
     except KeyboardInterrupt:
         # Ctrl-C: save the policy after the last completed iteration, so `--resume` continues without a gap.
-        if runner.last_completed_iteration >= 0:
+        if runner.last_completed_iteration >= 0 and info.is_main:
             runner.current_learning_iteration = runner.last_completed_iteration
             path = log_dir / f"model_{runner.last_completed_iteration}.pt"
             runner.save(str(path))
@@ -97,6 +107,10 @@ def run(args: argparse.Namespace) -> dict:
         raise
     wall = time.perf_counter() - start
     env.close()
+    if info.enabled:
+        shutdown()
+        if not info.is_main:
+            return {}
     evaluation = {}
     if args.eval_episodes > 0:
         policy = runner.get_inference_policy(device=agent_cfg.device)
@@ -107,6 +121,7 @@ def run(args: argparse.Namespace) -> dict:
         "task": args.task,
         "dynamics": env_cfg.dynamics,
         "num_envs": env_cfg.num_envs,
+        "processes": info.world_size,
         "iterations": agent_cfg.max_iterations,
         "wall_time_s": round(wall, 2),
         "log_dir": str(log_dir),

@@ -52,7 +52,7 @@ def load_dataset(path: str | Path, robot: RobotSpec | None = None) -> Trajectory
             missing = [k for k in REQUIRED if k not in f]
             if missing:
                 raise ValueError(f"dataset '{path}' lacks {', '.join(missing)}; it was not written by flashnerd record")
-            attrs = {k: (v.item() if hasattr(v, "item") else v) for k, v in f.attrs.items()}
+            attrs = {k: _plain(v) for k, v in f.attrs.items()}
             data = {k: torch.from_numpy(f[k][()]) for k in REQUIRED}
     except (OSError, KeyError) as err:
         raise ValueError(f"dataset '{path}' is truncated or corrupt ({str(err).splitlines()[0][:120]}); "
@@ -89,6 +89,13 @@ def load_datasets(paths: Sequence[str | Path], robot: RobotSpec | None = None) -
         return first
     cat = lambda k: torch.cat([getattr(d, k) for d in parts])  # noqa: E731  (sum M, T(+1), D)
     return TrajectoryData(cat("qpos"), cat("qvel"), cat("ctrl"), first.attrs)
+
+
+def _plain(value):
+    """An HDF5 attribute as a Python value: numpy scalars -> int/float, arrays -> lists."""
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    return value
 
 
 def check_robot(attrs: dict, robot: RobotSpec, path: str | Path) -> None:

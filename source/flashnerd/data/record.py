@@ -263,3 +263,42 @@ def _open_resumable(tmp: Path, identity: dict) -> h5py.File:
     for k in ("qpos", "qvel", "ctrl", "torque", "contact_force", "probe_distance"):
         f[k].resize(kept, axis=0)
     return f
+
+
+def merge_recordings(parts: list[Path], out: str | Path, seeds: list[int]) -> dict:
+    """Concatenate shard files of one recording (same robot and layout) into `out` (temp file, then rename).
+
+    Counters are summed; `shard_seeds` lists each shard's seed. The shards are deleted once `out` is in place.
+    """
+    out = Path(out)
+    tmp = out.with_name(out.name + ".tmp")
+    totals = {"num_trajectories": 0, "dropped": 0, "interrupted": 0}
+    worlds = 0
+    try:
+        with h5py.File(tmp, "w") as f:
+            for i, part in enumerate(parts):
+                with h5py.File(part, "r") as src:
+                    if i == 0:
+                        f.attrs.update(dict(src.attrs))
+                        for k, d in src.items():
+                            f.create_dataset(k, shape=(0, *d.shape[1:]), maxshape=(None, *d.shape[1:]),
+                                             dtype=d.dtype, chunks=d.chunks, compression="gzip", compression_opts=4)
+                    n = int(src.attrs["num_trajectories"])
+                    for k, d in src.items():
+                        dst = f[k]
+                        start = dst.shape[0]
+                        dst.resize(start + n, axis=0)
+                        for a in range(0, n, 256):  # bounded memory for large shards
+                            dst[start + a:start + min(n, a + 256)] = d[a:min(n, a + 256)]
+                    for k in totals:
+                        totals[k] += int(src.attrs[k])
+                    worlds += int(src.attrs["num_worlds"])
+            f.attrs.update({**totals, "num_worlds": worlds, "shard_seeds": seeds})
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    os.replace(tmp, out)
+    for part in parts:
+        part.unlink(missing_ok=True)
+    return {"out": str(out), "trajectories": totals["num_trajectories"], "dropped": totals["dropped"],
+            "interrupted": totals["interrupted"], "shards": len(parts)}

@@ -14,6 +14,7 @@ from rsl_rl.runners import OnPolicyRunner
 from tensordict import TensorDict
 
 from flashnerd.envs.core import FlashNeRDEnv
+from flashnerd.utils.distributed import dist_info
 
 
 class RslRlVecEnvWrapper(VecEnv):
@@ -91,6 +92,19 @@ class FlashNeRDRunner(OnPolicyRunner):
             log(**kw)
 
         self.logger.log = log_and_record
+
+    def _configure_multi_gpu(self) -> None:
+        """rsl_rl's multi-process PPO needs CUDA and nccl; on the CPU the same collectives run over gloo."""
+        info = dist_info()
+        if not info.enabled or torch.device(self.device).type == "cuda":
+            super()._configure_multi_gpu()
+            return
+        self.gpu_world_size, self.is_distributed = info.world_size, True
+        self.gpu_local_rank, self.gpu_global_rank = info.local_rank, info.rank
+        self.cfg["multi_gpu"] = {"global_rank": info.rank, "local_rank": info.local_rank,
+                                 "world_size": info.world_size}
+        if not torch.distributed.is_initialized():
+            torch.distributed.init_process_group(backend="gloo", rank=info.rank, world_size=info.world_size)
 
     def save(self, path: str, infos: dict | None = None) -> None:
         tmp = f"{path}.tmp"

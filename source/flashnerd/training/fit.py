@@ -17,6 +17,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel
 from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
@@ -28,6 +29,7 @@ from flashnerd.robots import get_robot
 from flashnerd.sim.scene import build_scene
 from flashnerd.training.checkpoint import config_dict, read_checkpoint, save_checkpoint
 from flashnerd.training.features import trajectory_tensors
+from flashnerd.utils.distributed import DistInfo, all_reduce_max
 
 
 @dataclass
@@ -58,8 +60,18 @@ class FitConfig:
 class Fitter:
     """Holds the data tensors, model, normalizers and optimizer of one fitting run."""
 
-    def __init__(self, data_path: str | Path | Sequence[str | Path], cfg: FitConfig, device: str = "cpu") -> None:
-        self.cfg, self.device = cfg, torch.device(device)
+    def __init__(self, data_path: str | Path | Sequence[str | Path], cfg: FitConfig, device: str = "cpu",
+                 dist: DistInfo | None = None) -> None:
+        dist = dist or DistInfo()
+        self.cfg, self.device, self.dist = cfg, torch.device(device), dist
+        for name in ("batch_size", "ar_batch_size"):
+            if getattr(cfg, name) % dist.world_size:
+                raise ValueError(f"{name} {getattr(cfg, name)} does not split evenly over {dist.world_size} "
+                                 "processes; make it a multiple of the process count")
+        # Every rank draws the same global batch from the same generator and keeps its slice of it, so the averaged
+        # gradient is the single-process gradient of the global batch.
+        self._tf_rows = _rank_slice(cfg.batch_size, dist)
+        self._ar_rows = _rank_slice(cfg.ar_batch_size, dist)
         paths = [data_path] if isinstance(data_path, (str, Path)) else list(data_path)
         data = load_datasets(paths)
         data_path = ", ".join(str(p) for p in paths)
@@ -86,6 +98,7 @@ class Fitter:
         self.xn_va = self.x_norm.normalize(x_va.to(self.device))
         self.yn_va = self.y_norm.normalize(y_va.to(self.device))
 
+        torch.manual_seed(cfg.seed)  # initial weights follow the seed (and agree on every rank)
         self.model = build_model(cfg.model, self.rep.input_dim, self.rep.target_dim, size=cfg.size).to(self.device)
         self.window = min(cfg.window, getattr(self.model.config, "window", cfg.window), data.traj_len)
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
@@ -94,6 +107,11 @@ class Fitter:
         val_gen = torch.Generator(device=self.device).manual_seed(cfg.seed + 1)
         self.val_idx = self._sample_windows(self.xn_va.shape[0], self.xn_va.shape[1], self.window, 512, val_gen)
         self.history: list[dict] = []
+        self.objective = _Objective(self)
+        self._step_fn = self.objective
+        if dist.enabled:
+            ids = [self.device.index] if self.device.type == "cuda" else None
+            self._step_fn = DistributedDataParallel(self.objective, device_ids=ids)
 
     def _to_device(self, d: TrajectoryData) -> TrajectoryData:
         return TrajectoryData(d.qpos.to(self.device), d.qvel.to(self.device), d.ctrl.to(self.device), d.attrs)
@@ -124,6 +142,7 @@ class Fitter:
         c, rep = self.cfg, self.rep
         hist, steps = c.ar_history, c.ar_steps
         traj, tt = self._sample_windows(xn.shape[0], xn.shape[1], hist + steps, c.ar_batch_size, self.gen)
+        traj, tt = traj[self._ar_rows], tt[self._ar_rows]  # this rank's share of the global batch
         seq = xn[traj, tt[:, :hist]]  # (b, H, I) true normalized frames
         last_t = tt[:, hist - 1]  # (b,)
         qpos, qvel = data.qpos[traj[:, 0], last_t], data.qvel[traj[:, 0], last_t]  # (b, nq), (b, nv) true state
@@ -141,7 +160,8 @@ class Fitter:
             if k + 1 < steps:
                 frame = rep.inputs(qpos, qvel, data.ctrl[traj[:, 0], t_next], self.probes(qpos))  # (b, I)
                 frame = self.x_norm.normalize(frame)
-                frame = frame + c.ar_noise * torch.randn(frame.shape, device=self.device, generator=self.gen)
+                noise = torch.randn(c.ar_batch_size, frame.shape[1], device=self.device, generator=self.gen)
+                frame = frame + c.ar_noise * noise[self._ar_rows]  # (b, I) this rank's rows of the global draw
                 seq = torch.cat([seq, frame[:, None]], dim=1)  # (b, H+k+1, I)
         return loss / steps
 
@@ -154,11 +174,12 @@ class Fitter:
 
     def fit(self, out: str | Path, log_dir: str | Path | None = None, progress: bool = True) -> dict:
         """Train until max_steps (or the time budget), checkpointing to `out` every eval_every steps."""
-        c = self.cfg
-        writer = SummaryWriter(str(log_dir)) if log_dir else None
+        c, main = self.cfg, self.dist.is_main
+        writer = SummaryWriter(str(log_dir)) if log_dir and main else None
         if self.step == 0:
             self.history.append({"step": 0, "val_loss": self.validate()})
-        bar = tqdm(total=c.max_steps, initial=self.step, desc=f"fit {c.model}", disable=None if progress else True)
+        bar = tqdm(total=c.max_steps, initial=self.step, desc=f"fit {c.model}",
+                   disable=None if progress and main else True)
         self.model.train()
         try:
             while self.step < c.max_steps and not (c.time_budget_s and self.train_seconds >= c.time_budget_s):
@@ -178,8 +199,10 @@ class Fitter:
             self.save(out)  # also when resumed with no step left to take
         if writer:
             writer.close()
+        windows = (c.batch_size + (c.ar_batch_size if c.ar_weight > 0 else 0)) * self.step  # global, all ranks
         return {"out": str(out), "model": c.model, "params": num_params(self.model), "steps": self.step,
                 "train_seconds": round(self.train_seconds, 1), "transitions": self.transitions,
+                "windows_per_s": round(windows / max(self.train_seconds, 1e-9), 1),
                 "val_loss_initial": self.history[0]["val_loss"], "val_loss_final": self.history[-1]["val_loss"]}
 
     def _train_step(self, writer: SummaryWriter | None) -> None:
@@ -188,23 +211,21 @@ class Fitter:
         start = time.perf_counter()
         for group in self.opt.param_groups:
             group["lr"] = self.lr_at(self.step)
-        idx = self._sample_windows(self.xn_tr.shape[0], self.xn_tr.shape[1], self.window, c.batch_size, self.gen)
-        loss_tf = self.teacher_forced_loss(self.xn_tr, self.yn_tr, idx)
-        loss_ar = self.autoregressive_loss(self.train, self.xn_tr) if c.ar_weight > 0 else torch.zeros(())
-        loss = loss_tf + c.ar_weight * loss_ar
+        loss, loss_tf, loss_ar = self._step_fn()  # under torchrun: DDP averages the gradients in backward()
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), c.grad_clip)
         self.opt.step()
         self.step += 1
-        self.train_seconds += time.perf_counter() - start
+        # The slowest rank's time, so every rank follows the same schedule and stops at the same step.
+        self.train_seconds += all_reduce_max(time.perf_counter() - start, self.device)
         if writer:
             writer.add_scalar("train/loss_teacher_forced", loss_tf.item(), self.step)
             writer.add_scalar("train/loss_autoregressive", loss_ar.item(), self.step)
             writer.add_scalar("train/lr", self.lr_at(self.step), self.step)
 
     def _validate_and_save(self, out: str | Path, writer: SummaryWriter | None) -> float:
-        val = self.validate()
+        val = self.validate()  # every rank holds the same weights and draws the same validation windows
         self.history.append({"step": self.step, "val_loss": val, "train_seconds": self.train_seconds})
         if writer:
             writer.add_scalar("val/loss_teacher_forced", val, self.step)
@@ -212,6 +233,9 @@ class Fitter:
         return val
 
     def save(self, out: str | Path) -> None:
+        """Write the checkpoint (rank 0 alone under torchrun)."""
+        if not self.dist.is_main:
+            return
         save_checkpoint(out, {
             "kind": self.cfg.model,
             "model_config": config_dict(self.model.config),
@@ -243,3 +267,27 @@ class Fitter:
         self.y_norm.load_state_dict(ckpt["target_normalizer"])
         self.step, self.train_seconds, self.history = ckpt["step"], ckpt["train_seconds"], ckpt["history"]
         self.gen.set_state(ckpt["rng"])
+
+
+class _Objective(torch.nn.Module):
+    """The fitting loss as one module call, so DistributedDataParallel sees one forward per optimizer step even
+    though the teacher-forced and autoregressive terms call the model many times."""
+
+    def __init__(self, fitter: Fitter) -> None:
+        super().__init__()
+        self.model = fitter.model
+        self._fitter = (fitter,)  # a tuple keeps the Fitter out of the module tree
+
+    def forward(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        f = self._fitter[0]
+        c = f.cfg
+        traj, tt = f._sample_windows(f.xn_tr.shape[0], f.xn_tr.shape[1], f.window, c.batch_size, f.gen)
+        loss_tf = f.teacher_forced_loss(f.xn_tr, f.yn_tr, (traj[f._tf_rows], tt[f._tf_rows]))
+        loss_ar = f.autoregressive_loss(f.train, f.xn_tr) if c.ar_weight > 0 else torch.zeros((), device=f.device)
+        return loss_tf + c.ar_weight * loss_ar, loss_tf, loss_ar
+
+
+def _rank_slice(batch: int, dist: DistInfo) -> slice:
+    """Rows of a global batch that this rank computes."""
+    share = batch // dist.world_size
+    return slice(dist.rank * share, (dist.rank + 1) * share)

@@ -1,0 +1,106 @@
+"""`flashnerd compare-video`: the analytical and a learned backend from the same start under the same actions, side
+by side, so the model's drift is visible; and the `--video` option of `flashnerd play`."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from flashnerd.cli.common import CLIError, add_checkpoint_args, add_env_args, check_positive, env_and_policy, make_env
+from flashnerd.envs.rsl_rl import RslRlVecEnvWrapper
+
+
+def add_video_args(p: argparse.ArgumentParser, length: int) -> None:
+    """--video_length --video_width --video_height (Isaac Lab names the first two the same way)."""
+    p.add_argument("--video_length", type=int, default=length, help="control steps in the video (50 per second)")
+    p.add_argument("--video_width", type=int, default=640, help="frame width in pixels")
+    p.add_argument("--video_height", type=int, default=480, help="frame height in pixels")
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("compare-video", help="render mujoco and a learned backend side by side under one policy")
+    add_env_args(p, num_envs=1)
+    add_checkpoint_args(p)
+    add_video_args(p, length=250)
+    p.add_argument("--out", default=None, help="MP4 path (default: <run>/videos/compare_<dynamics>.mp4)")
+    p.set_defaults(func=run_compare, dynamics="flashnerd")
+
+
+def _no_resets(env_cfg, steps: int):
+    """The same task without terminations or time-outs inside the video, so both sides stay one trajectory."""
+    control_dt = 0.02
+    return dataclasses.replace(env_cfg, num_envs=1, terminations={},
+                               episode_length_s=max(env_cfg.episode_length_s, (steps + 10) * control_dt),
+                               events={k: e for k, e in env_cfg.events.items() if e.mode != "interval"})
+
+
+def run_compare(args: argparse.Namespace) -> dict:
+    """Roll the policy in the analytical env; feed the same actions to the learned env; render both."""
+    from flashnerd.viz import RobotRenderer, VideoWriter, label_frame, side_by_side
+
+    for name in ("video_length", "video_width", "video_height"):
+        check_positive(name, getattr(args, name))
+    learned = args.dynamics
+    args.dynamics = "mujoco"  # env_and_policy builds the analytical side
+    checkpoint = args.dynamics_checkpoint
+    args.dynamics_checkpoint = None
+    env, _, policy, path, env_cfg = env_and_policy(args)
+    env.close()
+    cfg = _no_resets(env_cfg, args.video_length)
+    kwargs = {"checkpoint": checkpoint} if checkpoint else {}
+    sim = RslRlVecEnvWrapper(make_env(args.task, cfg))
+    model = RslRlVecEnvWrapper(make_env(args.task, dataclasses.replace(cfg, dynamics=learned, dynamics_kwargs=kwargs)))
+    s = sim.unwrapped.state
+    model.unwrapped.dyn.reset(torch.zeros(1, dtype=torch.long), s.qpos.clone(), s.qvel.clone())  # one start state
+
+    out = Path(args.out) if args.out else Path(path).parent / "videos" / f"compare_{learned}.mp4"
+    renderer = RobotRenderer(sim.unwrapped.robot, args.video_width, args.video_height)
+    names = {"mujoco": "MuJoCo", "flashnerd": "FlashNeRD", "nerd": "NeRD", "mjwarp": "MuJoCo Warp"}
+    dt = sim.unwrapped.step_dt
+    drift = []
+    with VideoWriter(out, fps=round(1 / dt)) as video, torch.inference_mode():
+        obs = sim.get_observations()
+        for t in tqdm(range(args.video_length), desc="compare-video", unit="frame"):
+            actions = policy(obs)  # (1, na) from the analytical side's observation, applied to both
+            obs, _, _, _ = sim.step(actions)
+            model.step(actions)
+            q_sim = sim.unwrapped.state.qpos[0].cpu().numpy().astype(np.float64)
+            q_model = model.unwrapped.state.qpos[0].cpu().numpy().astype(np.float64)
+            drift.append(float(np.linalg.norm(q_sim[:3] - q_model[:3])))
+            stamp = f"t = {(t + 1) * dt:5.2f} s"
+            video.append(side_by_side(label_frame(renderer.render(q_sim), f"{names['mujoco']}  {stamp}"),
+                                      label_frame(renderer.render(q_model), f"{names.get(learned, learned)}  {stamp}")))
+    renderer.close()
+    sim.close()
+    model.close()
+    result = {"video": str(out), "frames": args.video_length, "dynamics": learned, "checkpoint": str(path),
+              "base_drift_m": {"1s": drift[min(49, len(drift) - 1)], "end": drift[-1]}}
+    print(json.dumps(result))
+    return result
+
+
+def record_play_video(env, policy, out: Path, length: int, width: int, height: int) -> dict:
+    """Roll `policy` for `length` steps in `env` (an RslRlVecEnvWrapper) and render world 0 to `out`."""
+    from flashnerd.viz import RobotRenderer, VideoWriter, label_frame
+
+    renderer = RobotRenderer(env.unwrapped.robot, width, height)
+    dt = env.unwrapped.step_dt
+    total = torch.zeros(env.num_envs, device=env.device)
+    with VideoWriter(out, fps=round(1 / dt)) as video, torch.inference_mode():
+        obs = env.get_observations()
+        for t in tqdm(range(length), desc="play --video", unit="frame"):
+            obs, rew, _, _ = env.step(policy(obs))
+            total += rew
+            qpos = env.unwrapped.state.qpos[0].cpu().numpy().astype(np.float64)
+            video.append(label_frame(renderer.render(qpos), f"t = {(t + 1) * dt:5.2f} s"))
+    renderer.close()
+    return {"video": str(out), "frames": length, "mean_reward_sum": total.mean().item()}
+
+
+__all__ = ["CLIError", "add_parser", "add_video_args", "record_play_video", "run_compare"]
