@@ -47,6 +47,9 @@ setup(
         "imageio>=2.30",
         "imageio-ffmpeg>=0.5",
     ],
-    extras_require={"test": ["pytest>=8", "ruff>=0.6", "hypothesis>=6"]},
+    extras_require={
+        "test": ["pytest>=8", "ruff>=0.6", "hypothesis>=6", "mkdocs>=1.6", "mkdocs-material>=9.5",
+                 "mkdocstrings[python]>=0.26"],
+    },
     entry_points={"console_scripts": ["flashnerd=flashnerd.cli.main:main"]},
 )
