@@ -1,7 +1,7 @@
-"""MkDocs hook: fill generated sections from the code, so the reference pages never drift from it.
+"""MkDocs hook: fill generated sections from the code, so the pages never drift from it.
 
-`<!-- flashnerd:readme -->` becomes the README (the quick start), `<!-- flashnerd:tasks -->` becomes a table of every registered task; `<!-- flashnerd:cli -->` becomes the help text
-of every `flashnerd` command, taken from the argument parsers.
+`<!-- flashnerd:readme -->` becomes the README (the quick start); `<!-- flashnerd:tasks -->` a table of every
+registered task; `<!-- flashnerd:cli -->` the help text of every `flashnerd` command, from the argument parsers.
 """
 
 from __future__ import annotations
@@ -11,14 +11,12 @@ from pathlib import Path
 
 
 def _tasks_table() -> str:
-    from flashnerd.envs.registry import load_cfg_from_registry, registered_tasks
+    from flashnerd.envs.registry import load_cfg_from_registry, registered_tasks, task_spec
 
     rows = ["| task id | robot | worlds | episode (s) | default backend | env config | PPO config |",
             "|---|---|---|---|---|---|---|"]
     for task in registered_tasks():
         cfg = load_cfg_from_registry(task, "env_cfg_entry_point")
-        from flashnerd.envs.registry import task_spec
-
         kw = task_spec(task).kwargs
         rows.append(f"| `{task}` | {cfg.robot} | {cfg.num_envs} | {cfg.episode_length_s:g} | `{cfg.dynamics}` | "
                     f"`{kw.get('env_cfg_entry_point')}` | `{kw.get('rsl_rl_cfg_entry_point')}` |")
