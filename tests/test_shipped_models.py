@@ -19,7 +19,9 @@ def fresh_data(tmp_path_factory, ):
 
     path = tmp_path_factory.mktemp("fresh") / "fresh.h5"
     record(get_robot("anymal_c"), num_worlds=48, steps=15, out=path, traj_len=15, seed=1234, progress=False)
-    return load_dataset(path)
+    data = load_dataset(path)
+    data.attrs["path"] = str(path)
+    return data
 
 
 @pytest.mark.parametrize("kind", ["flashnerd", "nerd"])
@@ -48,3 +50,22 @@ def test_shipped_checkpoints_are_small_and_carry_their_provenance(anymal):
         assert "optimizer" not in ckpt and ckpt["model_hash"] == anymal.model_hash()
         assert set(ckpt["metrics"]["nrmse"]) >= {"1", "15", "100", "200"}
         assert ckpt["data"]["transitions"] > 0 and ckpt["train_seconds"] > 0
+
+
+def test_learned_torque_estimate_matches_what_mujoco_reports(anymal, fresh_data):
+    """One-step predictions from recorded states: the learned backend's PD torque (at the analytical backend's last
+    substep) has the same energy as MuJoCo's actuator torque; the start-of-step PD torque would overstate it."""
+    import h5py
+
+    n = fresh_data.num_trajectories
+    dyn = make_dynamics("flashnerd", anymal, n)
+    dyn.reset(torch.arange(n), fresh_data.qpos[:, 5], fresh_data.qvel[:, 5])
+    dyn.step(fresh_data.ctrl[:, 5])
+    with h5py.File(fresh_data.attrs["path"]) as f:
+        true_torque = torch.from_numpy(f["torque"][:, 5])  # (n, nu) last substep of step 5
+    ratio = (dyn.state().joint_torque ** 2).sum() / (true_torque ** 2).sum()
+    assert 0.8 < ratio < 1.25, ratio.item()
+    q, qd = fresh_data.qpos[:, 5, 7:], fresh_data.qvel[:, 5, 6:]
+    start = anymal.stiffness * (fresh_data.ctrl[:, 5] - q) - anymal.damping * qd
+    start_ratio = (start.clamp(-80, 80) ** 2).sum() / (true_torque ** 2).sum()
+    assert start_ratio > ratio  # the estimate this replaced

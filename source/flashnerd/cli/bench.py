@@ -11,6 +11,7 @@ import time
 import torch
 
 from flashnerd.cli.common import CLIError, add_env_args, check_device, check_positive, load_task_cfgs, make_env
+from flashnerd.viz.report import plot_ppo
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -127,7 +128,7 @@ def run_ppo(args: argparse.Namespace) -> dict:
                "device": args.device, "backends": results}
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "bench_ppo.json").write_text(json.dumps(summary, indent=1))
-    _plot_ppo(results, out_dir / "bench_ppo.png", args.task)
+    plot_ppo(results, out_dir / "bench_ppo.png", args.task)
     print(json.dumps({b: {k: v for k, v in r.items() if k != "curve"} for b, r in results.items()}))
     return summary
 
@@ -156,23 +157,3 @@ def _train_and_time(args: argparse.Namespace, backend: str, out_dir, checkpoint:
         "eval_mujoco": {k: evaluation["mujoco"][k] for k in ("mean_return", "lin_vel_rms", "fall_rate")},
         "curve": curve,
     }
-
-
-def _plot_ppo(results: dict, path, title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6.4, 4.0))
-    for backend, r in results.items():
-        t, rew = zip(*r["curve"])
-        line, = ax.plot(t, rew, label=f"{backend} ({r['seconds_per_iteration']:.2f} s/it)")
-        ax.plot([t[-1]], [r["eval_mujoco"]["mean_return"]], marker="D", color=line.get_color(), markersize=8)
-    ax.set_xlabel("accumulated training time (s)")
-    ax.set_ylabel("mean episode return")
-    ax.set_title(f"{title}\n(diamonds: final policy evaluated in MuJoCo)", fontsize=9)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)

@@ -1,0 +1,128 @@
+"""Results pages that rebuild themselves: tables and figures regenerated from the benchmark JSON in `docs/results/`.
+
+A page marks each generated block with `<!-- report:NAME -->` ... `<!-- /report -->`; `NAME.json` in the results
+folder says what goes there. The file-name prefix picks the renderer:
+
+    bench_ppo_*      `flashnerd bench ppo` JSON -> table + reward-vs-time plot (NAME.png)
+    bench_model_*    `flashnerd bench model` JSON -> throughput table
+    model_eval_*     {model: `flashnerd evaluate-model` JSON} -> long-horizon accuracy table
+    transfer_*       {trained_on: `flashnerd train` summary} -> returns in each backend, side by side
+    fit_scaling_*    {processes: `flashnerd fit` JSON} -> data-parallel fitting throughput table
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+BLOCK = re.compile(r"(<!-- report:(?P<name>[\w.-]+) -->\n)(?P<body>.*?)(<!-- /report -->)", re.S)
+
+
+def plot_ppo(backends: dict, path: str | Path, title: str) -> None:
+    """Mean training return against accumulated training time per backend; a diamond marks the MuJoCo evaluation."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    for backend, r in backends.items():
+        t, rew = zip(*r["curve"])
+        line, = ax.plot(t, rew, label=f"{backend} ({r['seconds_per_iteration']:.2f} s/it)")
+        ax.plot([t[-1]], [r["eval_mujoco"]["mean_return"]], marker="D", color=line.get_color(), markersize=8)
+    ax.set_xlabel("accumulated training time (s)")
+    ax.set_ylabel("mean episode return")
+    ax.set_title(f"{title}\n(diamonds: final policy evaluated in MuJoCo)", fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120, metadata={"Software": None})  # no version stamp: rebuilding gives the same file
+    plt.close(fig)
+
+
+def _bench_ppo(data: dict, name: str, folder: Path) -> str:
+    plot_ppo(data["backends"], folder / f"{name}.png", data["task"])
+    fastest = min(r["seconds_per_iteration"] for r in data["backends"].values())
+    rows = [f"{data['num_envs']} envs, {data['iterations']} iterations per backend, device `{data['device']}`.", "",
+            "| training backend | s / PPO iteration | vs fastest | return in MuJoCo | MuJoCo lin-vel RMS | "
+            "MuJoCo fall rate |", "|---|---|---|---|---|---|"]
+    for backend, r in sorted(data["backends"].items(), key=lambda kv: kv[1]["seconds_per_iteration"]):
+        e = r["eval_mujoco"]
+        rows.append(f"| `{backend}` | {r['seconds_per_iteration']:.2f} | {r['seconds_per_iteration'] / fastest:.2f}x "
+                    f"| {e['mean_return']:.1f} | {e['lin_vel_rms']:.3f} | {e['fall_rate']:.2f} |")
+    rows += ["", f"![PPO reward against accumulated training time](results/{name}.png)"]
+    return "\n".join(rows)
+
+
+def _bench_model(data: dict, name: str, folder: Path) -> str:
+    models = list(data["steps_per_s"])
+    batches = list(data["steps_per_s"][models[0]])
+    rows = [f"Robot `{data['robot']}`, size class `{data['size']}`, device `{data['device']}`, "
+            f"{data.get('threads', '?')} threads; steps x worlds per second.", "",
+            "| batch | " + " | ".join(models) + " | FlashNeRD / NeRD |", "|---" * (len(models) + 2) + "|"]
+    for b in batches:
+        cells = " | ".join(f"{data['steps_per_s'][m][b]:,.0f}" for m in models)
+        ratio = data.get("ratio", {}).get(b)
+        rows.append(f"| {int(b):,} | {cells} | {f'{ratio:.1f}x' if ratio else '-'} |")
+    return "\n".join(rows)
+
+
+def _model_eval(data: dict, name: str, folder: Path) -> str:
+    horizons = list(next(iter(data.values()))["nrmse"])
+    rows = ["| model | training time (s) | " + " | ".join(f"NRMSE H={h}" for h in horizons)
+            + f" | base pos. error H={horizons[-2]} (m) |", "|---" * (len(horizons) + 3) + "|"]
+    for model, r in data.items():
+        nrmse = " | ".join(f"{r['nrmse'][h]:.3f}" for h in horizons)
+        rows.append(f"| {model} | {r.get('train_seconds', '-')} | {nrmse} | {r['base_pos_err_m'][horizons[-2]]:.2f} |")
+    return "\n".join(rows)
+
+
+def _transfer(data: dict, name: str, folder: Path) -> str:
+    rows = ["| trained on | envs x iterations | training wall time (s) | return on its backend | return in MuJoCo | "
+            "MuJoCo lin-vel RMS (m/s) | MuJoCo falls |", "|---|---|---|---|---|---|---|"]
+    for trained_on, s in data.items():
+        own, sim = s["eval"].get(s["dynamics"], s["eval"]["mujoco"]), s["eval"]["mujoco"]
+        rows.append(f"| `{trained_on}` | {s['num_envs']} x {s['iterations']} | {s['wall_time_s']:.0f} | "
+                    f"{own['mean_return']:.1f} | {sim['mean_return']:.1f} | {sim['lin_vel_rms']:.3f} | "
+                    f"{sim['fall_rate']:.2f} |")
+    return "\n".join(rows)
+
+
+def _fit_scaling(data: dict, name: str, folder: Path) -> str:
+    base = data["1"]["windows_per_s"]
+    rows = ["| processes | threads each | windows / s (global batch) | speed-up |", "|---|---|---|---|"]
+    for procs, r in data.items():
+        speedup = r["windows_per_s"] / base
+        rows.append(f"| {procs} | {r.get('threads', 1)} | {r['windows_per_s']:,.1f} | {speedup:.2f}x |")
+    return "\n".join(rows)
+
+
+RENDERERS: dict[str, Callable[[dict, str, Path], str]] = {
+    "bench_ppo_": _bench_ppo, "bench_model_": _bench_model, "model_eval_": _model_eval, "transfer_": _transfer,
+    "fit_scaling_": _fit_scaling,
+}
+
+
+def render_block(name: str, folder: Path) -> str:
+    """The Markdown of block `name` from `folder/name.json` (and any figure it writes next to it)."""
+    path = folder / f"{name}.json"
+    if not path.is_file():
+        raise ValueError(f"report block '{name}' needs {path}; run the command that writes it")
+    renderer = next((fn for prefix, fn in RENDERERS.items() if name.startswith(prefix)), None)
+    if renderer is None:
+        raise ValueError(f"report block '{name}': no renderer for that name; prefixes: {', '.join(RENDERERS)}")
+    return renderer(json.loads(path.read_text()), name, folder).rstrip() + "\n"
+
+
+def rebuild(page: str | Path, folder: str | Path) -> tuple[str, list[str]]:
+    """Page text with every report block regenerated, and the names of the blocks."""
+    page, folder = Path(page), Path(folder)
+    text = page.read_text()
+    names = []
+
+    def fill(m: re.Match) -> str:
+        names.append(m["name"])
+        return m.group(1) + render_block(m["name"], folder) + m.group(4)
+
+    return BLOCK.sub(fill, text), names

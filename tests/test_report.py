@@ -1,0 +1,38 @@
+"""`flashnerd report`: the committed results page matches its JSON, and a changed JSON changes the page."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from flashnerd.cli.main import main
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_committed_results_page_is_up_to_date(capsys):
+    page, folder = ROOT / "docs" / "results.md", ROOT / "docs" / "results"
+    assert main(["report", "--page", str(page), "--results", str(folder), "--check"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert "bench_ppo_4096" in result["blocks"] and len(result["blocks"]) >= 3
+
+
+def test_a_changed_measurement_changes_the_page(tmp_path, capsys):
+    folder = tmp_path / "results"
+    shutil.copytree(ROOT / "docs" / "results", folder)
+    page = tmp_path / "results.md"
+    page.write_text("# R\n\n<!-- report:bench_ppo_4096 -->\nstale\n<!-- /report -->\n")
+    assert main(["report", "--page", str(page), "--results", str(folder), "--check"]) == 2
+    assert "out of date" in capsys.readouterr().err
+    assert main(["report", "--page", str(page), "--results", str(folder)]) == 0
+    text = page.read_text()
+    data = json.loads((folder / "bench_ppo_4096.json").read_text())
+    fastest = min(data["backends"].values(), key=lambda r: r["seconds_per_iteration"])
+    assert f"{fastest['seconds_per_iteration']:.2f}" in text and "stale" not in text
+    assert (folder / "bench_ppo_4096.png").stat().st_size > 10_000
+    assert main(["report", "--page", str(page), "--results", str(folder), "--check"]) == 0
+    data["backends"]["mujoco"]["seconds_per_iteration"] *= 2
+    (folder / "bench_ppo_4096.json").write_text(json.dumps(data))
+    assert main(["report", "--page", str(page), "--results", str(folder), "--check"]) == 2
+    assert main(["report", "--page", str(tmp_path / "missing.md"), "--results", str(folder)]) == 2
