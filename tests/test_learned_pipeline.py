@@ -268,9 +268,11 @@ def test_ctrl_c_during_record_keeps_complete_batches_and_resume_finishes(tmp_pat
 
 
 def test_fit_killed_mid_run_resumes_to_the_requested_step_count(tiny, tmp_path):
+    import random
     import signal
     import subprocess
     import sys
+    import time
 
     _, path, _ = tiny
     out = tmp_path / "killed.pt"
@@ -278,6 +280,7 @@ def test_fit_killed_mid_run_resumes_to_the_requested_step_count(tiny, tmp_path):
            "--max_steps", "100000", "--batch_size", "8", "--log_dir", str(tmp_path / "tb")]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     _wait_for(out, proc)
+    time.sleep(random.uniform(0.0, 2.0))  # a random point after the first checkpoint
     proc.send_signal(signal.SIGKILL)  # no handler runs: only what was already renamed into place survives
     proc.communicate(timeout=60)
     step = torch.load(out, weights_only=False)["step"]

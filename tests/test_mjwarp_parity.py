@@ -98,3 +98,21 @@ def test_velocity_task_runs_on_mjwarp():
     assert torch.isfinite(obs["policy"]).all() and torch.isfinite(reward).all()
     assert not terminated.any()  # standing still with zero actions does not fall
     env.close()
+
+
+def test_recording_from_mjwarp_replays_in_mujoco(tmp_path):
+    from flashnerd.data.dataset import load_dataset
+    from flashnerd.data.record import record
+    from flashnerd.robots import get_robot
+
+    robot = get_robot("anymal_c")
+    info = record(robot, num_worlds=4, steps=20, out=tmp_path / "w.h5", traj_len=20, seed=3, progress=False,
+                  backend="mjwarp")
+    data = load_dataset(tmp_path / "w.h5", robot)
+    assert info["trajectories"] == 4
+    c_dyn = make_dynamics("mujoco", robot, 4)
+    c_dyn.reset(torch.arange(4), data.qpos[:, 0], data.qvel[:, 0])
+    for t in range(20):
+        c_dyn.step(data.ctrl[:, t])
+    assert (c_dyn.state().qpos - data.qpos[:, 20]).abs().max() < TOL["qpos"]
+    c_dyn.close()

@@ -114,3 +114,40 @@ def test_normalizer_round_trip_and_state_dict():
     other = Normalizer(5)
     other.load_state_dict(norm.state_dict())
     assert torch.equal(other.mean, norm.mean) and torch.equal(other.std, norm.std)
+
+
+_finite = st.floats(-2.0, 2.0, allow_nan=False, allow_infinity=False)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(_finite, min_size=4, max_size=4).filter(lambda q: sum(x * x for x in q) > 0.1),
+       st.lists(_finite, min_size=6, max_size=6), st.lists(_finite, min_size=3, max_size=3))
+def test_increment_apply_round_trip_for_any_state(quat, base_vel, step):
+    """apply(state, increment(state, next)) == next for arbitrary orientations, velocities and steps."""
+    rep = StateRepresentation(2)
+    q0 = torch.tensor([[0.1, -0.2, 0.5, *quat, 0.3, -0.4]], dtype=torch.float64)
+    q0[:, 3:7] /= torch.linalg.norm(q0[:, 3:7])
+    v0 = torch.tensor([[*base_vel, 0.5, -0.5]], dtype=torch.float64)
+    turn = rotvec_to_quat(torch.tensor(step, dtype=torch.float64) * 0.5)  # a rotation of up to 1.7 rad
+    q1 = q0.clone()
+    q1[:, 0:3] += torch.tensor(step, dtype=torch.float64) * 0.1
+    q1[:, 3:7] = quat_mul(q0[0, 3:7], turn)[None]
+    v1 = v0 + 0.1
+    q1_hat, v1_hat = rep.apply(q0, v0, rep.increment(q0, v0, q1, v1))
+    sign = torch.sign((q1_hat[:, 3:7] * q1[:, 3:7]).sum(1, keepdim=True))
+    q1_hat[:, 3:7] *= sign
+    assert torch.allclose(q1_hat, q1, atol=1e-9) and torch.allclose(v1_hat, v1, atol=1e-9)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.floats(-math.pi, math.pi), st.floats(-5.0, 5.0), st.floats(-5.0, 5.0))
+def test_state_features_ignore_heading_and_horizontal_position(yaw, dx, dy):
+    """Turning the whole robot about the vertical axis and moving it on the ground leaves the features unchanged."""
+    rep = StateRepresentation(12)
+    qpos, qvel = _random_states(8, 12, seed=3)
+    turn = quat_from_euler_xyz(torch.tensor(0.0), torch.tensor(0.0), torch.tensor(yaw)).double()  # (4,)
+    moved_q, moved_v = qpos.clone(), qvel.clone()
+    moved_q[:, 0:3] = quat_apply(turn.expand(8, 4), qpos[:, 0:3]) + torch.tensor([dx, dy, 0.0], dtype=torch.float64)
+    moved_q[:, 3:7] = quat_mul(turn.expand(8, 4), qpos[:, 3:7])
+    moved_v[:, 0:3] = quat_apply(turn.expand(8, 4), qvel[:, 0:3])  # world-frame linear velocity turns too
+    assert torch.allclose(rep.state_features(moved_q, moved_v), rep.state_features(qpos, qvel), atol=1e-9)

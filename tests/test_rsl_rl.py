@@ -168,6 +168,7 @@ def test_policy_driven_recording_replays_and_drops_interrupted_trajectories(trai
 
 def test_train_killed_mid_run_resumes_to_the_requested_iteration_count(tmp_path):
     """SIGKILL (no handler runs) after a few saved iterations; --resume ends at --max_iterations in all."""
+    import random
     import signal
     import time
 
@@ -181,6 +182,7 @@ def test_train_killed_mid_run_resumes_to_the_requested_iteration_count(tmp_path)
     while not list(tmp_path.glob("anymal_c_flat/*_killed/model_4.pt")) and time.time() < deadline:
         assert proc.poll() is None, proc.stderr.read()[-2000:]
         time.sleep(0.2)
+    time.sleep(random.uniform(0.0, 2.0))  # a random point after the first checkpoints
     proc.send_signal(signal.SIGKILL)
     proc.communicate(timeout=60)
     run = next(tmp_path.glob("anymal_c_flat/*_killed"))
@@ -193,3 +195,8 @@ def test_train_killed_mid_run_resumes_to_the_requested_iteration_count(tmp_path)
     summary = json.loads(resumed.stdout.strip().splitlines()[-1])
     assert summary["checkpoint"].endswith(f"model_{target - 1}.pt")
     assert torch.load(summary["checkpoint"], weights_only=False)["iter"] == target - 1
+
+
+def test_debug_flag_shows_the_traceback_instead_of_one_line():
+    with pytest.raises(ValueError, match="unknown task"):
+        main(["--debug", "train", "--task", "FlashNeRD-Nope-v0"])

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from flashnerd.cli.common import CLIError, check_positive, load_policy, make_env, resolve_checkpoint
+from flashnerd.cli.common import CLIError, check_device, check_positive, load_policy, make_env, resolve_checkpoint
 from flashnerd.data.record import PolicySource, merge_recordings, record
 from flashnerd.robots import get_robot
 from flashnerd.utils.distributed import barrier, dist_info, init_distributed, shutdown
@@ -24,6 +24,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--traj_len", type=int, default=100, help="control steps per trajectory")
     p.add_argument("--seed", type=int, default=0, help="random seed")
     p.add_argument("--out", required=True, help="output .h5 file (written to <out>.tmp, then renamed)")
+    p.add_argument("--dynamics", default="mujoco", choices=["mujoco", "mjwarp"], help="analytical backend to record")
+    p.add_argument("--device", default="cpu", help="torch device (mjwarp runs on cuda; mujoco computes on the CPU)")
     p.add_argument("--resume", action="store_true",
                    help="continue an interrupted recording (<out>.tmp) made with the same settings")
     g = p.add_argument_group("policy-driven recording (instead of exploration controls)")
@@ -52,13 +54,13 @@ def _policy_source(args: argparse.Namespace, gen: torch.Generator) -> PolicySour
     control_dt = get_robot(env_cfg.robot).control_dt
     # Pushes between steps would put velocity jumps into recorded transitions; time-outs would cut trajectories.
     env_cfg = dataclasses.replace(
-        env_cfg, dynamics="mujoco", num_envs=args.num_worlds, seed=args.seed, device="cpu",
+        env_cfg, dynamics=args.dynamics, num_envs=args.num_worlds, seed=args.seed, device=args.device,
         episode_length_s=(args.steps + args.traj_len + 1) * control_dt,
         events={k: e for k, e in env_cfg.events.items() if e.mode != "interval"},
     )
     wrapped = RslRlVecEnvWrapper(make_env(args.task, env_cfg), clip_actions=agent_cfg.clip_actions)
-    runner = FlashNeRDRunner(wrapped, agent_cfg.to_rsl_rl_dict(), None, device="cpu")
-    policy = load_policy(runner, path, "cpu")
+    runner = FlashNeRDRunner(wrapped, agent_cfg.to_rsl_rl_dict(), None, device=args.device)
+    policy = load_policy(runner, path, args.device)
     clip = agent_cfg.clip_actions
 
     def act(obs: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -75,11 +77,12 @@ def run(args: argparse.Namespace) -> dict:
     if args.checkpoint or args.load_run:
         if args.task is None:
             raise CLIError("--checkpoint/--load_run drive recording with a policy; add --task TASK")
-    info, _ = init_distributed("cpu")
+    check_device(args.device)
+    info, device = init_distributed(args.device)
     if info.world_size > args.num_worlds:
         raise CLIError(f"--num_worlds {args.num_worlds} is fewer than the {info.world_size} processes")
     try:
-        shard = argparse.Namespace(**vars(args))
+        shard = argparse.Namespace(**{**vars(args), "device": device})
         if info.enabled:  # this rank's worlds, its own seed and its own part file
             shard.num_worlds = args.num_worlds // info.world_size + (info.rank < args.num_worlds % info.world_size)
             shard.seed = args.seed + 100_003 * info.rank
@@ -111,4 +114,5 @@ def _record_one(args: argparse.Namespace) -> dict:
         source = _policy_source(args, torch.Generator().manual_seed(args.seed))
         robot = source.env.robot
     return record(robot, args.num_worlds, args.steps, args.out, traj_len=args.traj_len, seed=args.seed,
-                  source=source, resume=args.resume, progress=dist_info().is_main)
+                  source=source, resume=args.resume, progress=dist_info().is_main, backend=args.dynamics,
+                  device=args.device)

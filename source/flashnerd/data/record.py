@@ -37,6 +37,7 @@ from flashnerd.robots import RobotSpec
 from flashnerd.utils.math import quat_from_euler_xyz
 
 FORMAT_VERSION = 1
+ANALYTICAL = ("mujoco", "mjwarp")  # backends that data may be recorded from
 HUGE = 1e5  # NeRD drops trajectories with |x| above this
 
 
@@ -80,8 +81,12 @@ class ExplorationSource:
 
     kind = "exploration"
 
-    def __init__(self, robot: RobotSpec, num_worlds: int, gen: torch.Generator, nthread: int | None = None) -> None:
-        self.dyn = make_dynamics("mujoco", robot, num_worlds, nthread=nthread)
+    def __init__(self, robot: RobotSpec, num_worlds: int, gen: torch.Generator, nthread: int | None = None,
+                 backend: str = "mujoco", device: str = "cpu") -> None:
+        if backend not in ANALYTICAL:
+            raise ValueError(f"recording needs an analytical backend ({', '.join(ANALYTICAL)}), got '{backend}'")
+        kwargs = {"nthread": nthread} if backend == "mujoco" else {}
+        self.dyn = make_dynamics(backend, robot, num_worlds, device=device, **kwargs)
         self.controller = ExplorationController(robot, num_worlds, gen)
         self.n, self.gen = num_worlds, gen
 
@@ -92,8 +97,8 @@ class ExplorationSource:
 
     def step(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Advance one control step; returns the applied targets (N, nu) and which worlds were reset (N,)."""
-        ctrl = self.controller()
-        self.dyn.step(ctrl)
+        ctrl = self.controller()  # (N, nu) on the CPU, where the generator lives
+        self.dyn.step(ctrl.to(self.dyn.device))
         return ctrl, torch.zeros(self.n, dtype=torch.bool)
 
     def close(self) -> None:
@@ -126,7 +131,8 @@ class PolicySource:
         """Advance one control step; returns the applied targets (N, nu) and which worlds were reset (N,)."""
         env = self.env
         actions = self.policy(env.get_observations()).to(torch.float32)  # (N, na)
-        actions = actions + self.noise_std * torch.randn(actions.shape, generator=self.gen)  # (N, na)
+        noise = self.noise_std * torch.randn(actions.shape, generator=self.gen)  # (N, na) drawn on the CPU generator
+        actions = actions + noise.to(actions.device)
         _, _, terminated, truncated, _ = env.step(actions)
         ctrl = env.default_joint_pos + env.cfg.action_scale * env.actions  # (N, nu) what the backend received
         return ctrl, terminated | truncated
@@ -141,10 +147,12 @@ def _chunk_seed(seed: int, chunk: int) -> int:
 
 
 def record(robot: RobotSpec, num_worlds: int, steps: int, out: str | Path, traj_len: int = 100, seed: int = 0,
-           nthread: int | None = None, progress: bool = True, source=None, resume: bool = False) -> dict:
+           nthread: int | None = None, progress: bool = True, source=None, resume: bool = False,
+           backend: str = "mujoco", device: str = "cpu") -> dict:
     """Record `num_worlds` worlds for `steps` control steps each, cut into `traj_len`-step trajectories.
 
-    `source` supplies the controls (default: `ExplorationSource`); it is closed when recording ends. The file grows
+    `source` supplies the controls (default: `ExplorationSource` on `backend`/`device`); it is closed when
+    recording ends. The file grows
     in `<out>.tmp` one batch of trajectories at a time and is renamed to `out` when complete. An error deletes it;
     Ctrl-C (or a killed process) leaves it holding every complete batch, and `resume=True` continues from there.
     """
@@ -158,7 +166,7 @@ def record(robot: RobotSpec, num_worlds: int, steps: int, out: str | Path, traj_
                          + ("" if not out.exists() else f" ('{out}' is complete)"))
     gen = torch.Generator().manual_seed(seed)
     if source is None:
-        source = ExplorationSource(robot, num_worlds, gen, nthread=nthread)
+        source = ExplorationSource(robot, num_worlds, gen, nthread=nthread, backend=backend, device=device)
     dyn = source.dyn
     probes = ProbeFeatures(robot, dyn.model)
     rep = StateRepresentation(robot.num_joints, probes.dim)
