@@ -5,7 +5,17 @@ from __future__ import annotations
 import pytest
 import torch
 
-from flashnerd.models import FLASHNERD_SIZES, NERD_SIZES, FlashNeRD, FlashNeRDConfig, NeRD, NeRDConfig, build_model
+from flashnerd.models import (
+    FLASHNERD_SIZES,
+    NERD_SIZES,
+    RWM,
+    FlashNeRD,
+    FlashNeRDConfig,
+    NeRD,
+    NeRDConfig,
+    RWMConfig,
+    build_model,
+)
 
 IN, OUT = 7, 5
 
@@ -138,3 +148,38 @@ def test_gradients_flow_to_every_parameter(make):
     for name, p in model.named_parameters():
         assert p.grad is not None and torch.isfinite(p.grad).all(), name
         assert p.grad.abs().sum() > 0, name
+
+
+def _rwm() -> RWM:
+    torch.manual_seed(0)
+    return _perturb(RWM(RWMConfig(IN, OUT, n_layer=2, hidden=16, head_hidden=8, num_contacts=3)))
+
+
+def test_rwm_streaming_equals_forward_and_reset_clears_only_the_chosen_world():
+    model = _rwm()
+    B, T, w = 4, 12, 2
+    x = torch.randn(B, T, IN)
+    with torch.no_grad():
+        full = model(x)  # (B, T, OUT)
+    torch.testing.assert_close(_stream(model, x), full, atol=1e-5, rtol=0)
+    cache = model.init_cache(B)
+    _stream(model, x[:, :5], cache)
+    kept = cache.h.clone()
+    model.reset_cache(cache, torch.tensor([w]))
+    others = torch.arange(B) != w
+    assert torch.equal(cache.h[:, others], kept[:, others]) and (cache.h[:, w] == 0).all()
+    second = _stream(model, x[:, 5:], cache)
+    torch.testing.assert_close(second[others], full[others, 5:], atol=1e-5, rtol=0)
+    torch.testing.assert_close(second[w], _stream(model, x[w:w + 1, 5:])[0], atol=1e-5, rtol=0)
+
+
+def test_rwm_heads_and_gradients():
+    model = _rwm().train()
+    out, h = model.forward_dist(torch.randn(2, 4, IN))
+    assert out["mean"].shape == out["log_std"].shape == (2, 4, OUT) and h.shape == (2, 2, 16)
+    assert out["contact"].shape == (2, 4, 3) and out["termination"].shape == (2, 4, 1)
+    sum(v.pow(2).mean() for v in out.values()).backward()
+    for name, p in model.named_parameters():
+        assert p.grad is not None and p.grad.abs().sum() > 0, name
+    assert len(build_model("rwm", IN, OUT, size="paper").gru.all_weights) == 2  # published: 2 layers
+    assert build_model("rwm", IN, OUT, size="paper").config.hidden == 256

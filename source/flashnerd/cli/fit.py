@@ -16,7 +16,7 @@ from flashnerd.utils.distributed import init_distributed, shutdown
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("fit", help="fit a learned dynamics model")
     p.add_argument("--data", required=True, nargs="+", help="one or more datasets written by `flashnerd record`")
-    p.add_argument("--model", default="flashnerd", choices=["flashnerd", "nerd"], help="model kind")
+    p.add_argument("--model", default="flashnerd", choices=["flashnerd", "nerd", "rwm"], help="model kind")
     p.add_argument("--out", required=True, help="checkpoint path (.pt)")
     p.add_argument("--size", default="cpu", help="size class: cpu, paper_small, paper")
     p.add_argument("--max_steps", type=int, default=FitConfig.max_steps, help="optimizer steps")

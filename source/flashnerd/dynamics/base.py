@@ -111,6 +111,7 @@ def _register_builtin() -> None:
         register_backend("mujoco", MujocoDynamics)
         register_backend("flashnerd", partial(LearnedDynamics, kind="flashnerd"))
         register_backend("nerd", partial(LearnedDynamics, kind="nerd"))
+        register_backend("rwm", partial(LearnedDynamics, kind="rwm"))
         register_backend("mjwarp", _make_mjwarp)
 
 

@@ -6,6 +6,7 @@ import torch.nn as nn
 
 from flashnerd.models.flashnerd import FLASHNERD_SIZES, FlashNeRD, FlashNeRDCache, FlashNeRDConfig
 from flashnerd.models.nerd import NERD_SIZES, NeRD, NeRDCache, NeRDConfig
+from flashnerd.models.rwm import RWM, RWM_SIZES, RWMCache, RWMConfig
 
 __all__ = [
     "FLASHNERD_SIZES",
@@ -16,6 +17,10 @@ __all__ = [
     "NeRD",
     "NeRDCache",
     "NeRDConfig",
+    "RWM",
+    "RWMCache",
+    "RWMConfig",
+    "RWM_SIZES",
     "build_model",
     "num_params",
 ]
@@ -23,11 +28,12 @@ __all__ = [
 _MODELS = {
     "flashnerd": (FlashNeRD, FlashNeRDConfig, FLASHNERD_SIZES),
     "nerd": (NeRD, NeRDConfig, NERD_SIZES),
+    "rwm": (RWM, RWMConfig, RWM_SIZES),
 }
 
 
-def build_model(kind: str, input_dim: int, output_dim: int, size: str = "cpu", **overrides) -> FlashNeRD | NeRD:
-    """Build a model of `kind` ('flashnerd' or 'nerd') from a size preset, with config fields overridden by kwargs."""
+def build_model(kind: str, input_dim: int, output_dim: int, size: str = "cpu", **overrides) -> FlashNeRD | NeRD | RWM:
+    """Build a model of `kind` ('flashnerd', 'nerd' or 'rwm') from a size preset; kwargs override config fields."""
     if kind not in _MODELS:
         raise ValueError(f"unknown model '{kind}'; choose one of: {', '.join(_MODELS)}")
     model_cls, config_cls, sizes = _MODELS[kind]

@@ -134,8 +134,14 @@ class Fitter:
         return c.min_lr + 0.5 * (c.lr - c.min_lr) * (1 + math.cos(math.pi * frac))
 
     def teacher_forced_loss(self, xn: torch.Tensor, yn: torch.Tensor, idx) -> torch.Tensor:
+        """MSE of normalized increments; RWM, which predicts a Gaussian, is trained on its negative log-likelihood."""
         traj, tt = idx
-        return F.mse_loss(self.model(xn[traj, tt]), yn[traj, tt])  # (b, w, O) vs (b, w, O)
+        x, y = xn[traj, tt], yn[traj, tt]  # (b, w, I), (b, w, O)
+        if self.cfg.model == "rwm":
+            out = self.model.forward_dist(x)[0]
+            z = (y - out["mean"]) * torch.exp(-out["log_std"])  # (b, w, O) standardized error
+            return (0.5 * z.square() + out["log_std"]).mean()
+        return F.mse_loss(self.model(x), y)
 
     def autoregressive_loss(self, data: TrajectoryData, xn: torch.Tensor) -> torch.Tensor:
         """Dual autoregression: true history, then the model's own predicted states for `ar_steps` steps."""
@@ -150,7 +156,7 @@ class Fitter:
         loss = 0.0
         for k in range(steps):
             window = seq[:, -getattr(self.model.config, "window", seq.shape[1]):]  # NeRD reads at most its history
-            delta = self.y_norm.denormalize(self.model(window)[:, -1])  # (b, O)
+            delta = self.y_norm.denormalize(self._forecast(window))  # (b, O)
             qpos, qvel = rep.apply(qpos, qvel, delta)
             t_next = last_t + k + 1
             true_feat = rep.state_features(data.qpos[traj[:, 0], t_next], data.qvel[traj[:, 0], t_next])
@@ -164,6 +170,16 @@ class Fitter:
                 frame = frame + c.ar_noise * noise[self._ar_rows]  # (b, I) this rank's rows of the global draw
                 seq = torch.cat([seq, frame[:, None]], dim=1)  # (b, H+k+1, I)
         return loss / steps
+
+    def _forecast(self, window: torch.Tensor) -> torch.Tensor:
+        """Normalized increment predicted at the newest frame of window (b, T, I) -> (b, O). RWM's is a sample of its
+        Gaussian (reparameterized, so the loss reaches the std head), as published; the others are deterministic."""
+        if self.cfg.model == "rwm":
+            out = self.model.forward_dist(window)[0]
+            mean, log_std = out["mean"][:, -1], out["log_std"][:, -1]  # (b, O)
+            eps = torch.randn(mean.shape, device=self.device, generator=self.gen)
+            return mean + torch.exp(log_std) * eps
+        return self.model(window)[:, -1]
 
     @torch.no_grad()
     def validate(self) -> float:
