@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import TASK, default_ctrl
+from conftest import default_ctrl
+from torch.overrides import TorchFunctionMode
 
 from flashnerd.dynamics import make_dynamics
 
@@ -88,16 +89,42 @@ def test_mjwarp_reset_leaves_other_worlds_alone(backends):
     assert (warp_dyn.state().contact_force[[1, 4]] == 0).all()
 
 
-def test_velocity_task_runs_on_mjwarp():
+class _NoCuda(TorchFunctionMode):
+    """Fails the test on any torch call that would create or move a tensor to CUDA."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        targets = [kwargs.get("device")]
+        if func in (torch.Tensor.to, torch.Tensor.cuda):
+            targets += [a for a in args[1:] if isinstance(a, str | torch.device)]
+            if func is torch.Tensor.cuda:
+                targets.append("cuda")
+        for t in targets:
+            if t is not None and torch.device(t).type == "cuda":
+                raise AssertionError(f"{getattr(func, '__name__', func)} asked for CUDA on a --device cpu run")
+        return func(*args, **kwargs)
+
+
+@pytest.mark.parametrize("dynamics", ["mjwarp", "flashnerd", "mujoco"])
+def test_every_task_runs_on_the_backend_without_touching_cuda(dynamics):
     import gymnasium as gym
 
-    env = gym.make(TASK, num_envs=4, dynamics="mjwarp")
-    obs, _ = env.reset(seed=0)
-    for _ in range(10):
-        obs, reward, terminated, truncated, extras = env.step(torch.zeros(4, env.unwrapped.num_actions))
-    assert torch.isfinite(obs["policy"]).all() and torch.isfinite(reward).all()
-    assert not terminated.any()  # standing still with zero actions does not fall
-    env.close()
+    from flashnerd.envs.registry import registered_tasks
+
+    for task in registered_tasks():
+        with _NoCuda():
+            env = gym.make(task, num_envs=4, dynamics=dynamics, device="cpu")
+            obs, _ = env.reset(seed=0)
+            for _ in range(10):
+                obs, reward, terminated, truncated, extras = env.step(torch.zeros(4, env.unwrapped.num_actions))
+            env.close()
+        assert torch.isfinite(obs["policy"]).all() and torch.isfinite(reward).all(), task
+        assert not terminated.any(), task  # standing still with zero actions does not fall
+
+
+def test_the_cuda_guard_catches_a_stray_cuda_call():
+    with pytest.raises(AssertionError, match="asked for CUDA"), _NoCuda():
+        torch.zeros(2).to("cuda")
 
 
 def test_recording_from_mjwarp_replays_in_mujoco(tmp_path):
