@@ -73,6 +73,11 @@ def test_truncated_foreign_and_missing_datasets_are_refused(anymal, tiny, tmp_pa
         f.attrs["model_hash"] = "0000"
     with pytest.raises(ValueError, match="another version of the 'anymal_c' model"):
         load_dataset(other, anymal)
+    with h5py.File(other, "a") as f:
+        f.attrs["model_hash"] = anymal.model_hash()
+        f.attrs["format_version"] = 99
+    with pytest.raises(ValueError, match="format version 99, newer than this flashnerd reads"):
+        load_dataset(other, anymal)
     with pytest.raises(FileNotFoundError, match="does not exist"):
         load_dataset(tmp_path / "nope.h5", anymal)
     assert not list(tmp_path.glob("*.tmp"))

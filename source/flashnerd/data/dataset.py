@@ -13,6 +13,7 @@ import torch
 from flashnerd.robots import RobotSpec
 
 REQUIRED = ("qpos", "qvel", "ctrl")
+DATASET_FORMAT_VERSION = 1  # the layout `flashnerd record` writes and this module reads
 
 
 @dataclass
@@ -57,6 +58,9 @@ def load_dataset(path: str | Path, robot: RobotSpec | None = None) -> Trajectory
     except (OSError, KeyError) as err:
         raise ValueError(f"dataset '{path}' is truncated or corrupt ({str(err).splitlines()[0][:120]}); "
                          "record it again") from err
+    if int(attrs.get("format_version", 1)) > DATASET_FORMAT_VERSION:
+        raise ValueError(f"dataset '{path}' has format version {attrs['format_version']}, newer than this flashnerd "
+                         f"reads ({DATASET_FORMAT_VERSION}); upgrade flashnerd or record it again")
     if robot is not None:
         check_robot(attrs, robot, path)
     qpos, qvel, ctrl = data["qpos"], data["qvel"], data["ctrl"]

@@ -31,12 +31,13 @@ from tqdm import tqdm
 
 import flashnerd
 from flashnerd.contacts import ProbeFeatures
+from flashnerd.data.dataset import DATASET_FORMAT_VERSION
 from flashnerd.dynamics import make_dynamics
 from flashnerd.dynamics.representation import StateRepresentation
 from flashnerd.robots import RobotSpec
 from flashnerd.utils.math import quat_from_euler_xyz
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = DATASET_FORMAT_VERSION
 ANALYTICAL = ("mujoco", "mjwarp")  # backends that data may be recorded from
 HUGE = 1e5  # NeRD drops trajectories with |x| above this
 
