@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import random
 import shutil
+import signal
+import subprocess
+import sys
+import time
 
 import h5py
 import pytest
@@ -179,21 +184,17 @@ def test_bench_ppo_writes_json_and_plot(tiny_ckpt, tmp_path, capsys):
     assert (out / "bench_ppo.png").stat().st_size > 10_000
 
 
-def test_ctrl_c_during_fit_saves_a_resumable_checkpoint(tiny, tmp_path):
-    import signal
-    import subprocess
-    import sys
-    import time
+def _fit_cmd(data, out, tmp_path, max_steps: int = 100000) -> list[str]:
+    """A `flashnerd fit` subprocess command on the tiny dataset (batch 8)."""
+    return [sys.executable, "-m", "flashnerd.cli.main", "fit", "--data", str(data), "--out", str(out),
+            "--max_steps", str(max_steps), "--batch_size", "8", "--log_dir", str(tmp_path / "tb")]
 
+
+def test_ctrl_c_during_fit_saves_a_resumable_checkpoint(tiny, tmp_path):
     _, path, _ = tiny
     out = tmp_path / "interrupted.pt"
-    cmd = [sys.executable, "-m", "flashnerd.cli.main", "fit", "--data", str(path), "--out", str(out),
-           "--max_steps", "100000", "--batch_size", "8", "--log_dir", str(tmp_path / "tb")]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 120
-    while not out.exists() and time.time() < deadline and proc.poll() is None:
-        time.sleep(0.5)
-    assert out.exists(), proc.stderr.read() if proc.poll() is not None else "no checkpoint within 120 s"
+    proc = subprocess.Popen(_fit_cmd(path, out, tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _wait_for(out, proc)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130 and "interrupted" in err
@@ -240,8 +241,6 @@ def test_interrupted_record_resumes_to_the_uninterrupted_dataset(anymal, tmp_pat
 
 
 def _wait_for(path, proc, seconds: float = 180.0) -> None:
-    import time
-
     deadline = time.time() + seconds
     while not path.exists() and time.time() < deadline and proc.poll() is None:
         time.sleep(0.2)
@@ -249,10 +248,6 @@ def _wait_for(path, proc, seconds: float = 180.0) -> None:
 
 
 def test_ctrl_c_during_record_keeps_complete_batches_and_resume_finishes(tmp_path):
-    import signal
-    import subprocess
-    import sys
-
     out = tmp_path / "big.h5"
     cmd = [sys.executable, "-m", "flashnerd.cli.main", "record", "--num_worlds", "4", "--steps", "6000",
            "--traj_len", "50", "--out", str(out)]
@@ -273,26 +268,17 @@ def test_ctrl_c_during_record_keeps_complete_batches_and_resume_finishes(tmp_pat
 
 
 def test_fit_killed_mid_run_resumes_to_the_requested_step_count(tiny, tmp_path):
-    import random
-    import signal
-    import subprocess
-    import sys
-    import time
-
     _, path, _ = tiny
     out = tmp_path / "killed.pt"
-    cmd = [sys.executable, "-m", "flashnerd.cli.main", "fit", "--data", str(path), "--out", str(out),
-           "--max_steps", "100000", "--batch_size", "8", "--log_dir", str(tmp_path / "tb")]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(_fit_cmd(path, out, tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     _wait_for(out, proc)
     time.sleep(random.uniform(0.0, 2.0))  # a random point after the first checkpoint
     proc.send_signal(signal.SIGKILL)  # no handler runs: only what was already renamed into place survives
     proc.communicate(timeout=60)
     step = torch.load(out, weights_only=False)["step"]
     target = step + 3
-    assert cmd[8] == "--max_steps"
-    done = subprocess.run(cmd[:9] + [str(target)] + cmd[10:] + ["--resume"], capture_output=True, text=True,
-                          timeout=300)
+    done = subprocess.run(_fit_cmd(path, out, tmp_path, max_steps=target) + ["--resume"], capture_output=True,
+                          text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout.strip().splitlines()[-1])["steps"] == target
     assert torch.load(out, weights_only=False)["step"] == target

@@ -15,7 +15,7 @@ import warp as wp
 
 from flashnerd.dynamics.base import RobotState
 from flashnerd.robots import RobotSpec
-from flashnerd.sim.scene import build_scene, default_qpos
+from flashnerd.sim.scene import build_scene, check_actuators, default_qpos, sensor_address
 
 try:
     import mujoco_warp as mjw
@@ -63,9 +63,7 @@ class MjwarpDynamics:
         self.model = build_scene(robot, terrain)
         m = self.model
         self.nq, self.nv, self.nu = m.nq, m.nv, m.nu
-        if self.nu != robot.num_joints:
-            raise ValueError(f"MJCF of '{robot.name}' has {self.nu} actuators but its RobotSpec names "
-                             f"{robot.num_joints} joints; make them agree")
+        check_actuators(robot, m)
         self.wp_device = wp.get_device(str(self.device))
         # A pyramidal contact of condim 3 takes 4 constraint rows; joint limits take one row each.
         njmax = njmax if njmax is not None else 4 * nconmax + 2 * self.nv
@@ -104,10 +102,7 @@ class MjwarpDynamics:
             self._capture()
 
     def _sensor_adr(self, name: str) -> int:
-        try:
-            return int(self.model.sensor_adr[self.model.sensor(name).id])
-        except KeyError as err:
-            raise ValueError(f"MJCF of '{self.robot.name}' lacks sensor '{name}'; add it to the robot file") from err
+        return sensor_address(self.model, self.robot, name)
 
     def default_qpos(self) -> np.ndarray:
         """The standing configuration: base at the spawn height, identity orientation, default joint angles."""

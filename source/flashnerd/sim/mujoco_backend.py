@@ -11,7 +11,7 @@ from mujoco import rollout
 
 from flashnerd.dynamics.base import RobotState
 from flashnerd.robots import RobotSpec
-from flashnerd.sim.scene import build_scene, default_qpos
+from flashnerd.sim.scene import build_scene, check_actuators, default_qpos, sensor_address
 
 _STATE_SPEC = mujoco.mjtState.mjSTATE_FULLPHYSICS
 
@@ -38,9 +38,7 @@ class MujocoDynamics:
         self.model = build_scene(robot, terrain)
         m = self.model
         self.nq, self.nv, self.nu = m.nq, m.nv, m.nu
-        if self.nu != robot.num_joints:
-            raise ValueError(f"MJCF of '{robot.name}' has {self.nu} actuators but its RobotSpec names "
-                             f"{robot.num_joints} joints; make them agree")
+        check_actuators(robot, m)
         self.nthread = max(1, min(nthread or os.cpu_count() or 1, num_worlds))
         self._roll = rollout.Rollout(nthread=self.nthread)
         self._datas = [mujoco.MjData(m) for _ in range(self.nthread)]
@@ -74,10 +72,7 @@ class MujocoDynamics:
         self._refresh_torch()
 
     def _sensor_adr(self, name: str) -> int:
-        try:
-            return int(self.model.sensor_adr[self.model.sensor(name).id])
-        except KeyError as err:
-            raise ValueError(f"MJCF of '{self.robot.name}' lacks sensor '{name}'; add it to the robot file") from err
+        return sensor_address(self.model, self.robot, name)
 
     def default_qpos(self) -> np.ndarray:
         """The standing configuration: base at the spawn height, identity orientation, default joint angles."""

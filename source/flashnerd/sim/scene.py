@@ -47,3 +47,18 @@ def default_qpos(robot: RobotSpec, model: mujoco.MjModel) -> np.ndarray:
         qpos[3:7] = (1.0, 0.0, 0.0, 0.0)
     qpos[-robot.num_joints:] = robot.default_joint_pos
     return qpos
+
+
+def sensor_address(model: mujoco.MjModel, robot: RobotSpec, name: str) -> int:
+    """Address in sensordata of sensor `name`; a robot file without it is a one-line error."""
+    try:
+        return int(model.sensor_adr[model.sensor(name).id])
+    except KeyError as err:
+        raise ValueError(f"MJCF of '{robot.name}' lacks sensor '{name}'; add it to the robot file") from err
+
+
+def check_actuators(robot: RobotSpec, model: mujoco.MjModel) -> None:
+    """The MJCF must have one actuator per joint that the RobotSpec names (the action order)."""
+    if model.nu != robot.num_joints:
+        raise ValueError(f"MJCF of '{robot.name}' has {model.nu} actuators but its RobotSpec names "
+                         f"{robot.num_joints} joints; make them agree")
