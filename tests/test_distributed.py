@@ -56,6 +56,10 @@ def test_two_process_fit_matches_one_process_with_the_same_global_batch(tiny_dat
     for a, b in zip(one["history"], two["history"]):
         assert a["step"] == b["step"] and a["val_loss"] == pytest.approx(b["val_loss"], rel=1e-5)
     assert (two["step"], one["step"]) == (6, 6)
+    # A checkpoint written under torchrun resumes in one process (any world size) and ends at the requested step.
+    resumed = Fitter(tiny_data, dataclasses.replace(cfg, max_steps=8))
+    resumed.resume(tmp_path / "two.pt")
+    assert resumed.fit(tmp_path / "two.pt", progress=False)["steps"] == 8
 
 
 def test_two_rank_record_merges_shards_with_distinct_seeds(tmp_path):

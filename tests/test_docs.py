@@ -27,7 +27,7 @@ def site(tmp_path_factory) -> Path:
 def test_every_registered_task_is_in_the_generated_table(site):
     from flashnerd.envs.registry import registered_tasks
 
-    html = (site / "reference" / "tasks" / "index.html").read_text()
+    html = (site / "reference" / "tasks.html").read_text()
     tasks = registered_tasks()
     assert tasks and all(f"<code>{task}</code>" in html for task in tasks)
 
@@ -35,7 +35,7 @@ def test_every_registered_task_is_in_the_generated_table(site):
 def test_every_cli_command_is_in_the_generated_reference(site):
     from flashnerd.cli.main import build_parser
 
-    html = (site / "reference" / "cli" / "index.html").read_text()
+    html = (site / "reference" / "cli.html").read_text()
     sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
     assert len(sub.choices) >= 9
     for name in sub.choices:
@@ -44,4 +44,4 @@ def test_every_cli_command_is_in_the_generated_reference(site):
 
 def test_the_quick_start_is_the_readme(site):
     html = (site / "index.html").read_text()
-    assert ".13.0" in html and "Main job" in html and 'href="architecture/"' in html
+    assert ".13.0" in html and "Main job" in html and 'href="architecture.html"' in html

@@ -22,6 +22,18 @@ def _frames(path: Path) -> np.ndarray:
         return np.stack([np.asarray(f) for f in reader])  # (T, H, W, 3)
 
 
+@pytest.fixture(scope="module", autouse=True)
+def opengl():
+    """Rendering needs a system OpenGL (Mesa EGL on a CPU); without one these tests cannot run at all."""
+    from flashnerd.robots import get_robot
+    from flashnerd.viz import RobotRenderer
+
+    try:
+        RobotRenderer(get_robot("anymal_c"), 32, 32).close()
+    except RuntimeError as err:
+        pytest.skip(str(err))
+
+
 @pytest.fixture(scope="module")
 def policy_ckpt(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("video_logs")

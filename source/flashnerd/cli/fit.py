@@ -22,6 +22,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max_steps", type=int, default=FitConfig.max_steps, help="optimizer steps")
     p.add_argument("--time_budget", type=float, default=0.0, help="stop after this many training seconds")
     p.add_argument("--batch_size", type=int, default=FitConfig.batch_size, help="windows per step")
+    p.add_argument("--ar_batch_size", type=int, default=FitConfig.ar_batch_size,
+                   help="autoregressive rollouts per step")
     p.add_argument("--lr", type=float, default=FitConfig.lr, help="peak learning rate")
     p.add_argument("--ar_weight", type=float, default=FitConfig.ar_weight, help="weight of the autoregressive loss")
     p.add_argument("--seed", type=int, default=0, help="random seed")
@@ -39,9 +41,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> dict:
     check_positive("max_steps", args.max_steps)
     check_positive("batch_size", args.batch_size)
+    check_positive("ar_batch_size", args.ar_batch_size)
     check_device(args.device)
     cfg = dataclasses.replace(FitConfig(), model=args.model, size=args.size, max_steps=args.max_steps,
-                              time_budget_s=args.time_budget, batch_size=args.batch_size, lr=args.lr,
+                              time_budget_s=args.time_budget, batch_size=args.batch_size,
+                              ar_batch_size=args.ar_batch_size, lr=args.lr,
                               ar_weight=args.ar_weight, seed=args.seed)
     out = Path(args.out)
     if args.resume and not out.is_file():

@@ -83,7 +83,7 @@ def run(args: argparse.Namespace) -> dict:
         dump_yaml(log_dir / "params" / "env.yaml", env_cfg)
         dump_yaml(log_dir / "params" / "agent.yaml", agent_cfg)
     runner = FlashNeRDRunner(env, agent_cfg.to_rsl_rl_dict(), str(log_dir) if info.is_main else None,
-                             device=agent_cfg.device)
+                             device=agent_cfg.device, verbose=info.is_main)
     remaining = agent_cfg.max_iterations
     if resume_path is not None:
         runner.load(str(resume_path), map_location=agent_cfg.device)

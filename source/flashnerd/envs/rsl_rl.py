@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import statistics
 import sys
@@ -75,8 +76,10 @@ class FlashNeRDRunner(OnPolicyRunner):
     """rsl_rl's `OnPolicyRunner` whose checkpoints are written to a temporary file and renamed (never torn), and
     which knows the last iteration it completed (for saving on Ctrl-C and resuming to an exact iteration count)."""
 
-    def __init__(self, *args, **kwargs) -> None:
-        with contextlib.redirect_stdout(sys.stderr):  # rsl_rl prints the networks; stdout is for our JSON
+    def __init__(self, *args, verbose: bool = False, **kwargs) -> None:
+        # rsl_rl prints the networks on construction: to stderr when `verbose` (training), else nowhere, because
+        # stdout carries our JSON and a user error must stay one line on stderr.
+        with contextlib.redirect_stdout(sys.stderr if verbose else io.StringIO()):
             super().__init__(*args, **kwargs)
         self.last_completed_iteration = -1
         # (accumulated collect + learn seconds, mean episode return) after each iteration of this process

@@ -80,7 +80,7 @@ def _model_eval(data: dict, name: str, folder: Path) -> str:
 
 def _transfer(data: dict, name: str, folder: Path) -> str:
     rows = ["| trained on | envs x iterations | training wall time (s) | return on its backend | return in MuJoCo | "
-            "MuJoCo lin-vel RMS (m/s) | MuJoCo falls |", "|---|---|---|---|---|---|---|"]
+            "MuJoCo lin-vel RMS (m/s) | MuJoCo fall rate |", "|---|---|---|---|---|---|---|"]
     for trained_on, s in data.items():
         own, sim = s["eval"].get(s["dynamics"], s["eval"]["mujoco"]), s["eval"]["mujoco"]
         rows.append(f"| `{trained_on}` | {s['num_envs']} x {s['iterations']} | {s['wall_time_s']:.0f} | "
@@ -90,11 +90,14 @@ def _transfer(data: dict, name: str, folder: Path) -> str:
 
 
 def _fit_scaling(data: dict, name: str, folder: Path) -> str:
-    base = data["1"]["windows_per_s"]
-    rows = ["| processes | threads each | windows / s (global batch) | speed-up |", "|---|---|---|---|"]
-    for procs, r in data.items():
-        speedup = r["windows_per_s"] / base
-        rows.append(f"| {procs} | {r.get('threads', 1)} | {r['windows_per_s']:,.1f} | {speedup:.2f}x |")
+    """{global batch label: {processes: fit JSON}} -> one row per batch and process count."""
+    rows = ["| global batch (windows + AR rollouts) | processes x threads | steps | windows / s | speed-up | "
+            "final val loss |", "|---|---|---|---|---|---|"]
+    for batch, runs in data.items():
+        base = runs["1"]["windows_per_s"]
+        for procs, r in runs.items():
+            rows.append(f"| {batch} | {procs} x {r.get('threads', 1)} | {r['steps']} | {r['windows_per_s']:,.1f} | "
+                        f"{r['windows_per_s'] / base:.2f}x | {r['val_loss_final']:.4f} |")
     return "\n".join(rows)
 
 
