@@ -25,6 +25,7 @@ setup(
         "flashnerd.data",
         "flashnerd.training",
         "flashnerd.viz",
+        "flashnerd.planning",
         "flashnerd_tasks",
         "flashnerd_tasks.velocity",
         "flashnerd_agents",

@@ -1,0 +1,123 @@
+"""DIAL-MPC: diffusion-inspired annealed sampling MPC over any batched `Dynamics` backend.
+
+Controls over the horizon are `num_knots` knots interpolated by a spline to `horizon` control steps. Each
+iteration samples `num_samples` knot sequences around the mean with a noise that shrinks over iterations (x0.5 per
+iteration) and towards the near end of the horizon (x0.9 per knot), rolls all samples out as one batch, scores them by
+their mean reward, and moves the mean to the softmax-weighted average of the samples (weights from the returns
+normalized by their spread, temperature 0.05). Between control steps the plan is shifted (warm start). Figures follow
+the published method (see shared/reference/NOTES.md).
+
+Shapes: S samples, H horizon steps, K knots, A action dimensions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class DialMPCConfig:
+    """Settings of DIAL-MPC (published defaults where they exist)."""
+
+    num_samples: int = 2048
+    horizon: int = 25  # control steps per plan (Hsample)
+    num_knots: int = 6  # Hnode + 1
+    iterations: int = 2  # per control step
+    first_iterations: int = 10  # at the first control step
+    sigma: float = 0.3  # knot noise at the far end of the horizon, first iteration
+    iteration_decay: float = 0.5  # noise factor per iteration
+    horizon_decay: float = 0.9  # noise factor per knot towards the near end
+    temperature: float = 0.05
+    action_low: float = -1.0
+    action_high: float = 1.0
+
+
+def spline_matrix(num_knots: int, horizon: int) -> torch.Tensor:
+    """(H, K) matrix taking knot values (K,) at evenly spaced times over [0, H-1] to a natural cubic spline sampled at
+    every control step. (The published method uses a quadratic spline; an interpolating quadratic spline oscillates
+    with growing amplitude along the horizon — a +-1 knot pattern reached 3.0 — so this uses the cubic one.)"""
+    K, H = num_knots, horizon
+    if K < 2:
+        raise ValueError(f"a spline needs at least 2 knots, got {K}")
+    y = torch.eye(K, dtype=torch.float64)  # one unit knot vector per column
+    h = (H - 1.0) / (K - 1)
+    m = torch.zeros(K, K, dtype=torch.float64)  # second derivatives at the knots; natural ends: m_0 = m_{K-1} = 0
+    if K > 2:
+        off = torch.full((K - 3,), h, dtype=torch.float64)
+        A = torch.diag(torch.full((K - 2,), 4.0 * h, dtype=torch.float64)) + torch.diag(off, 1) + torch.diag(off, -1)
+        rhs = 6.0 / h * (y[2:] - 2.0 * y[1:-1] + y[:-2])  # (K-2, K)
+        m[1:-1] = torch.linalg.solve(A, rhs)
+    x = torch.arange(H, dtype=torch.float64)  # (H,)
+    i = torch.clamp((x / h).floor().long(), 0, K - 2)  # (H,) piece of each step
+    left, right = (i * h)[:, None], ((i + 1) * h)[:, None]  # (H, 1)
+    xs = x[:, None]
+    s = (m[i] * (right - xs) ** 3 + m[i + 1] * (xs - left) ** 3) / (6.0 * h)
+    s = s + (y[i] / h - m[i] * h / 6.0) * (right - xs) + (y[i + 1] / h - m[i + 1] * h / 6.0) * (xs - left)
+    return s.float()  # (H, K)
+
+
+class DialMPC:
+    """Annealed sampling MPC. `evaluate(actions (S, H, A)) -> returns (S,)` rolls every sample out from the current
+    state as one batch (see `rollout_returns`)."""
+
+    def __init__(self, cfg: DialMPCConfig, action_dim: int, evaluate: Callable[[torch.Tensor], torch.Tensor],
+                 device: str | torch.device = "cpu", seed: int = 0) -> None:
+        self.cfg, self.evaluate, self.device = cfg, evaluate, torch.device(device)
+        self.spline = spline_matrix(cfg.num_knots, cfg.horizon).to(self.device)  # (H, K)
+        self.mean = torch.zeros(cfg.num_knots, action_dim, device=self.device)  # (K, A)
+        # noise per knot: smallest at the near end of the horizon
+        powers = torch.arange(cfg.num_knots - 1, -1, -1, device=self.device, dtype=torch.float32)  # (K,)
+        self.knot_sigma = cfg.sigma * cfg.horizon_decay ** powers  # (K,)
+        self.gen = torch.Generator(device=self.device).manual_seed(seed)
+        self.steps = 0
+        self.last_returns = torch.zeros(0)
+
+    def actions(self, knots: torch.Tensor) -> torch.Tensor:
+        """Knots (..., K, A) -> clipped per-step actions (..., H, A)."""
+        return (self.spline @ knots).clamp(self.cfg.action_low, self.cfg.action_high)
+
+    def optimize(self, iterations: int | None = None) -> torch.Tensor:
+        """Run the annealed iterations from the current mean; returns the planned actions (H, A)."""
+        c = self.cfg
+        n_iter = iterations or (c.first_iterations if self.steps == 0 else c.iterations)
+        for i in range(n_iter):
+            sigma = self.knot_sigma * c.iteration_decay ** i  # (K,)
+            noise = torch.randn((c.num_samples, *self.mean.shape), device=self.device, generator=self.gen)
+            knots = self.mean + sigma[None, :, None] * noise  # (S, K, A)
+            knots[0] = self.mean  # the current plan competes too
+            returns = self.evaluate(self.actions(knots))  # (S,)
+            z = (returns - returns.mean()) / (returns.std() + 1e-8) / c.temperature  # (S,)
+            weights = torch.softmax(z, dim=0)  # (S,)
+            self.mean = (weights[:, None, None] * knots).sum(0)  # (K, A)
+            self.last_returns = returns
+        return self.actions(self.mean)
+
+    def step(self) -> torch.Tensor:
+        """Plan, return the first action (A,), and shift the plan by one control step for the next call."""
+        plan = self.optimize()  # (H, A)
+        self.steps += 1
+        # warm start: the knots move one step along the horizon; the last one holds its value
+        t = torch.linspace(0.0, self.cfg.horizon - 1.0, self.cfg.num_knots, device=self.device)
+        shifted = torch.clamp(t + 1.0, max=self.cfg.horizon - 1.0).round().long()  # (K,)
+        self.mean = plan[shifted].clone()  # (K, A) knot values read off the current plan
+        return plan[0]
+
+
+@torch.no_grad()
+def rollout_returns(dyn, qpos: torch.Tensor, qvel: torch.Tensor, actions: torch.Tensor,
+                    reward: Callable[[object], torch.Tensor], to_ctrl: Callable[[torch.Tensor], torch.Tensor]
+                    ) -> torch.Tensor:
+    """Mean reward (S,) of S action sequences (S, H, A) from one state (nq,), (nv,), rolled out as one batch on `dyn`
+    (a backend with S worlds). `to_ctrl` maps actions (S, A) to the backend's controls; `reward(state) -> (S,)`."""
+    S, H, _ = actions.shape
+    if dyn.num_worlds != S:
+        raise ValueError(f"backend has {dyn.num_worlds} worlds for {S} samples; build it with num_worlds={S}")
+    dyn.reset(torch.arange(S), qpos.expand(S, -1), qvel.expand(S, -1))
+    total = torch.zeros(S, device=actions.device)
+    for h in range(H):
+        dyn.step(to_ctrl(actions[:, h]))
+        total += reward(dyn.state()).to(total)
+    return total / H
