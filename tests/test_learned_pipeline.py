@@ -332,6 +332,12 @@ def test_short_trajectories_are_a_clear_fit_error(tmp_path):
         (["record", "--num_worlds", "0", "--out", "{tmp}/r.h5"], "--num_worlds must be a positive integer"),
         (["record", "--robot", "spot", "--out", "{tmp}/r.h5"], "unknown robot 'spot'"),
         (["bench", "model", "--batch", "16,abc"], "--batch must be comma-separated integers"),
+        (["record", "--action_noise", "nan", "--out", "{tmp}/r.h5"], "--action_noise must be a finite number >= 0"),
+        (["record", "--checkpoint", "{tmp}/m.pt", "--out", "{tmp}/r.h5"], "add --task TASK"),
+        (["record", "--resume", "--out", "{tmp}/r.h5"], "no unfinished recording"),
+        (["fit", "--data", "{tmp}/junk.h5", "--out", "{tmp}/m.pt", "--ar_batch_size", "0"], "--ar_batch_size must be"),
+        (["compare-video", "--task", "FlashNeRD-Velocity-Flat-Anymal-C-v0", "--video_length", "0"],
+         "--video_length must be a positive integer"),
     ],
 )
 def test_bad_pipeline_input_is_one_line_exit_2(argv, message, tmp_path, capsys):

@@ -36,3 +36,16 @@ def test_a_changed_measurement_changes_the_page(tmp_path, capsys):
     (folder / "bench_ppo_4096.json").write_text(json.dumps(data))
     assert main(["report", "--page", str(page), "--results", str(folder), "--check"]) == 2
     assert main(["report", "--page", str(tmp_path / "missing.md"), "--results", str(folder)]) == 2
+
+
+def test_a_malformed_measurement_is_a_one_line_error(tmp_path, capsys):
+    folder = tmp_path / "results"
+    folder.mkdir()
+    (folder / "bench_ppo_x.json").write_text('{"backends": {"mujoco": {}}}')  # valid JSON, wrong content
+    page = tmp_path / "results.md"
+    text = "<!-- report:bench_ppo_x -->\nold\n<!-- /report -->\n"
+    page.write_text(text)
+    assert main(["report", "--page", str(page), "--results", str(folder)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "is not the JSON that block 'bench_ppo_x' expects" in err[0]
+    assert page.read_text() == text and sorted(p.name for p in folder.iterdir()) == ["bench_ppo_x.json"]

@@ -83,6 +83,18 @@ def make_env(task: str, env_cfg) -> gym.Env:
     return gym.make(task, cfg=env_cfg)
 
 
+def uninterrupted_cfg(env_cfg, steps: int):
+    """The task config for one unbroken rollout of `steps` control steps: no time-out inside it and no interval events
+    (a push between two steps is a velocity jump that no action explains). Terminations are kept."""
+    import dataclasses
+
+    from flashnerd.robots import get_robot
+
+    control_dt = get_robot(env_cfg.robot).control_dt
+    return dataclasses.replace(env_cfg, episode_length_s=max(env_cfg.episode_length_s, (steps + 1) * control_dt),
+                               events={k: e for k, e in env_cfg.events.items() if e.mode != "interval"})
+
+
 def new_log_dir(log_root: str, experiment: str, run_name: str) -> Path:
     """logs/rsl_rl/<experiment>/<YYYY-mm-dd_HH-MM-SS>[_<run_name>]."""
     stamp = datetime.now().strftime("%Y-%m-%d_%H-%M-%S")

@@ -6,11 +6,20 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 from pathlib import Path
 
 import torch
 
-from flashnerd.cli.common import CLIError, check_device, check_positive, load_policy, make_env, resolve_checkpoint
+from flashnerd.cli.common import (
+    CLIError,
+    check_device,
+    check_positive,
+    load_policy,
+    make_env,
+    resolve_checkpoint,
+    uninterrupted_cfg,
+)
 from flashnerd.data.record import PolicySource, merge_recordings, record
 from flashnerd.robots import get_robot
 from flashnerd.utils.distributed import barrier, dist_info, init_distributed, shutdown
@@ -44,20 +53,14 @@ def _policy_source(args: argparse.Namespace, gen: torch.Generator) -> PolicySour
     from flashnerd.envs.rsl_rl import FlashNeRDRunner, RslRlVecEnvWrapper
 
     task_spec(args.task)
-    if args.action_noise < 0:
-        raise CLIError(f"--action_noise must be >= 0, got {args.action_noise}")
     env_cfg = load_cfg_from_registry(args.task, "env_cfg_entry_point")
     agent_cfg = load_cfg_from_registry(args.task, "rsl_rl_cfg_entry_point")
     if args.robot is not None and args.robot != env_cfg.robot:
         raise CLIError(f"--robot {args.robot} does not match task '{args.task}' (robot '{env_cfg.robot}')")
     path = resolve_checkpoint(args.log_root, agent_cfg.experiment_name, args.load_run, args.checkpoint)
-    control_dt = get_robot(env_cfg.robot).control_dt
-    # Pushes between steps would put velocity jumps into recorded transitions; time-outs would cut trajectories.
-    env_cfg = dataclasses.replace(
-        env_cfg, dynamics=args.dynamics, num_envs=args.num_worlds, seed=args.seed, device=args.device,
-        episode_length_s=(args.steps + args.traj_len + 1) * control_dt,
-        events={k: e for k, e in env_cfg.events.items() if e.mode != "interval"},
-    )
+    # Worlds walk on through every batch (the last one may run past `steps`); falls still end a world's episode.
+    env_cfg = dataclasses.replace(uninterrupted_cfg(env_cfg, args.steps + args.traj_len), dynamics=args.dynamics,
+                                  num_envs=args.num_worlds, seed=args.seed, device=args.device)
     wrapped = RslRlVecEnvWrapper(make_env(args.task, env_cfg), clip_actions=agent_cfg.clip_actions)
     runner = FlashNeRDRunner(wrapped, agent_cfg.to_rsl_rl_dict(), None, device=args.device)
     policy = load_policy(runner, path, args.device)
@@ -74,9 +77,10 @@ def run(args: argparse.Namespace) -> dict:
     """Record one dataset; under torchrun each rank records its shard of the worlds and rank 0 merges them."""
     for name in ("num_worlds", "steps", "traj_len"):
         check_positive(name, getattr(args, name))
-    if args.checkpoint or args.load_run:
-        if args.task is None:
-            raise CLIError("--checkpoint/--load_run drive recording with a policy; add --task TASK")
+    if (args.checkpoint or args.load_run) and args.task is None:
+        raise CLIError("--checkpoint/--load_run drive recording with a policy; add --task TASK")
+    if not math.isfinite(args.action_noise) or args.action_noise < 0:
+        raise CLIError(f"--action_noise must be a finite number >= 0, got {args.action_noise}")
     check_device(args.device)
     info, device = init_distributed(args.device)
     if info.world_size > args.num_worlds:

@@ -12,7 +12,15 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from flashnerd.cli.common import CLIError, add_checkpoint_args, add_env_args, check_positive, env_and_policy, make_env
+from flashnerd.cli.common import (
+    CLIError,
+    add_checkpoint_args,
+    add_env_args,
+    check_positive,
+    env_and_policy,
+    make_env,
+    uninterrupted_cfg,
+)
 from flashnerd.envs.rsl_rl import RslRlVecEnvWrapper
 
 
@@ -32,14 +40,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run_compare, dynamics="flashnerd")
 
 
-def _no_resets(env_cfg, steps: int):
-    """The same task without terminations or time-outs inside the video, so both sides stay one trajectory."""
-    control_dt = 0.02
-    return dataclasses.replace(env_cfg, num_envs=1, terminations={},
-                               episode_length_s=max(env_cfg.episode_length_s, (steps + 10) * control_dt),
-                               events={k: e for k, e in env_cfg.events.items() if e.mode != "interval"})
-
-
 def run_compare(args: argparse.Namespace) -> dict:
     """Roll the policy in the analytical env; feed the same actions to the learned env; render both."""
     from flashnerd.viz import RobotRenderer, VideoWriter, label_frame, side_by_side
@@ -52,7 +52,8 @@ def run_compare(args: argparse.Namespace) -> dict:
     args.dynamics_checkpoint = None
     env, _, policy, path, env_cfg = env_and_policy(args)
     env.close()
-    cfg = _no_resets(env_cfg, args.video_length)
+    # one world, no resets inside the video, so both sides stay one trajectory
+    cfg = dataclasses.replace(uninterrupted_cfg(env_cfg, args.video_length), num_envs=1, terminations={})
     kwargs = {"checkpoint": checkpoint} if checkpoint else {}
     sim = RslRlVecEnvWrapper(make_env(args.task, cfg))
     model = RslRlVecEnvWrapper(make_env(args.task, dataclasses.replace(cfg, dynamics=learned, dynamics_kwargs=kwargs)))

@@ -53,7 +53,7 @@ def load_dataset(path: str | Path, robot: RobotSpec | None = None) -> Trajectory
             missing = [k for k in REQUIRED if k not in f]
             if missing:
                 raise ValueError(f"dataset '{path}' lacks {', '.join(missing)}; it was not written by flashnerd record")
-            attrs = {k: _plain(v) for k, v in f.attrs.items()}
+            attrs = {k: plain_attr(v) for k, v in f.attrs.items()}
             data = {k: torch.from_numpy(f[k][()]) for k in REQUIRED}
     except (OSError, KeyError) as err:
         raise ValueError(f"dataset '{path}' is truncated or corrupt ({str(err).splitlines()[0][:120]}); "
@@ -95,7 +95,7 @@ def load_datasets(paths: Sequence[str | Path], robot: RobotSpec | None = None) -
     return TrajectoryData(cat("qpos"), cat("qvel"), cat("ctrl"), first.attrs)
 
 
-def _plain(value):
+def plain_attr(value):
     """An HDF5 attribute as a Python value: numpy scalars -> int/float, arrays -> lists."""
     if hasattr(value, "tolist"):
         return value.tolist()

@@ -3,7 +3,7 @@
 Two sources of controls, one file format:
 - exploration (`ExplorationSource`): each trajectory starts from a randomized pose and velocity and runs `traj_len`
   control steps of PD targets around the default pose with a per-trajectory amplitude and random hold times;
-- a policy (`PolicySource`): a trained policy drives a task environment on the `mujoco` backend with per-world
+- a policy (`PolicySource`): a trained policy drives a task environment on an analytical backend with per-world
   Gaussian action noise, so the data covers the states a policy visits (gaits at commanded velocities). Worlds run
   on across trajectories; a trajectory during which its world was reset (a fall) is dropped, not cut.
 
@@ -13,8 +13,8 @@ Layout (num_traj = number of trajectories, T = traj_len):
     torque (num_traj, T, nu) applied torque, contact_force (num_traj, T, nb) contact summary,
     probe_distance (num_traj, T+1, P) signed distance of each fixed probe to the ground.
 
-Attributes: robot, model_hash, control_dt, nq, nv, nu, state_layout, format_version, flashnerd_version, seed,
-dropped (trajectories removed for NaN/Inf/huge values). The file is written to `<out>.tmp` and renamed when done.
+Attributes: robot, model_hash, control_dt, nq, nv, nu, state_layout, format_version, flashnerd_version, seed, source,
+dropped (trajectories removed for NaN/Inf/huge values), interrupted (removed because the task reset their world).
 """
 
 from __future__ import annotations
@@ -31,13 +31,12 @@ from tqdm import tqdm
 
 import flashnerd
 from flashnerd.contacts import ProbeFeatures
-from flashnerd.data.dataset import DATASET_FORMAT_VERSION
+from flashnerd.data.dataset import DATASET_FORMAT_VERSION, plain_attr
 from flashnerd.dynamics import make_dynamics
 from flashnerd.dynamics.representation import StateRepresentation
 from flashnerd.robots import RobotSpec
 from flashnerd.utils.math import quat_from_euler_xyz
 
-FORMAT_VERSION = DATASET_FORMAT_VERSION
 ANALYTICAL = ("mujoco", "mjwarp")  # backends that data may be recorded from
 HUGE = 1e5  # NeRD drops trajectories with |x| above this
 
@@ -107,7 +106,7 @@ class ExplorationSource:
 
 
 class PolicySource:
-    """A policy drives a task env (mujoco backend, no interval pushes) with per-world action noise.
+    """A policy drives a task env (analytical backend, no interval pushes) with per-world action noise.
 
     Each world draws its noise std uniformly from [0, action_noise] at every trajectory start, so the data holds
     clean gaits and perturbed ones. `policy` maps the env's observation dict to actions (N, na).
@@ -153,9 +152,9 @@ def record(robot: RobotSpec, num_worlds: int, steps: int, out: str | Path, traj_
     """Record `num_worlds` worlds for `steps` control steps each, cut into `traj_len`-step trajectories.
 
     `source` supplies the controls (default: `ExplorationSource` on `backend`/`device`); it is closed when
-    recording ends. The file grows
-    in `<out>.tmp` one batch of trajectories at a time and is renamed to `out` when complete. An error deletes it;
-    Ctrl-C (or a killed process) leaves it holding every complete batch, and `resume=True` continues from there.
+    recording ends. The file grows in `<out>.tmp` one batch of trajectories at a time and is renamed to `out` when
+    complete. An error deletes it; Ctrl-C (or a killed process) leaves it holding every complete batch, and
+    `resume=True` continues from there.
     """
     if num_worlds < 1 or steps < 1 or traj_len < 1:
         raise ValueError("num_worlds, steps and traj_len must be positive")
@@ -193,7 +192,7 @@ def record(robot: RobotSpec, num_worlds: int, steps: int, out: str | Path, traj_
                 make("probe_distance", traj_len + 1, npb)
                 f.attrs.update({
                     **identity, "control_dt": robot.control_dt, "nq": nq, "nv": nv, "nu": nu,
-                    "format_version": FORMAT_VERSION, "flashnerd_version": flashnerd.__version__,
+                    "format_version": DATASET_FORMAT_VERSION, "flashnerd_version": flashnerd.__version__,
                     "state_layout": json.dumps(rep.layout()),
                     "contact_bodies": json.dumps(list(robot.all_contact_bodies)),
                     "chunks_done": 0, "num_trajectories": 0, "dropped": 0, "interrupted": 0,
@@ -257,8 +256,7 @@ def _open_resumable(tmp: Path, identity: dict) -> h5py.File:
     """Open an unfinished recording for appending; refuse one made with other settings, trim a torn last batch."""
     try:
         f = h5py.File(tmp, "a")
-        attrs = {k: f.attrs.get(k) for k in (*identity, "chunks_done", "num_trajectories")}
-        attrs = {k: v.item() if hasattr(v, "item") else v for k, v in attrs.items()}  # numpy scalars -> Python
+        attrs = {k: plain_attr(f.attrs.get(k)) for k in (*identity, "chunks_done", "num_trajectories")}
     except (OSError, KeyError) as err:
         raise ValueError(f"unfinished recording '{tmp}' is unreadable ({str(err).splitlines()[0][:100]}); delete it "
                          "and record again") from err

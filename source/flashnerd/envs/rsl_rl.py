@@ -15,7 +15,7 @@ from rsl_rl.runners import OnPolicyRunner
 from tensordict import TensorDict
 
 from flashnerd.envs.core import FlashNeRDEnv
-from flashnerd.utils.distributed import dist_info
+from flashnerd.utils.distributed import dist_info, init_distributed
 
 
 class RslRlVecEnvWrapper(VecEnv):
@@ -106,8 +106,7 @@ class FlashNeRDRunner(OnPolicyRunner):
         self.gpu_local_rank, self.gpu_global_rank = info.local_rank, info.rank
         self.cfg["multi_gpu"] = {"global_rank": info.rank, "local_rank": info.local_rank,
                                  "world_size": info.world_size}
-        if not torch.distributed.is_initialized():
-            torch.distributed.init_process_group(backend="gloo", rank=info.rank, world_size=info.world_size)
+        init_distributed("cpu")  # the process group every flashnerd job uses: gloo on the CPU
 
     def save(self, path: str, infos: dict | None = None) -> None:
         tmp = f"{path}.tmp"

@@ -13,6 +13,7 @@ folder says what goes there. The file-name prefix picks the renderer:
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -37,8 +38,11 @@ def plot_ppo(backends: dict, path: str | Path, title: str) -> None:
     ax.set_title(f"{title}\n(diamonds: final policy evaluated in MuJoCo)", fontsize=9)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=120, metadata={"Software": None})  # no version stamp: rebuilding gives the same file
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    fig.savefig(tmp, dpi=120, format="png", metadata={"Software": None})  # no version stamp: rebuilds match
     plt.close(fig)
+    os.replace(tmp, path)
 
 
 def _bench_ppo(data: dict, name: str, folder: Path) -> str:
@@ -115,7 +119,11 @@ def render_block(name: str, folder: Path) -> str:
     renderer = next((fn for prefix, fn in RENDERERS.items() if name.startswith(prefix)), None)
     if renderer is None:
         raise ValueError(f"report block '{name}': no renderer for that name; prefixes: {', '.join(RENDERERS)}")
-    return renderer(json.loads(path.read_text()), name, folder).rstrip() + "\n"
+    try:
+        return renderer(json.loads(path.read_text()), name, folder).rstrip() + "\n"
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError) as err:
+        raise ValueError(f"{path} is not the JSON that block '{name}' expects ({type(err).__name__}: "
+                         f"{str(err)[:100]}); write it again with the command named on the page") from err
 
 
 def rebuild(page: str | Path, folder: str | Path) -> tuple[str, list[str]]:
