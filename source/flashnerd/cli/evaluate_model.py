@@ -37,7 +37,7 @@ def run(args: argparse.Namespace) -> dict:
     result = {"checkpoint": args.checkpoint, "model": ckpt["kind"], "rollouts": n,
               "train_seconds": round(ckpt.get("train_seconds", 0.0), 1),
               "nrmse": {str(h): e["nrmse"] for h, e in errors.items()},
-              "base_pos_err_m": {str(h): e["base_pos_err_m"] for h, e in errors.items()},
-              "base_rot_err_rad": {str(h): e["base_rot_err_rad"] for h, e in errors.items()}}
+              **{key: {str(h): e[key] for h, e in errors.items()}
+                 for key in ("base_pos_err_m", "base_rot_err_rad") if robot.floating_base}}
     print(json.dumps(result))
     return result

@@ -1,5 +1,5 @@
-"""Contact features for learned models: fixed probe points against the ground (the NeRD convention)."""
+"""Contact features for learned models."""
 
-from flashnerd.contacts.probes import ProbeFeatures
+from flashnerd.contacts.probes import NoContact, ProbeFeatures, contact_features
 
-__all__ = ["ProbeFeatures"]
+__all__ = ["NoContact", "ProbeFeatures", "contact_features"]

@@ -24,6 +24,8 @@ class ProbeFeatures:
                  cutoff: float = 0.12, ground_height: float = 0.0) -> None:
         if not robot.probes:
             raise ValueError(f"robot '{robot.name}' defines no contact probes")
+        if not robot.floating_base:
+            raise ValueError(f"robot '{robot.name}' has a fixed base; probe features are defined for a floating one")
         self.kin = TorchKinematics(model, device)
         f = dict(dtype=torch.float32, device=torch.device(device))
         self.body_ids = torch.tensor([model.body(p.body).id for p in robot.probes], device=torch.device(device))
@@ -53,3 +55,21 @@ class ProbeFeatures:
         flag = (dist < self.cutoff).to(qpos.dtype)  # (N, P)
         feats = torch.cat((point_b, normal_b, dist[..., None], flag[..., None]), dim=-1) * flag[..., None]
         return feats.reshape(n, self.dim)  # (N, P * 8)
+
+
+class NoContact:
+    """Contact features of a robot without probes (a fixed-base arm, a CartPole): zero columns."""
+
+    dim = 0
+    num_probes = 0
+
+    def signed_distance(self, qpos: torch.Tensor) -> torch.Tensor:
+        return qpos.new_zeros(qpos.shape[0], 0)  # (N, 0)
+
+    def __call__(self, qpos: torch.Tensor) -> torch.Tensor:
+        return qpos.new_zeros(qpos.shape[0], 0)  # (N, 0)
+
+
+def contact_features(robot: RobotSpec, model: mujoco.MjModel, device: torch.device | str = "cpu"):
+    """The fixed-contact features of `robot`: `ProbeFeatures` if it defines probes, else `NoContact`."""
+    return ProbeFeatures(robot, model, device) if robot.probes else NoContact()

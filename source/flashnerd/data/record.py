@@ -30,7 +30,7 @@ import torch
 from tqdm import tqdm
 
 import flashnerd
-from flashnerd.contacts import ProbeFeatures
+from flashnerd.contacts import contact_features
 from flashnerd.data.dataset import DATASET_FORMAT_VERSION, plain_attr
 from flashnerd.dynamics import make_dynamics
 from flashnerd.dynamics.representation import StateRepresentation
@@ -42,35 +42,47 @@ HUGE = 1e5  # NeRD drops trajectories with |x| above this
 
 
 def _sample_initial_state(dyn, n: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-    """Random poses near standing (height, roll/pitch, yaw, joint scales) and random velocities (n worlds)."""
+    """Random states around the default pose (n worlds): joint positions default + U[-1, 1] * init_joint_noise,
+    velocities U[-1, 1] * init_vel_noise; a floating base also gets a random height, roll/pitch and heading."""
     robot = dyn.robot
     qpos = torch.as_tensor(dyn.default_qpos(), dtype=torch.float32).repeat(n, 1)  # (n, nq)
     u = lambda *shape: torch.rand(*shape, generator=gen)  # noqa: E731
-    qpos[:, 2] = robot.init_base_height - 0.15 + 0.2 * u(n)
-    rp = (u(n, 2) - 0.5) * 0.6
-    qpos[:, 3:7] = quat_from_euler_xyz(rp[:, 0], rp[:, 1], (u(n) - 0.5) * 2 * math.pi)
-    qpos[:, 7:] = torch.tensor(robot.default_joint_pos) + (u(n, robot.num_joints) - 0.5) * 0.8
-    qvel = (u(n, dyn.nv) - 0.5) * 1.0  # (n, nv)
+    q0 = 0
+    if robot.floating_base:
+        q0 = 7
+        qpos[:, 2] = robot.init_base_height - 0.15 + 0.2 * u(n)
+        rp = (u(n, 2) - 0.5) * 0.6
+        qpos[:, 3:7] = quat_from_euler_xyz(rp[:, 0], rp[:, 1], (u(n) - 0.5) * 2 * math.pi)
+    noise = torch.as_tensor(robot.init_joint_noise, dtype=torch.float32)  # () or (nj,)
+    qpos[:, q0:] += (u(n, dyn.nq - q0) - 0.5) * 2 * noise
+    qvel = (u(n, dyn.nv) - 0.5) * 2 * robot.init_vel_noise  # (n, nv)
     return qpos, qvel
 
 
 class ExplorationController:
-    """PD targets = default + amplitude * U[-1, 1], each joint held for a random 1-10 steps (batched)."""
+    """PD targets = default + amplitude * U[-1, 1] (within the actuators' ctrlrange), each actuator held for a random
+    1-10 steps (batched); the amplitude is drawn per trajectory up to the robot's `explore_amplitude`."""
 
-    def __init__(self, robot: RobotSpec, n: int, gen: torch.Generator) -> None:
+    def __init__(self, robot: RobotSpec, n: int, gen: torch.Generator,
+                 ctrl_range: torch.Tensor | None = None) -> None:
         self.default = torch.tensor(robot.default_joint_pos)
         self.n, self.nj, self.gen = n, robot.num_joints, gen
+        self.max_amplitude = robot.explore_amplitude
+        inf = torch.full((self.nj,), math.inf)
+        self.low, self.high = (-inf, inf) if ctrl_range is None else (ctrl_range[:, 0], ctrl_range[:, 1])
         self.amplitude = torch.zeros(n, 1)
         self.target = self.default.repeat(n, 1)
         self.hold = torch.zeros(n, self.nj, dtype=torch.long)
 
     def reset(self) -> None:
-        self.amplitude = 0.05 + 0.75 * torch.rand(self.n, 1, generator=self.gen)  # (n, 1) per trajectory
+        u = torch.rand(self.n, 1, generator=self.gen)  # (n, 1) per trajectory
+        self.amplitude = self.max_amplitude * (0.0625 + 0.9375 * u)  # ANYmal (0.8): 0.05 + 0.75 u
         self.hold.zero_()
 
     def __call__(self) -> torch.Tensor:
         redraw = self.hold <= 0  # (n, nj)
         fresh = self.default + self.amplitude * (2 * torch.rand(self.n, self.nj, generator=self.gen) - 1)
+        fresh = torch.maximum(torch.minimum(fresh, self.high), self.low)  # (n, nj)
         self.target = torch.where(redraw, fresh, self.target)
         self.hold = torch.where(redraw, torch.randint(1, 11, (self.n, self.nj), generator=self.gen), self.hold - 1)
         return self.target.clone()
@@ -87,7 +99,11 @@ class ExplorationSource:
             raise ValueError(f"recording needs an analytical backend ({', '.join(ANALYTICAL)}), got '{backend}'")
         kwargs = {"nthread": nthread} if backend == "mujoco" else {}
         self.dyn = make_dynamics(backend, robot, num_worlds, device=device, **kwargs)
-        self.controller = ExplorationController(robot, num_worlds, gen)
+        model = self.dyn.model
+        limited = torch.as_tensor(model.actuator_ctrllimited, dtype=torch.bool)[:, None]  # (nu, 1)
+        ctrl_range = torch.where(limited, torch.as_tensor(model.actuator_ctrlrange, dtype=torch.float32),
+                                 torch.tensor([-math.inf, math.inf]))  # (nu, 2)
+        self.controller = ExplorationController(robot, num_worlds, gen, ctrl_range)
         self.n, self.gen = num_worlds, gen
 
     def start_trajectory(self) -> None:
@@ -168,8 +184,8 @@ def record(robot: RobotSpec, num_worlds: int, steps: int, out: str | Path, traj_
     if source is None:
         source = ExplorationSource(robot, num_worlds, gen, nthread=nthread, backend=backend, device=device)
     dyn = source.dyn
-    probes = ProbeFeatures(robot, dyn.model)
-    rep = StateRepresentation(robot.num_joints, probes.dim)
+    probes = contact_features(robot, dyn.model)
+    rep = StateRepresentation.for_robot(robot, dyn.model, probes.dim)
     n_chunks = math.ceil(steps / traj_len)
     nq, nv, nu, nb, npb = dyn.nq, dyn.nv, dyn.nu, len(robot.all_contact_bodies), probes.num_probes
     identity = {"robot": robot.name, "model_hash": robot.model_hash(), "num_worlds": num_worlds, "steps": steps,
@@ -183,8 +199,9 @@ def record(robot: RobotSpec, num_worlds: int, steps: int, out: str | Path, traj_
         with f:
             if not resume:
                 def make(name: str, t: int, d: int) -> h5py.Dataset:
-                    return f.create_dataset(name, shape=(0, t, d), maxshape=(None, t, d), dtype="f4",
-                                            chunks=(min(64, num_worlds), t, d), compression="gzip",
+                    # A robot without contact bodies or probes stores zero-width arrays (HDF5 chunks must be >= 1).
+                    return f.create_dataset(name, shape=(0, t, d), maxshape=(None, t, d or None), dtype="f4",
+                                            chunks=(min(64, num_worlds), t, max(d, 1)), compression="gzip",
                                             compression_opts=4)
 
                 make("qpos", traj_len + 1, nq), make("qvel", traj_len + 1, nv), make("ctrl", traj_len, nu)
@@ -288,7 +305,7 @@ def merge_recordings(parts: list[Path], out: str | Path, seeds: list[int]) -> di
                     if i == 0:
                         f.attrs.update(dict(src.attrs))
                         for k, d in src.items():
-                            f.create_dataset(k, shape=(0, *d.shape[1:]), maxshape=(None, *d.shape[1:]),
+                            f.create_dataset(k, shape=(0, *d.shape[1:]), maxshape=(None, *d.maxshape[1:]),
                                              dtype=d.dtype, chunks=d.chunks, compression="gzip", compression_opts=4)
                     n = int(src.attrs["num_trajectories"])
                     for k, d in src.items():

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from flashnerd.contacts import ProbeFeatures
+from flashnerd.contacts import contact_features
 from flashnerd.dynamics.base import RobotState
 from flashnerd.dynamics.representation import StateRepresentation
 from flashnerd.robots import RobotSpec
@@ -51,8 +51,8 @@ class LearnedDynamics:
         self.model_kind = kind
         self.checkpoint_path = path
         self.mj_model = build_scene(robot, terrain)
-        self.probes = ProbeFeatures(robot, self.mj_model, self.device)
-        self.rep = StateRepresentation(robot.num_joints, self.probes.dim)
+        self.probes = contact_features(robot, self.mj_model, self.device)
+        self.rep = StateRepresentation.for_robot(robot, self.mj_model, self.probes.dim)
         if ckpt["representation"]["layout"] != self.rep.layout():
             raise ValueError(f"checkpoint '{path}' uses another state layout than this flashnerd; fit it again")
         self.nq, self.nv, self.nu = self.mj_model.nq, self.mj_model.nv, self.mj_model.nu
@@ -68,6 +68,8 @@ class LearnedDynamics:
         self._nb = len(bodies)
         self._kp = torch.as_tensor(self.mj_model.actuator_gainprm[:, 0], dtype=torch.float32, device=self.device)
         self._kd = torch.as_tensor(-self.mj_model.actuator_biasprm[:, 2], dtype=torch.float32, device=self.device)
+        limit = np.where(self.mj_model.actuator_forcelimited, np.abs(self.mj_model.actuator_forcerange).max(1), np.inf)
+        self._effort = torch.as_tensor(limit, dtype=torch.float32, device=self.device)  # (nu,) per-actuator limit
 
         f32 = dict(dtype=torch.float32, device=self.device)
         q0 = torch.as_tensor(self.default_qpos(), **f32)
@@ -108,15 +110,18 @@ class LearnedDynamics:
         # state to the next. The start-of-step torque overstates sum(tau^2) by 1.9x on walking data (measured), and
         # a torque penalty built on it would push policies trained on the model towards standing still.
         a = self._torque_phase
-        joint_pos = torch.lerp(self._qpos[:, 7:], qpos[:, 7:], a)  # (N, nu)
-        joint_vel = torch.lerp(self._qvel[:, 6:], qvel[:, 6:], a)  # (N, nu)
+        rep = self.rep
+        joint_pos = torch.lerp(rep.actuated_pos(self._qpos), rep.actuated_pos(qpos), a)  # (N, nu)
+        joint_vel = torch.lerp(rep.actuated_vel(self._qvel), rep.actuated_vel(qvel), a)  # (N, nu)
         torque = self._kp * (ctrl - joint_pos) - self._kd * joint_vel  # (N, nu)
-        self._torque.copy_(torque.clamp(-self.robot.effort_limit, self.robot.effort_limit))
+        self._torque.copy_(torch.minimum(torque.abs(), self._effort) * torque.sign())
         self._qpos.copy_(qpos)
         self._qvel.copy_(qvel)
         self._refresh_contacts()
 
     def _refresh_contacts(self) -> None:
+        if self.probes.num_probes == 0:  # no probes: the contact summary stays zero
+            return
         depth = (CONTACT_MARGIN - self.probes.signed_distance(self._qpos)).clamp_min(0.0)  # (N, P)
         force = CONTACT_STIFFNESS * depth  # (N, P)
         self._contact.copy_((force[:, :, None] * self._probe_owner).amax(dim=1))  # (N, nb) largest probe force

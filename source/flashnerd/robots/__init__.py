@@ -1,9 +1,12 @@
 """Robot models authored by this project, looked up by name."""
 
 from flashnerd.robots.anymal_c import ANYMAL_C
+from flashnerd.robots.cartpole import CARTPOLE
+from flashnerd.robots.franka import FRANKA
+from flashnerd.robots.g1 import G1
 from flashnerd.robots.spec import Probe, RobotSpec
 
-ROBOTS: dict[str, RobotSpec] = {ANYMAL_C.name: ANYMAL_C}
+ROBOTS: dict[str, RobotSpec] = {r.name: r for r in (ANYMAL_C, CARTPOLE, FRANKA, G1)}
 
 
 def get_robot(name: str) -> RobotSpec:

@@ -29,15 +29,21 @@ class RobotSpec:
     mjcf: str  # file name under robots/assets
     joint_names: tuple[str, ...]
     default_joint_pos: tuple[float, ...]
-    stiffness: float  # PD proportional gain of the position actuators (N*m/rad)
+    stiffness: float  # PD proportional gain of the position actuators (N*m/rad); per-joint gains live in the MJCF
     damping: float  # PD derivative gain (N*m*s/rad)
-    effort_limit: float  # actuator torque limit (N*m)
-    init_base_height: float  # spawn height of the base (m)
-    floating_base: bool = True
+    effort_limit: float  # largest actuator torque limit (N*m); per-joint limits are the MJCF's forcerange
+    init_base_height: float  # spawn height of the base (m); unused for a fixed base
+    floating_base: bool = True  # qpos = [pos(3), quat(4), joints] and qvel = [lin(3), ang(3), joints]; else joints
     sim_dt: float = 0.005
     decimation: int = 4
     contact_bodies: dict[str, tuple[str, ...]] = field(default_factory=dict)  # group name -> body names
     probes: tuple[Probe, ...] = ()  # fixed-contact probe points for learned models
+    # Exploration recording: PD targets default + a * U[-1, 1] (clipped to the actuator ctrlrange), with a per-
+    # trajectory amplitude a up to `explore_amplitude`; initial joint positions default + U[-1, 1] * noise (one
+    # value, or one per joint in qpos order, unactuated joints included) and initial velocities U[-1, 1] * vel.
+    explore_amplitude: float = 0.8
+    init_joint_noise: float | tuple[float, ...] = 0.4
+    init_vel_noise: float = 0.5
 
     @property
     def mjcf_path(self) -> Path:

@@ -45,7 +45,8 @@ def default_qpos(robot: RobotSpec, model: mujoco.MjModel) -> np.ndarray:
     if robot.floating_base:
         qpos[0:3] = (0.0, 0.0, robot.init_base_height)
         qpos[3:7] = (1.0, 0.0, 0.0, 0.0)
-    qpos[-robot.num_joints:] = robot.default_joint_pos
+    actuated_qpos = model.jnt_qposadr[model.actuator_trnid[:, 0]]  # (nu,) qpos address of each actuated joint
+    qpos[actuated_qpos] = robot.default_joint_pos
     return qpos
 
 

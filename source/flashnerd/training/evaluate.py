@@ -1,10 +1,10 @@
 """Long-horizon accuracy of a learned model: recursive rollouts from recorded states under recorded controls.
 
 NRMSE at horizon H (see docs/learned_dynamics.md): for every robot-centric state dimension d (base height, gravity
-direction and velocities in the base frame, joint positions and velocities), the RMSE over rollouts of the error
-H steps after the start, divided by the standard deviation of that dimension in the ground truth of the evaluation
-set, then averaged over d. Also the base position error (m) and base orientation error (rad, angle of the relative
-rotation) at H.
+direction and velocities in the base frame for a floating base; joint positions and velocities), the RMSE over
+rollouts of the error H steps after the start, divided by the standard deviation of that dimension in the ground
+truth of the evaluation set, then averaged over d. Also the base position error (m) and base orientation error (rad,
+angle of the relative rotation) at H, for a floating base.
 """
 
 from __future__ import annotations
@@ -42,10 +42,13 @@ def rollout_errors(dyn: LearnedDynamics, data: TrajectoryData, horizons=HORIZONS
             err = rep.state_features(s.qpos, s.qvel) - truth_feat[:, h]  # (n, state_dim)
             err = torch.nan_to_num(err, nan=1e6, posinf=1e6, neginf=-1e6)
             nrmse_h = nrmse(err, torch.zeros_like(err), std)
+            out[h] = {"nrmse": nrmse_h.item()}
+            if not rep.floating_base:
+                continue
             pos_err = torch.linalg.norm(s.qpos[:, 0:3] - qpos[:, h, 0:3], dim=-1).mean()
             rel = quat_mul(quat_conjugate(qpos[:, h, 3:7]), s.qpos[:, 3:7])
             rot_err = torch.linalg.norm(quat_to_rotvec(rel), dim=-1).mean()
-            out[h] = {"nrmse": nrmse_h.item(), "base_pos_err_m": pos_err.item(), "base_rot_err_rad": rot_err.item()}
+            out[h].update(base_pos_err_m=pos_err.item(), base_rot_err_rad=rot_err.item())
     return out
 
 

@@ -21,7 +21,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
-from flashnerd.contacts import ProbeFeatures
+from flashnerd.contacts import contact_features
 from flashnerd.data.dataset import TrajectoryData, check_robot, load_datasets
 from flashnerd.dynamics.representation import Normalizer, StateRepresentation
 from flashnerd.models import build_model, num_params
@@ -84,11 +84,12 @@ class Fitter:
             raise ValueError(f"dataset '{data_path}' holds {data.num_trajectories} trajectory; fitting needs at least "
                              "2 (one for validation)")
         self.data_path, self.transitions = str(data_path), data.num_trajectories * data.traj_len
-        self.probes = ProbeFeatures(self.robot, build_scene(self.robot), self.device)
-        self.rep = StateRepresentation(self.robot.num_joints, self.probes.dim)
+        scene = build_scene(self.robot)
+        self.probes = contact_features(self.robot, scene, self.device)
+        self.rep = StateRepresentation.for_robot(self.robot, scene, self.probes.dim)
         train, val = data.split(cfg.val_fraction, seed=cfg.seed)
         self.train, self.val = self._to_device(train), self._to_device(val)
-        cpu_probes = ProbeFeatures(self.robot, build_scene(self.robot))  # features are built once, on the CPU
+        cpu_probes = contact_features(self.robot, scene)  # features are built once, on the CPU
         x_tr, y_tr = trajectory_tensors(train, self.rep, cpu_probes)
         x_va, y_va = trajectory_tensors(val, self.rep, cpu_probes)
         self.x_norm = Normalizer(self.rep.input_dim).fit(x_tr).to(self.device)
@@ -97,6 +98,9 @@ class Fitter:
         self.yn_tr = self.y_norm.normalize(y_tr.to(self.device))  # (M, T, O)
         self.xn_va = self.x_norm.normalize(x_va.to(self.device))
         self.yn_va = self.y_norm.normalize(y_va.to(self.device))
+        # Scale of each state feature for the autoregressive loss (the inputs carry periodic joints as sin/cos).
+        feats = self.rep.state_features(train.qpos, train.qvel).reshape(-1, self.rep.state_dim)  # (M*(T+1), S)
+        self.feature_std = Normalizer(self.rep.state_dim).fit(feats).std.to(self.device)  # (S,)
 
         torch.manual_seed(cfg.seed)  # initial weights follow the seed (and agree on every rank)
         self.model = build_model(cfg.model, self.rep.input_dim, self.rep.target_dim, size=cfg.size).to(self.device)
@@ -152,7 +156,6 @@ class Fitter:
         seq = xn[traj, tt[:, :hist]]  # (b, H, I) true normalized frames
         last_t = tt[:, hist - 1]  # (b,)
         qpos, qvel = data.qpos[traj[:, 0], last_t], data.qvel[traj[:, 0], last_t]  # (b, nq), (b, nv) true state
-        sd = slice(0, rep.state_dim)
         loss = 0.0
         for k in range(steps):
             window = seq[:, -getattr(self.model.config, "window", seq.shape[1]):]  # NeRD reads at most its history
@@ -161,7 +164,7 @@ class Fitter:
             t_next = last_t + k + 1
             true_feat = rep.state_features(data.qpos[traj[:, 0], t_next], data.qvel[traj[:, 0], t_next])
             pred_feat = rep.state_features(qpos, qvel)  # (b, state_dim)
-            scale = self.x_norm.std[sd]
+            scale = self.feature_std
             loss = loss + F.mse_loss(pred_feat / scale, true_feat / scale)
             if k + 1 < steps:
                 frame = rep.inputs(qpos, qvel, data.ctrl[traj[:, 0], t_next], self.probes(qpos))  # (b, I)

@@ -8,6 +8,7 @@ folder says what goes there. The file-name prefix picks the renderer:
     model_eval_*     {model: `flashnerd evaluate-model` JSON} -> long-horizon accuracy table
     transfer_*       {trained_on: `flashnerd train` summary} -> returns in each backend, side by side
     fit_scaling_*    {processes: `flashnerd fit` JSON} -> data-parallel fitting throughput table
+    model_suite*     `flashnerd bench suite` JSON -> Table I (NRMSE, throughput per robot) + radar plot (NAME.png)
 """
 
 from __future__ import annotations
@@ -105,9 +106,17 @@ def _fit_scaling(data: dict, name: str, folder: Path) -> str:
     return "\n".join(rows)
 
 
+def _model_suite(data: dict, name: str, folder: Path) -> str:
+    """`flashnerd bench suite` JSON -> Table I (NRMSE and throughput per robot and model) + Fig. 4 radar plot."""
+    from flashnerd.viz.suite import plot_radar, suite_table
+
+    plot_radar(data, folder / f"{name}.png")
+    return suite_table(data) + f"\n\n![Accuracy and throughput per robot, radar plot](results/{name}.png)"
+
+
 RENDERERS: dict[str, Callable[[dict, str, Path], str]] = {
     "bench_ppo_": _bench_ppo, "bench_model_": _bench_model, "model_eval_": _model_eval, "transfer_": _transfer,
-    "fit_scaling_": _fit_scaling,
+    "fit_scaling_": _fit_scaling, "model_suite": _model_suite,
 }
 
 

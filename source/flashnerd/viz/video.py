@@ -32,6 +32,7 @@ class RobotRenderer:
         self.model.vis.global_.offwidth = max(self.model.vis.global_.offwidth, width)
         self.model.vis.global_.offheight = max(self.model.vis.global_.offheight, height)
         self.data = mujoco.MjData(self.model)
+        self.follow_base = robot.floating_base  # a fixed-base robot is framed at a fixed point above its base
         try:
             self.renderer = mujoco.Renderer(self.model, height=height, width=width)
         except Exception as err:  # no usable OpenGL: say which system package is missing, in one line
@@ -46,7 +47,7 @@ class RobotRenderer:
         """RGB image (height, width, 3) of the robot at configuration qpos (nq,)."""
         self.data.qpos[:] = qpos
         mujoco.mj_kinematics(self.model, self.data)
-        self.camera.lookat[:] = self.data.qpos[0:3] if self.model.nq >= 7 else (0.0, 0.0, 0.5)
+        self.camera.lookat[:] = self.data.qpos[0:3] if self.follow_base else (0.0, 0.0, 0.5)
         self.renderer.update_scene(self.data, camera=self.camera)
         return self.renderer.render().copy()
 
