@@ -18,7 +18,13 @@ fi
 if ! "$PY" -c "import flashnerd_tasks" 2>/dev/null; then
   "$PY" -m pip install -q --no-deps --no-build-isolation --no-index -e . >/dev/null
 fi
-if (( DRY )); then DEV=cpu; N=16; BATCH=16,64; ITERS=2; STEPS=3; else DEV=cuda; N=16384; BATCH=16,16384,512000; ITERS=30; STEPS=20; fi
+if (( DRY )); then
+  DEV=cpu; N=16; BATCH=16,64; ITERS=2; STEPS=3
+  SUITE=(--robots cartpole --eval_rollouts 4 --horizons 1,15 --batches 16 --max_batch 64)
+else
+  DEV=cuda; N=16384; BATCH=16,16384,512000; ITERS=30; STEPS=20
+  SUITE=(--robots cartpole,franka,g1 --batches 16,16384 --max_batch 512000)
+fi
 OUT=${OUT_DIR:-logs/gpu_check}
 mkdir -p "$OUT"
 TASK=FlashNeRD-Velocity-Flat-Anymal-C-v0
@@ -29,6 +35,9 @@ run bench env --task $TASK --dynamics mujoco --num_envs "$N" --steps "$STEPS" --
 for D in mjwarp nerd flashnerd; do
   run bench env --task $TASK --dynamics $D --num_envs "$N" --steps "$STEPS" --device "$DEV" > "$OUT/env_$D.json"
 done
+# the model suite with the shipped checkpoints (held-out sets recorded on the CPU into $OUT/suite_data)
+run bench suite "${SUITE[@]}" --device "$DEV" --data_dir "$OUT/suite_data" --out_dir "$OUT" --name model_suite_gpu \
+  > "$OUT/suite.json"
 run bench ppo --task $TASK --dynamics mjwarp,nerd,flashnerd --num_envs "$N" --max_iterations "$ITERS" --eval_episodes 4 \
   --device "$DEV" --out_dir "$OUT/ppo" > "$OUT/ppo.json"
 
@@ -43,6 +52,8 @@ result = {
     "model_ratio": load("model.json").get("ratio"),
     "env_steps_per_s": {d: load(f"env_{d}.json")["env_steps_per_s"] for d in ("mujoco", "mjwarp", "nerd", "flashnerd")},
     "ppo_seconds_per_iteration": {d: r["seconds_per_iteration"] for d, r in load("ppo.json").items()},
+    "suite": {robot: {m: {"nrmse": v["nrmse"], "steps_per_s": v["steps_per_s"], "max_batch": v["max_batch"]}
+                      for m, v in r["models"].items()} for robot, r in load("suite.json")["robots"].items()},
 }
 (out / "gpu_check.json").write_text(json.dumps(result, indent=1))
 print(json.dumps(result))

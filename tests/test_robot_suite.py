@@ -48,6 +48,29 @@ def test_g1_stands_under_default_targets():
     assert height.min() > robot.init_base_height - 0.03 and height.max() < robot.init_base_height + 0.01
 
 
+def test_microduck_stands_and_a_push_makes_it_fall_without_nan():
+    robot, trace = _hold_default("microduck", 3.0)
+    assert torch.isfinite(trace).all()
+    assert (trace[:, :, 2] - robot.init_base_height).abs().max() < 0.01  # trunk height stays put
+    dyn = make_dynamics("mujoco", robot, 1, nthread=1)
+    qvel = torch.zeros(1, dyn.nv)
+    qvel[0, 0], qvel[0, 4] = 1.0, 5.0  # forward at 1 m/s, pitching forward at 5 rad/s
+    dyn.reset(torch.tensor([0]), torch.as_tensor(dyn.default_qpos(), dtype=torch.float32)[None], qvel)
+    ctrl = torch.tensor(robot.default_joint_pos)[None]
+    for _ in range(100):  # 2 s
+        dyn.step(ctrl)
+    qpos = dyn.state().qpos[0]
+    dyn.close()
+    up_z = 1 - 2 * (qpos[4] ** 2 + qpos[5] ** 2)  # z component of the trunk's up axis
+    assert torch.isfinite(qpos).all() and (qpos[2] < robot.init_base_height - 0.03 or up_z < 0.7)
+
+
+def test_allegro_holds_its_rest_pose():
+    robot, trace = _hold_default("allegro", 2.0)
+    assert torch.isfinite(trace).all()
+    assert (trace[-1] - torch.tensor(robot.default_joint_pos)).abs().max() < 0.05
+
+
 def test_cartpole_pole_is_unactuated_and_swings():
     robot = get_robot("cartpole")
     dyn = make_dynamics("mujoco", robot, 1, nthread=1)

@@ -32,6 +32,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     m.set_defaults(func=run_model)
     add_ppo_parser(bsub)
     add_suite_parser(bsub)
+    add_coupled_parser(bsub)
 
 
 def _env_steps_per_second(task: str, env_cfg, steps: int, warmup: int) -> float:
@@ -231,3 +232,65 @@ def run_suite(args: argparse.Namespace) -> dict:
     results["outputs"] = write_outputs(results, args.out_dir, args.name)
     print(json.dumps(results))
     return results
+
+
+def add_coupled_parser(bsub: argparse._SubParsersAction) -> None:
+    p = bsub.add_parser("coupled", help="control steps per second of the coupled/oneway backends vs plain MuJoCo "
+                                        "on the same hand-and-cube scene")
+    p.add_argument("--robot", default="allegro", help="fixed-base robot whose scene gets a cube")
+    p.add_argument("--num_worlds", type=int, default=256, help="parallel worlds")
+    p.add_argument("--steps", type=int, default=20, help="timed control steps")
+    p.add_argument("--free_motion", default="flashnerd",
+                   help="robot model: a learned kind (flashnerd, nerd, rwm; shipped checkpoint) or 'oracle'")
+    p.add_argument("--nthread", type=int, default=None, help="threads (default: all cores)")
+    p.set_defaults(func=run_coupled)
+
+
+def run_coupled(args: argparse.Namespace) -> dict:
+    """Env-steps per second of `coupled`, `oneway` and MuJoCo's threaded rollout on one scene (JSON)."""
+    import mujoco
+    import numpy as np
+    from mujoco import rollout
+
+    from flashnerd.robots import get_robot
+    from flashnerd.sim.coupled_backend import CoupledDynamics, OracleFreeMotion
+
+    check_positive("num_worlds", args.num_worlds)
+    check_positive("steps", args.steps)
+    robot = get_robot(args.robot)
+    n, dec = args.num_worlds, robot.decimation
+    ctrl = torch.tensor(robot.default_joint_pos).repeat(n, 1)  # (N, nu)
+    out = {"robot": robot.name, "num_worlds": n, "steps": args.steps, "free_motion": args.free_motion,
+           "threads": args.nthread or os.cpu_count()}
+    for mode in ("coupled", "oneway"):
+        motion = OracleFreeMotion(robot, n) if args.free_motion == "oracle" else args.free_motion
+        dyn = CoupledDynamics(robot, n, mode=mode, free_motion=motion, nthread=args.nthread)
+        dyn.step(ctrl)  # warm-up
+        start = time.perf_counter()
+        for _ in range(args.steps):
+            dyn.step(ctrl)
+        out[f"{mode}_env_steps_per_s"] = round(n * args.steps / (time.perf_counter() - start), 1)
+        dyn.close()
+    # Plain MuJoCo on the same scene (actuators on), all worlds in one threaded rollout per control step.
+    model = CoupledDynamics._build_model(robot, "euler")
+    spec = mujoco.mjtState.mjSTATE_FULLPHYSICS
+    state = np.zeros((n, mujoco.mj_stateSize(model, spec)))
+    data = mujoco.MjData(model)
+    data.qpos[:] = model.qpos0
+    data.qpos[:robot.num_joints] = robot.default_joint_pos
+    mujoco.mj_getState(model, data, state[0], spec)
+    state[:] = state[0]
+    controls = np.repeat(ctrl.numpy()[:, None, :], dec, axis=1).astype(np.float64)  # (N, dec, nu)
+    nthread = args.nthread or os.cpu_count() or 1
+    with rollout.Rollout(nthread=nthread) as roll:
+        datas = [mujoco.MjData(model) for _ in range(nthread)]
+        start = None
+        for step in range(args.steps + 1):
+            if step == 1:
+                start = time.perf_counter()  # the first call (thread-pool start) is the warm-up
+            states, _ = roll.rollout([model] * n, datas, state, controls, nstep=dec)
+            state[:] = states[:, -1]
+    out["mujoco_env_steps_per_s"] = round(n * args.steps / (time.perf_counter() - start), 1)
+    out["coupled_vs_mujoco"] = round(out["coupled_env_steps_per_s"] / out["mujoco_env_steps_per_s"], 3)
+    print(json.dumps(out))
+    return out

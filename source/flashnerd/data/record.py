@@ -50,7 +50,8 @@ def _sample_initial_state(dyn, n: int, gen: torch.Generator) -> tuple[torch.Tens
     q0 = 0
     if robot.floating_base:
         q0 = 7
-        qpos[:, 2] = robot.init_base_height - 0.15 + 0.2 * u(n)
+        lo, hi = robot.init_height_range
+        qpos[:, 2] = robot.init_base_height + lo + (hi - lo) * u(n)
         rp = (u(n, 2) - 0.5) * 0.6
         qpos[:, 3:7] = quat_from_euler_xyz(rp[:, 0], rp[:, 1], (u(n) - 0.5) * 2 * math.pi)
     noise = torch.as_tensor(robot.init_joint_noise, dtype=torch.float32)  # () or (nj,)

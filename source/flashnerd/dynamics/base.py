@@ -113,6 +113,15 @@ def _register_builtin() -> None:
         register_backend("nerd", partial(LearnedDynamics, kind="nerd"))
         register_backend("rwm", partial(LearnedDynamics, kind="rwm"))
         register_backend("mjwarp", _make_mjwarp)
+        register_backend("coupled", partial(_make_coupled, mode="coupled"))
+        register_backend("oneway", partial(_make_coupled, mode="oneway"))
+
+
+def _make_coupled(**kwargs) -> Dynamics:
+    """A learned robot (FlashNeRD by default) inside MuJoCo's solver next to a cube: two-way or one-way coupled."""
+    from flashnerd.sim.coupled_backend import CoupledDynamics
+
+    return CoupledDynamics(**kwargs)
 
 
 def _make_mjwarp(**kwargs) -> Dynamics:

@@ -1,12 +1,14 @@
 """Robot models authored by this project, looked up by name."""
 
+from flashnerd.robots.allegro import ALLEGRO
 from flashnerd.robots.anymal_c import ANYMAL_C
 from flashnerd.robots.cartpole import CARTPOLE
 from flashnerd.robots.franka import FRANKA
 from flashnerd.robots.g1 import G1
+from flashnerd.robots.microduck import MICRODUCK
 from flashnerd.robots.spec import Probe, RobotSpec
 
-ROBOTS: dict[str, RobotSpec] = {r.name: r for r in (ANYMAL_C, CARTPOLE, FRANKA, G1)}
+ROBOTS: dict[str, RobotSpec] = {r.name: r for r in (ALLEGRO, ANYMAL_C, CARTPOLE, FRANKA, G1, MICRODUCK)}
 
 
 def get_robot(name: str) -> RobotSpec:

@@ -55,4 +55,5 @@ G1 = RobotSpec(
     explore_amplitude=0.5,
     init_joint_noise=0.2,
     init_vel_noise=0.5,
+    init_height_range=(-0.03, 0.05),  # lower spawns would start with the soles inside the floor
 )

@@ -42,8 +42,10 @@ class RobotSpec:
     # trajectory amplitude a up to `explore_amplitude`; initial joint positions default + U[-1, 1] * noise (one
     # value, or one per joint in qpos order, unactuated joints included) and initial velocities U[-1, 1] * vel.
     explore_amplitude: float = 0.8
+    object_spawn: tuple[float, float, float] | None = None  # where a manipulated object starts (world frame, m)
     init_joint_noise: float | tuple[float, ...] = 0.4
     init_vel_noise: float = 0.5
+    init_height_range: tuple[float, float] = (-0.15, 0.05)  # floating base: spawn height offsets around init height
 
     @property
     def mjcf_path(self) -> Path:

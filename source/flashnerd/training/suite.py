@@ -76,9 +76,6 @@ def _run_robot(robot: RobotSpec, cfg: SuiteConfig, progress: bool) -> dict:
     folder = Path(cfg.data_dir) / robot.name
     train_path, eval_path = folder / "train.h5", folder / "eval.h5"
     horizon = max(cfg.horizons)
-    if not train_path.is_file():
-        record(robot, cfg.record_worlds, cfg.record_steps, train_path, traj_len=cfg.traj_len, seed=cfg.seed,
-               progress=progress)
     if not eval_path.is_file():  # held out: another seed, trajectories as long as the longest horizon
         record(robot, cfg.eval_rollouts, horizon, eval_path, traj_len=horizon, seed=cfg.seed + 1, progress=progress)
     eval_data = load_dataset(eval_path, robot)
@@ -91,6 +88,9 @@ def _run_robot(robot: RobotSpec, cfg: SuiteConfig, progress: bool) -> dict:
         ckpt_path = Path(cfg.checkpoint_dir) / robot.name / f"{kind}.pt"
         fitted = cfg.refit or not ckpt_path.is_file()
         if fitted:
+            if not train_path.is_file():  # recorded only when something is fitted
+                record(robot, cfg.record_worlds, cfg.record_steps, train_path, traj_len=cfg.traj_len, seed=cfg.seed,
+                       progress=progress)
             fit_path = folder / f"{kind}_fit.pt"
             fit_cfg = dataclasses.replace(FitConfig(), model=kind, size=cfg.size, max_steps=cfg.fit_steps,
                                           time_budget_s=cfg.fit_seconds, seed=cfg.seed, **cfg.fit_overrides)

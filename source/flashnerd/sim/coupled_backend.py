@@ -1,0 +1,260 @@
+"""Two-way coupling: a free-motion model moves the robot inside MuJoCo's constraint solver, next to analytical objects.
+
+Per physics step and world (`mode="coupled"`):
+
+    mj_step1                          positions, velocities, collisions, bias and passive forces
+    qfrc_applied[robot] = M a + c - p  M from mj_mulM; a = the model's free (unconstrained) robot acceleration,
+                                      c = qfrc_bias, p = qfrc_passive; the robot's actuators are disabled (the model
+                                      owns actuation), so MuJoCo's smooth robot acceleration equals a
+    mj_step2                          constraint solve for robot and objects together, then integration
+
+so objects push back on the robot and the resolved state feeds the next prediction. `mode="oneway"` is the seed's
+ablation: the robot follows the model's prediction kinematically (its qpos/qvel are overwritten every physics step)
+and the objects react, but nothing acts back on the robot.
+
+Worlds are split into `nthread` chunks stepped by a thread pool; MuJoCo's C functions release the GIL. The model
+call is one batched torch call per control step for all worlds.
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+from typing import Protocol
+
+import mujoco
+import numpy as np
+import torch
+
+from flashnerd.dynamics.base import RobotState
+from flashnerd.robots import RobotSpec
+from flashnerd.sim.scene import build_scene, build_scene_spec, check_actuators, default_qpos
+
+CUBE_SIZE = 0.065  # m, edge (Isaac Lab's in-hand cube)
+CUBE_MASS = 0.1  # kg
+
+
+class FreeMotion(Protocol):
+    """Predicts the robot's free acceleration (N, nv_r) from its state (N, nq_r), (N, nv_r) and targets (N, nu).
+
+    `per_substep` says whether it is asked at every physics step (an analytical oracle) or once per control step
+    (a learned model predicting the whole step)."""
+
+    per_substep: bool
+
+    def reset(self, world_ids: torch.Tensor) -> None: ...
+
+    def acceleration(self, qpos: torch.Tensor, qvel: torch.Tensor, ctrl: torch.Tensor) -> torch.Tensor: ...
+
+
+class OracleFreeMotion:
+    """The analytical free acceleration of the robot alone: MuJoCo's smooth acceleration of a robot-only model under
+    its PD actuators (what a perfect model of the robot would predict). Used to test the coupling exactly."""
+
+    per_substep = True
+
+    def __init__(self, robot: RobotSpec, num_worlds: int) -> None:
+        self.model = build_scene(robot)
+        self.datas = [mujoco.MjData(self.model) for _ in range(num_worlds)]
+
+    def reset(self, world_ids: torch.Tensor) -> None:
+        pass
+
+    def acceleration(self, qpos: torch.Tensor, qvel: torch.Tensor, ctrl: torch.Tensor) -> torch.Tensor:
+        q, v, u = (x.detach().cpu().double().numpy() for x in (qpos, qvel, ctrl))
+        out = np.empty_like(v)  # (N, nv_r)
+        for w, d in enumerate(self.datas):  # test-only oracle; the learned model is one batched call
+            d.qpos[:], d.qvel[:], d.ctrl[:] = q[w], v[w], u[w]
+            mujoco.mj_forward(self.model, d)
+            out[w] = d.qacc_smooth
+        return torch.from_numpy(out)
+
+
+class LearnedFreeMotion:
+    """A learned model of the robot alone (fitted on free-motion data), one batched call per control step: the free
+    acceleration is the predicted velocity change over the step divided by the step. The model keeps its history; the
+    state it starts each step from is the resolved one (after contact), written without clearing that history."""
+
+    per_substep = False
+
+    def __init__(self, robot: RobotSpec, num_worlds: int, kind: str = "flashnerd", checkpoint=None,
+                 device: str | torch.device = "cpu") -> None:
+        from flashnerd.dynamics.learned import LearnedDynamics
+
+        self.dyn = LearnedDynamics(robot, num_worlds, device=device, kind=kind, checkpoint=checkpoint)
+
+    def reset(self, world_ids: torch.Tensor) -> None:
+        self.dyn.model.reset_cache(self.dyn.cache, world_ids.to(self.dyn.device))
+
+    @torch.no_grad()
+    def acceleration(self, qpos: torch.Tensor, qvel: torch.Tensor, ctrl: torch.Tensor) -> torch.Tensor:
+        dyn = self.dyn
+        dyn._qpos.copy_(qpos)
+        dyn._qvel.copy_(qvel)
+        dyn.step(ctrl)
+        return (dyn.state().qvel - qvel.to(dyn._qvel)) / dyn.control_dt  # (N, nv_r)
+
+
+class CoupledDynamics:
+    """`num_worlds` worlds of a fixed-base robot and a free cube; the robot's free motion comes from `free_motion`.
+
+    `state()` reports the robot's DOFs only (RobotState); `object_state()` the cube's pose and velocity."""
+
+    def __init__(self, robot: RobotSpec, num_worlds: int, device: str | torch.device = "cpu", mode: str = "coupled",
+                 free_motion: FreeMotion | str = "flashnerd", checkpoint=None, nthread: int | None = None,
+                 integrator: str = "euler", cube_mass: float = CUBE_MASS, **_: object) -> None:
+        if mode not in ("coupled", "oneway"):
+            raise ValueError(f"unknown coupling mode '{mode}'; choose coupled or oneway")
+        if robot.floating_base:
+            raise ValueError(f"coupling needs a fixed-base robot; '{robot.name}' floats")
+        self.robot, self.num_worlds, self.mode = robot, num_worlds, mode
+        self.device = torch.device(device)
+        self.control_dt = robot.control_dt
+        self.model = self._build_model(robot, integrator, cube_mass)
+        m = self.model
+        check_actuators(robot, m)
+        self.nq_r = self.nv_r = robot_dofs(m)
+        self.nq, self.nv, self.nu = m.nq, m.nv, m.nu
+        self.free_motion = (free_motion if not isinstance(free_motion, str) else
+                            LearnedFreeMotion(robot, num_worlds, free_motion, checkpoint, self.device))
+        # The model owns actuation: MuJoCo's actuators stay off in both modes, so nothing drives the robot twice.
+        m.opt.disableflags |= mujoco.mjtDisableBit.mjDSBL_ACTUATION
+        self.datas = [mujoco.MjData(m) for _ in range(num_worlds)]
+        q0 = self.default_qpos()
+        for d in self.datas:
+            d.qpos[:] = q0
+            mujoco.mj_forward(m, d)
+        self.nthread = max(1, min(nthread or os.cpu_count() or 1, num_worlds))
+        self._chunks = np.array_split(np.arange(num_worlds), self.nthread)
+        self._pool = ThreadPoolExecutor(self.nthread) if self.nthread > 1 else None
+        self._acc = np.zeros((num_worlds, self.nv))  # (N, nv) model acceleration, zero on the object DOFs
+        self._res = [np.zeros(self.nv) for _ in range(num_worlds)]  # mj_mulM output per world
+        f32 = dict(dtype=torch.float32, device=self.device)
+        self._qpos = torch.zeros(num_worlds, self.nq_r, **f32)
+        self._qvel = torch.zeros(num_worlds, self.nv_r, **f32)
+        self._obj = torch.zeros(num_worlds, 13, **f32)  # cube pos (3), quat (4), lin vel (3), ang vel (3)
+        self._torque = torch.zeros(num_worlds, self.nu, **f32)
+        self._state = RobotState(self._qpos, self._qvel, self._torque, torch.zeros(num_worlds, 0, **f32))
+        self._gather()
+
+    @staticmethod
+    def _build_model(robot: RobotSpec, integrator: str = "euler", cube_mass: float = CUBE_MASS) -> mujoco.MjModel:
+        """The robot's scene plus a cube at its object spawn point, on `integrator` (Euler: the coupling is exact)."""
+        spec = build_scene_spec(robot)
+        spec.option.integrator = {"euler": mujoco.mjtIntegrator.mjINT_EULER,
+                                  "implicitfast": mujoco.mjtIntegrator.mjINT_IMPLICITFAST}[integrator]
+        add_cube(spec, robot.object_spawn or (0.0, 0.0, 0.5), mass=cube_mass)
+        return spec.compile()
+
+    def default_qpos(self) -> np.ndarray:
+        """Robot at its default pose, the cube at the robot's object spawn point."""
+        q = self.model.qpos0.copy()
+        q[:self.nq_r] = default_qpos(self.robot, build_scene(self.robot))
+        return q
+
+    # --- Dynamics interface -------------------------------------------------------------------------------------
+
+    def reset(self, world_ids: torch.Tensor, qpos: torch.Tensor, qvel: torch.Tensor) -> None:
+        """Write the robot state (k, nq_r), (k, nv_r) of `world_ids`; their cube returns to its spawn pose at rest."""
+        self.reset_full(world_ids, self._full(qpos, self.default_qpos()), self._full(qvel, np.zeros(self.nv)))
+
+    def reset_full(self, world_ids: torch.Tensor, qpos: np.ndarray, qvel: np.ndarray) -> None:
+        """Write the whole state (robot and cube) of `world_ids`: qpos (k, nq), qvel (k, nv)."""
+        ids = world_ids.detach().cpu().numpy().reshape(-1)
+        for i, w in enumerate(ids):
+            d = self.datas[w]
+            mujoco.mj_resetData(self.model, d)
+            d.qpos[:], d.qvel[:] = qpos[i], qvel[i]
+            mujoco.mj_forward(self.model, d)
+        self.free_motion.reset(torch.as_tensor(ids))
+        self._gather()
+
+    def set_qvel(self, world_ids: torch.Tensor, qvel: torch.Tensor) -> None:
+        ids = world_ids.detach().cpu().numpy().reshape(-1)
+        v = qvel.detach().cpu().double().numpy()
+        for i, w in enumerate(ids):
+            self.datas[w].qvel[:self.nv_r] = v[i]
+        self._gather()
+
+    def step(self, ctrl: torch.Tensor) -> None:
+        """Advance every world by one control step under robot joint targets ctrl (N, nu)."""
+        if not torch.isfinite(ctrl).all():
+            raise ValueError("ctrl holds NaN or Inf; the coupled backend needs finite joint targets")
+        dec = self.robot.decimation
+        for k in range(dec):
+            if k == 0 or self.free_motion.per_substep:
+                acc = self.free_motion.acceleration(self._qpos64, self._qvel64, ctrl)  # (N, nv_r)
+                self._acc[:, :self.nv_r] = acc.detach().cpu().double().numpy()
+            self._run(self._substep_oneway if self.mode == "oneway" else self._substep_coupled, k)
+            if self.free_motion.per_substep:
+                self._gather()
+        self._gather()
+
+    def state(self) -> RobotState:
+        return self._state
+
+    def object_state(self) -> torch.Tensor:
+        """Cube pose and velocity (N, 13): position (3), quaternion wxyz (4), linear (3) and angular (3) velocity."""
+        return self._obj
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None
+
+    # --- physics ------------------------------------------------------------------------------------------------
+
+    def _run(self, fn, k: int) -> None:
+        if self._pool is None:
+            fn(self._chunks[0], k)
+        else:
+            list(self._pool.map(lambda ids: fn(ids, k), self._chunks))
+
+    def _substep_coupled(self, ids: np.ndarray, k: int) -> None:
+        m, r = self.model, self.nv_r
+        for w in ids:
+            d, res = self.datas[w], self._res[w]
+            mujoco.mj_step1(m, d)
+            mujoco.mj_mulM(m, d, res, self._acc[w])
+            d.qfrc_applied[:r] = res[:r] + d.qfrc_bias[:r] - d.qfrc_passive[:r]
+            mujoco.mj_step2(m, d)
+
+    def _substep_oneway(self, ids: np.ndarray, k: int) -> None:
+        """The robot moves along the model's free motion (velocity integrated semi-implicitly, as MuJoCo's Euler);
+        contacts act on the cube, and whatever they do to the robot is overwritten."""
+        m, r, h = self.model, self.nv_r, float(self.model.opt.timestep)
+        for w in ids:
+            d = self.datas[w]
+            v = d.qvel[:r] + h * self._acc[w, :r]  # (nv_r,)
+            q = d.qpos[:r] + h * v  # hinge and slide joints only: qpos and qvel share their layout
+            mujoco.mj_step(m, d)
+            d.qpos[:r], d.qvel[:r] = q, v
+
+    def _gather(self) -> None:
+        q = np.stack([d.qpos for d in self.datas])  # (N, nq)
+        v = np.stack([d.qvel for d in self.datas])  # (N, nv)
+        # The free-motion model reads the state in float64 (an exact oracle must); the RobotState is float32.
+        self._qpos64, self._qvel64 = torch.from_numpy(q[:, :self.nq_r]), torch.from_numpy(v[:, :self.nv_r])
+        self._qpos.copy_(self._qpos64)
+        self._qvel.copy_(self._qvel64)
+        self._obj.copy_(torch.from_numpy(np.concatenate((q[:, self.nq_r:self.nq_r + 7],
+                                                         v[:, self.nv_r:self.nv_r + 6]), axis=1)))
+
+    def _full(self, x: torch.Tensor, rest: np.ndarray) -> np.ndarray:
+        full = np.repeat(rest[None], x.shape[0], axis=0)
+        full[:, :x.shape[1]] = x.detach().cpu().double().numpy()
+        return full
+
+
+def robot_dofs(model: mujoco.MjModel) -> int:
+    """Number of leading DOFs that belong to the robot (every joint before the first free joint, the cube's)."""
+    free = [j for j in range(model.njnt) if model.jnt_type[j] == mujoco.mjtJoint.mjJNT_FREE]
+    return int(model.jnt_dofadr[free[0]]) if free else model.nv
+
+
+def add_cube(spec: mujoco.MjSpec, pos, size: float = CUBE_SIZE, mass: float = CUBE_MASS) -> None:
+    """A free cube (edge `size`, `mass`) at `pos`, colliding with the hand (contype/conaffinity bit 2) and the floor."""
+    body = spec.worldbody.add_body(name="cube", pos=list(pos))
+    body.add_freejoint(name="cube")
+    body.add_geom(name="cube", type=mujoco.mjtGeom.mjGEOM_BOX, size=[size / 2] * 3, mass=mass, contype=3,
+                  conaffinity=3, condim=3, friction=[1.0, 0.005, 0.0001], rgba=[0.85, 0.55, 0.15, 1.0])
