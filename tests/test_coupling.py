@@ -54,7 +54,7 @@ def test_oracle_coupling_reproduces_the_analytical_simulator():
     plain_model = CoupledDynamics._build_model(HAND, "euler")  # same scene, actuators enabled
     coupled.model.opt.tolerance = plain_model.opt.tolerance = 0.0
     targets = _targets(control_steps, num_worlds)
-    truth = _plain_mujoco(plain_model, coupled.default_qpos(), targets)  # (T, N, nq)
+    truth = _plain_mujoco(plain_model, coupled.qpos0, targets)  # (T, N, nq)
     got = []
     for ctrl in targets:
         coupled.step(ctrl)

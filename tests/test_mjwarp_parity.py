@@ -109,9 +109,11 @@ class _NoCuda(TorchFunctionMode):
 def test_every_task_runs_on_the_backend_without_touching_cuda(dynamics):
     import gymnasium as gym
 
-    from flashnerd.envs.registry import registered_tasks
+    from flashnerd.envs.registry import load_cfg_from_registry, registered_tasks
 
     for task in registered_tasks():
+        if load_cfg_from_registry(task, "env_cfg_entry_point").objects and dynamics == "flashnerd":
+            continue  # a learned robot-only backend has no cube; tests/test_reorient.py covers that refusal
         with _NoCuda():
             env = gym.make(task, num_envs=4, dynamics=dynamics, device="cpu")
             obs, _ = env.reset(seed=0)

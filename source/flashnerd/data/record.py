@@ -151,7 +151,7 @@ class PolicySource:
         noise = self.noise_std * torch.randn(actions.shape, generator=self.gen)  # (N, na) drawn on the CPU generator
         actions = actions + noise.to(actions.device)
         _, _, terminated, truncated, _ = env.step(actions)
-        ctrl = env.default_joint_pos + env.cfg.action_scale * env.actions  # (N, nu) what the backend received
+        ctrl = env.joint_targets  # (N, nu) what the backend received
         return ctrl, terminated | truncated
 
     def close(self) -> None:

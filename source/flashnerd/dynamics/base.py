@@ -19,14 +19,16 @@ from flashnerd.robots import RobotSpec
 class RobotState:
     """Batched robot state on the backend's device. Tensors are views refreshed by `step()`; copy to keep them.
 
-    qpos and qvel follow MuJoCo's conventions for a floating base: qpos = [pos_w(3), quat_w(4, wxyz), joints],
-    qvel = [lin_vel_w(3), ang_vel_b(3), joint velocities].
+    qpos and qvel follow MuJoCo's conventions. Floating base: qpos = [pos_w(3), quat_w(4, wxyz), joints],
+    qvel = [lin_vel_w(3), ang_vel_b(3), joint velocities]; fixed base: joints only (the root properties are then
+    meaningless). Objects in the scene are not part of it (see the backend's `object_state()`).
     """
 
     qpos: torch.Tensor  # (N, nq)
     qvel: torch.Tensor  # (N, nv)
     joint_torque: torch.Tensor  # (N, nu) actuator torque applied during the last substep
     contact_force: torch.Tensor  # (N, nb) largest net contact force norm (N) on each contact body over the step
+    floating_base: bool = True
 
     @property
     def root_pos_w(self) -> torch.Tensor:
@@ -38,7 +40,7 @@ class RobotState:
 
     @property
     def joint_pos(self) -> torch.Tensor:
-        return self.qpos[:, 7:]
+        return self.qpos[:, 7:] if self.floating_base else self.qpos
 
     @property
     def root_lin_vel_w(self) -> torch.Tensor:
@@ -50,7 +52,7 @@ class RobotState:
 
     @property
     def joint_vel(self) -> torch.Tensor:
-        return self.qvel[:, 6:]
+        return self.qvel[:, 6:] if self.floating_base else self.qvel
 
 
 @runtime_checkable
@@ -78,11 +80,21 @@ class Dynamics(Protocol):
 
 DynamicsFactory = Callable[..., Dynamics]
 _BACKENDS: dict[str, DynamicsFactory] = {}
+_OBJECT_BACKENDS: set[str] = set()
 
 
-def register_backend(name: str, factory: DynamicsFactory) -> None:
-    """Make a backend available to `make_dynamics(name, ...)` and to every task's `dynamics=` argument."""
+def register_backend(name: str, factory: DynamicsFactory, objects: bool = False) -> None:
+    """Make a backend available to `make_dynamics(name, ...)` and to every task's `dynamics=` argument; `objects`
+    says that it simulates scene objects (`objects=` argument, `object_state()`, `reset_objects()`)."""
     _BACKENDS[name] = factory
+    if objects:
+        _OBJECT_BACKENDS.add(name)
+
+
+def simulates_objects(name: str) -> bool:
+    """Whether backend `name` simulates scene objects next to the robot."""
+    _register_builtin()
+    return name in _OBJECT_BACKENDS
 
 
 def available_backends() -> list[str]:
@@ -108,13 +120,13 @@ def _register_builtin() -> None:
         from flashnerd.dynamics.learned import LearnedDynamics
         from flashnerd.sim.mujoco_backend import MujocoDynamics
 
-        register_backend("mujoco", MujocoDynamics)
+        register_backend("mujoco", MujocoDynamics, objects=True)
         register_backend("flashnerd", partial(LearnedDynamics, kind="flashnerd"))
         register_backend("nerd", partial(LearnedDynamics, kind="nerd"))
         register_backend("rwm", partial(LearnedDynamics, kind="rwm"))
-        register_backend("mjwarp", _make_mjwarp)
-        register_backend("coupled", partial(_make_coupled, mode="coupled"))
-        register_backend("oneway", partial(_make_coupled, mode="oneway"))
+        register_backend("mjwarp", _make_mjwarp, objects=True)
+        register_backend("coupled", partial(_make_coupled, mode="coupled"), objects=True)
+        register_backend("oneway", partial(_make_coupled, mode="oneway"), objects=True)
 
 
 def _make_coupled(**kwargs) -> Dynamics:

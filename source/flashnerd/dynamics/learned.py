@@ -78,7 +78,7 @@ class LearnedDynamics:
         self._torque = torch.zeros(num_worlds, self.nu, **f32)  # (N, nu)
         self._torque_phase = (robot.decimation - 1) / robot.decimation
         self._contact = torch.zeros(num_worlds, self._nb, **f32)  # (N, nb)
-        self._state = RobotState(self._qpos, self._qvel, self._torque, self._contact)
+        self._state = RobotState(self._qpos, self._qvel, self._torque, self._contact, robot.floating_base)
         self._refresh_contacts()
 
     def default_qpos(self) -> np.ndarray:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from flashnerd.envs.config import VelocityCommandCfg
-from flashnerd.utils.math import wrap_to_pi
+from flashnerd.utils.math import quat_rotation_angle, random_quat, wrap_to_pi
 
 
 class VelocityCommand:
@@ -49,3 +49,29 @@ class VelocityCommand:
             lo, hi = self.cfg.ang_vel_z
             self.command[ids, 2] = torch.clamp(self.cfg.heading_control_stiffness * err, lo, hi)
         self.command[self.is_standing_env] = 0.0
+
+
+class OrientationGoal:
+    """Holds a goal orientation (N, 4) per world; worlds whose object reaches it get a new one and count a success."""
+
+    def __init__(self, cfg, num_envs: int, device: torch.device, rng: torch.Generator) -> None:
+        self.cfg, self.rng = cfg, rng
+        self.quat = torch.zeros(num_envs, 4, device=device)  # (N, 4) goal orientation, wxyz
+        self.quat[:, 0] = 1.0
+        self.position = torch.tensor(cfg.position, device=device).expand(num_envs, 3)  # (N, 3) goal position
+        self.successes = torch.zeros(num_envs, device=device)  # (N,) goals reached this episode
+
+    def resample(self, env_ids: torch.Tensor) -> None:
+        """Draw new goal orientations for `env_ids` (k,)."""
+        if len(env_ids):
+            self.quat[env_ids] = random_quat(len(env_ids), self.rng, self.quat.device)
+
+    def reached(self, object_quat: torch.Tensor) -> torch.Tensor:
+        """Worlds (N,) whose object orientation (N, 4) is within the success tolerance of the goal."""
+        return quat_rotation_angle(object_quat, self.quat) <= self.cfg.success_tolerance
+
+    def update(self, object_quat: torch.Tensor) -> None:
+        """Count the successes of this step and give those worlds a new goal."""
+        done = self.reached(object_quat)  # (N,)
+        self.successes += done.float()
+        self.resample(torch.nonzero(done).flatten())

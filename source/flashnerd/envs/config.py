@@ -74,6 +74,15 @@ class VelocityCommandCfg:
 
 
 @dataclass
+class OrientationGoalCfg:
+    """Goal orientations for an object (Isaac Lab's in-hand reorientation command): uniformly random, replaced when
+    reached (the rotation angle to the goal is at most `success_tolerance` rad), at `position` in the world."""
+
+    success_tolerance: float = 0.1
+    position: tuple[float, float, float] = (0.0, 0.0, 0.545)
+
+
+@dataclass
 class EnvCfg:
     """Everything that defines a task; the dynamics backend is a separate choice (`dynamics`)."""
 
@@ -83,10 +92,17 @@ class EnvCfg:
     terminations: dict[str, DoneTerm]
     events: dict[str, EventTerm] = field(default_factory=dict)
     commands: VelocityCommandCfg | None = None
+    goal: OrientationGoalCfg | None = None  # an object-orientation goal (in-hand tasks)
     terrain: str = "flat"
+    objects: tuple[str, ...] = ()  # scene objects ("cube"); only backends with `object_state()` simulate them
     num_envs: int = 4096
     episode_length_s: float = 20.0
     action_scale: float = 0.5
+    # "offset": targets = default + action_scale * a (Isaac Lab's JointPositionAction); "ema_limits": a in [-1, 1]
+    # mapped onto each joint's range, then an exponential moving average with `action_ema_alpha` on the new value
+    # (Isaac Lab's EMAJointPositionToLimitsAction, the in-hand tasks' choice).
+    action_mode: str = "offset"
+    action_ema_alpha: float = 0.95
     seed: int = 42
     dynamics: str = "mujoco"
     dynamics_kwargs: dict[str, Any] = field(default_factory=dict)

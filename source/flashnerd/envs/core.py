@@ -16,10 +16,12 @@ import numpy as np
 import torch
 
 from flashnerd.dynamics import make_dynamics
-from flashnerd.envs.commands import VelocityCommand
+from flashnerd.dynamics.base import simulates_objects
+from flashnerd.envs.commands import OrientationGoal, VelocityCommand
 from flashnerd.envs.config import EnvCfg
 from flashnerd.envs.registry import load_entry_point
 from flashnerd.robots import get_robot
+from flashnerd.sim.scene import build_scene
 from flashnerd.utils.math import quat_apply_inverse, yaw_from_quat
 
 
@@ -92,8 +94,14 @@ class FlashNeRDEnv(gym.Env):
         self.rng = torch.Generator(device=self.device).manual_seed(cfg.seed)
         torch.manual_seed(cfg.seed)
 
+        if cfg.action_mode not in ("offset", "ema_limits"):
+            raise ValueError(f"unknown action_mode '{cfg.action_mode}'; choose offset or ema_limits")
+        if cfg.objects and not simulates_objects(cfg.dynamics):
+            raise ValueError(f"backend '{cfg.dynamics}' simulates the robot alone, and this task needs "
+                             f"{', '.join(cfg.objects)}; use mujoco, mjwarp, coupled or oneway")
+        scene = {"objects": tuple(cfg.objects)} if cfg.objects else {}
         self.dyn = make_dynamics(cfg.dynamics, self.robot, cfg.num_envs, device=self.device,
-                                 terrain=cfg.terrain, **cfg.dynamics_kwargs)
+                                 terrain=cfg.terrain, **scene, **cfg.dynamics_kwargs)
         self.step_dt = self.dyn.control_dt
         self.max_episode_length_s = cfg.episode_length_s
         self.max_episode_length = math.ceil(cfg.episode_length_s / self.step_dt)
@@ -103,6 +111,12 @@ class FlashNeRDEnv(gym.Env):
         self.default_joint_pos = torch.tensor(self.robot.default_joint_pos, device=self.device)  # (nj,)
         self._default_qpos = torch.as_tensor(self.dyn.default_qpos(), dtype=torch.float32, device=self.device)
         self.actions = torch.zeros(n, nj, device=self.device)  # (N, na)
+        self.joint_targets = self.default_joint_pos.repeat(n, 1)  # (N, nj) what the backend was last sent
+        robot_model = build_scene(self.robot)
+        ctrl_range = torch.as_tensor(robot_model.actuator_ctrlrange, dtype=torch.float32, device=self.device)  # (nj, 2)
+        self._actuated_qpos = torch.as_tensor(robot_model.jnt_qposadr[robot_model.actuator_trnid[:, 0]],
+                                              device=self.device)  # (nj,) qpos column of each actuated joint
+        self._target_low, self._target_high = ctrl_range[:, 0], ctrl_range[:, 1]
         self.prev_actions = torch.zeros(n, nj, device=self.device)
         self.joint_acc = torch.zeros(n, nj, device=self.device)
         self._prev_joint_vel = torch.zeros(n, nj, device=self.device)
@@ -120,6 +134,7 @@ class FlashNeRDEnv(gym.Env):
         self.air_time = AirTime(n, len(self.robot.contact_bodies.get("feet", ())), self.device)
 
         self.command_manager = VelocityCommand(cfg.commands, n, self.device, self.rng) if cfg.commands else None
+        self.goal = OrientationGoal(cfg.goal, n, self.device, self.rng) if cfg.goal else None
         self.episode_sums = {name: torch.zeros(n, device=self.device) for name in cfg.rewards}
         self.reward_terms: dict[str, torch.Tensor] = {}  # each term's weighted reward of the last step (N,)
         self._interval_time_left = {
@@ -170,8 +185,8 @@ class FlashNeRDEnv(gym.Env):
         actions = self._check_actions(actions)
         self.prev_actions.copy_(self.actions)
         self.actions.copy_(actions)
-        targets = self.default_joint_pos + self.cfg.action_scale * self.actions  # (N, nj)
-        self.dyn.step(targets)
+        self.joint_targets = self._action_to_targets(self.actions)  # (N, nj)
+        self.dyn.step(self.joint_targets)
 
         self.episode_length_buf += 1
         self.common_step_counter += 1
@@ -188,6 +203,8 @@ class FlashNeRDEnv(gym.Env):
             self._reset_idx(reset_ids)
         if self.command_manager is not None:
             self.command_manager.update(self.step_dt, self.heading)
+        if self.goal is not None:  # after the rewards, which paid the success bonus against the old goal
+            self.goal.update(self.object_quat)
         self._apply_interval_events()
         self._obs = self.compute_observations()
         self.extras["time_outs"] = truncated
@@ -214,17 +231,37 @@ class FlashNeRDEnv(gym.Env):
             raise ValueError(f"actions contain NaN or Inf (worlds {bad}...); check the policy's output")
         return actions
 
+    def _action_to_targets(self, actions: torch.Tensor) -> torch.Tensor:
+        """Joint position targets (N, nj) of actions (N, na), as `cfg.action_mode` says."""
+        if self.cfg.action_mode == "offset":
+            return self.default_joint_pos + self.cfg.action_scale * actions
+        lo, hi = self._target_low, self._target_high
+        fresh = lo + 0.5 * (actions.clamp(-1.0, 1.0) + 1.0) * (hi - lo)  # (N, nj) action range -> joint range
+        return torch.lerp(self.joint_targets, fresh, self.cfg.action_ema_alpha)
+
+    @property
+    def object_pos(self) -> torch.Tensor:
+        """The object's world position (N, 3)."""
+        return self.dyn.object_state()[:, 0:3]
+
+    @property
+    def object_quat(self) -> torch.Tensor:
+        """The object's orientation (N, 4), wxyz."""
+        return self.dyn.object_state()[:, 3:7]
+
     def _update_derived(self, joint_acc: bool = True) -> None:
         s = self.dyn.state()
+        if joint_acc:
+            self.joint_acc = (s.joint_vel - self._prev_joint_vel) / self.step_dt  # (N, nj)
+            self._prev_joint_vel = s.joint_vel.clone()
+        if not self.robot.floating_base:  # no base: the root quantities below do not exist
+            return
         quat = s.root_quat_w  # (N, 4)
         self.root_lin_vel_b = quat_apply_inverse(quat, s.root_lin_vel_w)  # (N, 3)
         self.root_ang_vel_b = s.root_ang_vel_b  # (N, 3)
         gravity = torch.tensor([0.0, 0.0, -1.0], device=self.device).expand_as(self.root_lin_vel_b)
         self.projected_gravity_b = quat_apply_inverse(quat, gravity)  # (N, 3)
         self.heading = yaw_from_quat(quat)  # (N,)
-        if joint_acc:
-            self.joint_acc = (s.joint_vel - self._prev_joint_vel) / self.step_dt  # (N, nj)
-            self._prev_joint_vel = s.joint_vel.clone()
 
     def _compute_dones(self) -> tuple[torch.Tensor, torch.Tensor]:
         terminated = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
@@ -272,6 +309,10 @@ class FlashNeRDEnv(gym.Env):
             sums[env_ids] = 0.0
         for name, buf in self._term_buffers.items():
             log[f"Episode_Termination/{name}"] = torch.count_nonzero(buf[env_ids])
+        if self.goal is not None:
+            log["Metrics/goals_reached"] = torch.mean(self.goal.successes[env_ids])
+            self.goal.successes[env_ids] = 0.0
+            self.goal.resample(env_ids)
 
         k = len(env_ids)
         qpos = self._default_qpos.expand(k, -1).clone()  # (k, nq)
@@ -280,6 +321,10 @@ class FlashNeRDEnv(gym.Env):
             if event.mode == "reset":
                 event.func(self, env_ids, qpos, qvel, **event.params)
         self.dyn.reset(env_ids, qpos, qvel)
+        for event in self.cfg.events.values():
+            if event.mode == "reset_object":  # objects are placed once the robot's state is written
+                event.func(self, env_ids, **event.params)
+        self.joint_targets[env_ids] = qpos[:, self._actuated_qpos]  # the EMA restarts from the reset pose
 
         self.actions[env_ids] = 0.0
         self.prev_actions[env_ids] = 0.0

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from flashnerd.utils.math import quat_from_euler_xyz, quat_mul
+from flashnerd.utils.math import quat_conjugate, quat_from_euler_xyz, quat_mul, quat_rotation_angle, random_quat
 
 if TYPE_CHECKING:
     from flashnerd.envs.core import FlashNeRDEnv
@@ -49,7 +49,71 @@ def last_action(env: FlashNeRDEnv) -> torch.Tensor:
     return env.actions
 
 
+def joint_pos_limit_normalized(env: FlashNeRDEnv) -> torch.Tensor:
+    """Actuated joint positions scaled to [-1, 1] over their ranges (N, nj)."""
+    q = env.state.joint_pos[:, env._actuated_qpos - (7 if env.robot.floating_base else 0)]
+    lo, hi = env._target_low, env._target_high
+    return 2.0 * (q - lo) / (hi - lo) - 1.0
+
+
+def object_pos_rel(env: FlashNeRDEnv) -> torch.Tensor:
+    """Object position relative to its goal position (N, 3), world frame."""
+    return env.object_pos - env.goal.position
+
+
+def object_quat(env: FlashNeRDEnv) -> torch.Tensor:
+    """Object orientation (N, 4), wxyz with w >= 0 (q and -q are one rotation)."""
+    q = env.object_quat
+    return torch.where(q[:, :1] < 0, -q, q)
+
+
+def object_lin_vel(env: FlashNeRDEnv) -> torch.Tensor:
+    """Object linear velocity (N, 3), world frame."""
+    return env.dyn.object_state()[:, 7:10]
+
+
+def object_ang_vel(env: FlashNeRDEnv) -> torch.Tensor:
+    """Object angular velocity (N, 3), its own frame (MuJoCo's free-joint convention)."""
+    return env.dyn.object_state()[:, 10:13]
+
+
+def goal_quat(env: FlashNeRDEnv) -> torch.Tensor:
+    """The goal orientation (N, 4)."""
+    return env.goal.quat
+
+
+def goal_quat_diff(env: FlashNeRDEnv) -> torch.Tensor:
+    """Rotation from the goal to the object, q_obj * q_goal^-1 (N, 4), w >= 0."""
+    q = quat_mul(env.object_quat, quat_conjugate(env.goal.quat))
+    return torch.where(q[:, :1] < 0, -q, q)
+
+
 # --- rewards: (N,) -----------------------------------------------------------------------------------------------
+
+
+def track_orientation_inv_l2(env: FlashNeRDEnv, rot_eps: float = 0.1) -> torch.Tensor:
+    """1 / (rotation angle to the goal + rot_eps)."""
+    return 1.0 / (quat_rotation_angle(env.object_quat, env.goal.quat) + rot_eps)
+
+
+def object_goal_distance(env: FlashNeRDEnv) -> torch.Tensor:
+    """Distance (m) of the object from its goal position."""
+    return torch.linalg.norm(env.object_pos - env.goal.position, dim=1)
+
+
+def success_bonus(env: FlashNeRDEnv) -> torch.Tensor:
+    """1 where the object reached its goal orientation this step (the goal is then replaced)."""
+    return env.goal.reached(env.object_quat).float()
+
+
+def action_l2(env: FlashNeRDEnv) -> torch.Tensor:
+    """Sum of squared actions."""
+    return torch.sum(torch.square(env.actions), dim=1)
+
+
+def joint_vel_l2(env: FlashNeRDEnv) -> torch.Tensor:
+    """Sum of squared joint velocities."""
+    return torch.sum(torch.square(env.state.joint_vel), dim=1)
 
 
 def track_lin_vel_xy_exp(env: FlashNeRDEnv, std: float) -> torch.Tensor:
@@ -112,6 +176,11 @@ def undesired_contacts(env: FlashNeRDEnv, group: str, threshold: float) -> torch
 
 
 # --- terminations: (N,) bool -------------------------------------------------------------------------------------
+
+
+def object_away_from_goal(env: FlashNeRDEnv, threshold: float) -> torch.Tensor:
+    """The object fell: it is farther than `threshold` (m) from its goal position."""
+    return object_goal_distance(env) > threshold
 
 
 def time_out(env: FlashNeRDEnv) -> torch.Tensor:
@@ -177,3 +246,28 @@ def push_by_setting_velocity(
     qvel = env.state.qvel[env_ids].clone()  # (k, nv)
     qvel[:, 0:6] += _uniform(env, (len(env_ids), 6), bounds)
     env.dyn.set_qvel(env_ids, qvel)
+
+
+def reset_object_pose_uniform(
+    env: FlashNeRDEnv, env_ids: torch.Tensor, position_range: tuple[float, float], random_orientation: bool = True,
+) -> None:
+    """Place the object at its goal position plus a uniform offset per axis, in a uniformly random orientation (or
+    the spawn orientation), at rest (a "reset_object" event)."""
+    k = len(env_ids)
+    bounds = torch.tensor([position_range] * 3, device=env.device)  # (3, 2)
+    pose = torch.zeros(k, 7, device=env.device)
+    pose[:, 0:3] = env.goal.position[env_ids] + _uniform(env, (k, 3), bounds)
+    pose[:, 3] = 1.0
+    if random_orientation:
+        pose[:, 3:7] = random_quat(k, env.rng, env.device)
+    env.dyn.reset_objects(env_ids, pose, torch.zeros(k, 6, device=env.device))
+
+
+def reset_joints_uniform(
+    env: FlashNeRDEnv, env_ids: torch.Tensor, qpos: torch.Tensor, qvel: torch.Tensor,
+    position_range: tuple[float, float],
+) -> None:
+    """Offset the actuated joints from their default positions uniformly, within their ranges (a "reset" event)."""
+    k, cols = len(env_ids), env._actuated_qpos
+    offset = _uniform(env, (k, len(cols)), torch.tensor([position_range] * len(cols), device=env.device))
+    qpos[:, cols] = torch.maximum(torch.minimum(env.default_joint_pos + offset, env._target_high), env._target_low)

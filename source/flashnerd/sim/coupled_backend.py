@@ -28,10 +28,7 @@ import torch
 
 from flashnerd.dynamics.base import RobotState
 from flashnerd.robots import RobotSpec
-from flashnerd.sim.scene import build_scene, build_scene_spec, check_actuators, default_qpos
-
-CUBE_SIZE = 0.065  # m, edge (Isaac Lab's in-hand cube)
-CUBE_MASS = 0.1  # kg
+from flashnerd.sim.scene import CUBE_MASS, build_scene, build_scene_spec, check_actuators, default_qpos, robot_columns
 
 
 class FreeMotion(Protocol):
@@ -113,14 +110,19 @@ class CoupledDynamics:
         self.model = self._build_model(robot, integrator, cube_mass)
         m = self.model
         check_actuators(robot, m)
-        self.nq_r = self.nv_r = robot_dofs(m)
+        self.nq_r, self.nv_r = robot_columns(robot, m)
         self.nq, self.nv, self.nu = m.nq, m.nv, m.nu
-        self.free_motion = (free_motion if not isinstance(free_motion, str) else
-                            LearnedFreeMotion(robot, num_worlds, free_motion, checkpoint, self.device))
+        if free_motion == "oracle":
+            free_motion = OracleFreeMotion(robot, num_worlds)
+        elif isinstance(free_motion, str):
+            free_motion = LearnedFreeMotion(robot, num_worlds, free_motion, checkpoint, self.device)
+        self.free_motion = free_motion
         # The model owns actuation: MuJoCo's actuators stay off in both modes, so nothing drives the robot twice.
         m.opt.disableflags |= mujoco.mjtDisableBit.mjDSBL_ACTUATION
         self.datas = [mujoco.MjData(m) for _ in range(num_worlds)]
-        q0 = self.default_qpos()
+        self.qpos0 = m.qpos0.copy()  # (nq,) the whole scene's start: robot at its default pose, cube at its spawn
+        self.qpos0[:self.nq_r] = self.default_qpos()
+        q0 = self.qpos0
         for d in self.datas:
             d.qpos[:] = q0
             mujoco.mj_forward(m, d)
@@ -133,30 +135,29 @@ class CoupledDynamics:
         self._qpos = torch.zeros(num_worlds, self.nq_r, **f32)
         self._qvel = torch.zeros(num_worlds, self.nv_r, **f32)
         self._obj = torch.zeros(num_worlds, 13, **f32)  # cube pos (3), quat (4), lin vel (3), ang vel (3)
-        self._torque = torch.zeros(num_worlds, self.nu, **f32)
-        self._state = RobotState(self._qpos, self._qvel, self._torque, torch.zeros(num_worlds, 0, **f32))
+        self._torque = torch.zeros(num_worlds, self.nu, **f32)  # generalized force on each actuated joint
+        self._act_dof = m.jnt_dofadr[m.actuator_trnid[:, 0]]  # (nu,) DOF of each actuator's joint
+        self._state = RobotState(self._qpos, self._qvel, self._torque, torch.zeros(num_worlds, 0, **f32),
+                                 floating_base=False)
         self._gather()
 
     @staticmethod
     def _build_model(robot: RobotSpec, integrator: str = "euler", cube_mass: float = CUBE_MASS) -> mujoco.MjModel:
         """The robot's scene plus a cube at its object spawn point, on `integrator` (Euler: the coupling is exact)."""
-        spec = build_scene_spec(robot)
+        spec = build_scene_spec(robot, objects=("cube",), cube_mass=cube_mass)
         spec.option.integrator = {"euler": mujoco.mjtIntegrator.mjINT_EULER,
                                   "implicitfast": mujoco.mjtIntegrator.mjINT_IMPLICITFAST}[integrator]
-        add_cube(spec, robot.object_spawn or (0.0, 0.0, 0.5), mass=cube_mass)
         return spec.compile()
 
     def default_qpos(self) -> np.ndarray:
-        """Robot at its default pose, the cube at the robot's object spawn point."""
-        q = self.model.qpos0.copy()
-        q[:self.nq_r] = default_qpos(self.robot, build_scene(self.robot))
-        return q
+        """The robot's default pose (its qpos columns only, as every backend reports it)."""
+        return default_qpos(self.robot, self.model)
 
     # --- Dynamics interface -------------------------------------------------------------------------------------
 
     def reset(self, world_ids: torch.Tensor, qpos: torch.Tensor, qvel: torch.Tensor) -> None:
         """Write the robot state (k, nq_r), (k, nv_r) of `world_ids`; their cube returns to its spawn pose at rest."""
-        self.reset_full(world_ids, self._full(qpos, self.default_qpos()), self._full(qvel, np.zeros(self.nv)))
+        self.reset_full(world_ids, self._full(qpos, self.qpos0), self._full(qvel, np.zeros(self.nv)))
 
     def reset_full(self, world_ids: torch.Tensor, qpos: np.ndarray, qvel: np.ndarray) -> None:
         """Write the whole state (robot and cube) of `world_ids`: qpos (k, nq), qvel (k, nv)."""
@@ -167,6 +168,16 @@ class CoupledDynamics:
             d.qpos[:], d.qvel[:] = qpos[i], qvel[i]
             mujoco.mj_forward(self.model, d)
         self.free_motion.reset(torch.as_tensor(ids))
+        self._gather()
+
+    def reset_objects(self, world_ids: torch.Tensor, pose: torch.Tensor, vel: torch.Tensor) -> None:
+        """Place the cube of `world_ids` (k,) at pose (k, 7) with velocity (k, 6)."""
+        ids = world_ids.detach().cpu().numpy().reshape(-1)
+        p, v = pose.detach().cpu().double().numpy(), vel.detach().cpu().double().numpy()
+        for i, w in enumerate(ids):
+            d = self.datas[w]
+            d.qpos[self.nq_r:self.nq_r + 7], d.qvel[self.nv_r:self.nv_r + 6] = p[i], v[i]
+            mujoco.mj_forward(self.model, d)
         self._gather()
 
     def set_qvel(self, world_ids: torch.Tensor, qvel: torch.Tensor) -> None:
@@ -233,10 +244,12 @@ class CoupledDynamics:
     def _gather(self) -> None:
         q = np.stack([d.qpos for d in self.datas])  # (N, nq)
         v = np.stack([d.qvel for d in self.datas])  # (N, nv)
+        f = np.stack([d.qfrc_applied[self._act_dof] for d in self.datas])  # (N, nu) the model's actuation
         # The free-motion model reads the state in float64 (an exact oracle must); the RobotState is float32.
         self._qpos64, self._qvel64 = torch.from_numpy(q[:, :self.nq_r]), torch.from_numpy(v[:, :self.nv_r])
         self._qpos.copy_(self._qpos64)
         self._qvel.copy_(self._qvel64)
+        self._torque.copy_(torch.from_numpy(f))
         self._obj.copy_(torch.from_numpy(np.concatenate((q[:, self.nq_r:self.nq_r + 7],
                                                          v[:, self.nv_r:self.nv_r + 6]), axis=1)))
 
@@ -245,16 +258,3 @@ class CoupledDynamics:
         full[:, :x.shape[1]] = x.detach().cpu().double().numpy()
         return full
 
-
-def robot_dofs(model: mujoco.MjModel) -> int:
-    """Number of leading DOFs that belong to the robot (every joint before the first free joint, the cube's)."""
-    free = [j for j in range(model.njnt) if model.jnt_type[j] == mujoco.mjtJoint.mjJNT_FREE]
-    return int(model.jnt_dofadr[free[0]]) if free else model.nv
-
-
-def add_cube(spec: mujoco.MjSpec, pos, size: float = CUBE_SIZE, mass: float = CUBE_MASS) -> None:
-    """A free cube (edge `size`, `mass`) at `pos`, colliding with the hand (contype/conaffinity bit 2) and the floor."""
-    body = spec.worldbody.add_body(name="cube", pos=list(pos))
-    body.add_freejoint(name="cube")
-    body.add_geom(name="cube", type=mujoco.mjtGeom.mjGEOM_BOX, size=[size / 2] * 3, mass=mass, contype=3,
-                  conaffinity=3, condim=3, friction=[1.0, 0.005, 0.0001], rgba=[0.85, 0.55, 0.15, 1.0])

@@ -15,7 +15,7 @@ import warp as wp
 
 from flashnerd.dynamics.base import RobotState
 from flashnerd.robots import RobotSpec
-from flashnerd.sim.scene import build_scene, check_actuators, default_qpos, sensor_address
+from flashnerd.sim.scene import CUBE_MASS, build_scene, check_actuators, default_qpos, robot_columns, sensor_address
 
 try:
     import mujoco_warp as mjw
@@ -53,6 +53,8 @@ class MjwarpDynamics:
         nconmax: int = 48,
         njmax: int | None = None,
         graph: bool | None = None,
+        objects: tuple[str, ...] = (),
+        cube_mass: float = CUBE_MASS,
     ) -> None:
         self.robot = robot
         self.num_worlds = num_worlds
@@ -60,16 +62,17 @@ class MjwarpDynamics:
         if self.device.type == "cuda" and self.device.index is None:
             self.device = torch.device("cuda", torch.cuda.current_device())
         self.control_dt = robot.control_dt
-        self.model = build_scene(robot, terrain)
+        self.model = build_scene(robot, terrain, objects, cube_mass)
         m = self.model
         self.nq, self.nv, self.nu = m.nq, m.nv, m.nu
+        self.nq_r, self.nv_r = robot_columns(robot, m)  # the robot's leading columns; objects follow
         check_actuators(robot, m)
         self.wp_device = wp.get_device(str(self.device))
         # A pyramidal contact of condim 3 takes 4 constraint rows; joint limits take one row each.
         njmax = njmax if njmax is not None else 4 * nconmax + 2 * self.nv
 
         data0 = mujoco.MjData(m)
-        data0.qpos[:] = self.default_qpos()
+        data0.qpos[:self.nq_r] = self.default_qpos()
         data0.ctrl[:] = robot.default_joint_pos
         mujoco.mj_forward(m, data0)
         with wp.ScopedDevice(self.wp_device):
@@ -92,7 +95,9 @@ class MjwarpDynamics:
         torque_adr = [self._sensor_adr(f"{j}_torque") for j in robot.joint_names]
         self._torque_adr = torch.tensor(torque_adr, dtype=torch.long, device=self.device)  # (nu,)
         self._torque_t = torch.zeros(num_worlds, self.nu, dtype=torch.float32, device=self.device)
-        self._robot_state = RobotState(self._qpos_t, self._qvel_t, self._torque_t, self._contact_t)
+        self._robot_state = RobotState(self._qpos_t[:, :self.nq_r], self._qvel_t[:, :self.nv_r], self._torque_t,
+                                       self._contact_t, robot.floating_base)
+        self._qpos0 = torch.as_tensor(data0.qpos, dtype=torch.float32, device=self.device)  # (nq,) objects' spawn
 
         self._graph = None
         use_graph = graph if graph is not None else self.wp_device.is_cuda
@@ -111,19 +116,32 @@ class MjwarpDynamics:
     # --- Dynamics interface -------------------------------------------------------------------------------------
 
     def reset(self, world_ids: torch.Tensor, qpos: torch.Tensor, qvel: torch.Tensor) -> None:
-        """Write the state of `world_ids` (k,) to qpos (k, nq) and qvel (k, nv); their clocks and solver warm starts
-        restart at zero, and their contact and torque outputs read zero until their next step."""
+        """Write the robot state of `world_ids` (k,): qpos (k, nq_r), qvel (k, nv_r); their objects return to their
+        spawn pose at rest, their clocks and solver warm starts restart at zero, and their contact and torque outputs
+        read zero until their next step."""
         ids = world_ids.to(self.device, torch.long)
-        self._qpos_t[ids] = qpos.to(self._qpos_t)
-        self._qvel_t[ids] = qvel.to(self._qvel_t)
+        self._qpos_t[ids] = self._qpos0
+        self._qpos_t[ids, :self.nq_r] = qpos.to(self._qpos_t)
+        self._qvel_t[ids] = 0.0
+        self._qvel_t[ids, :self.nv_r] = qvel.to(self._qvel_t)
         self._time_t[ids] = 0.0
         self._warmstart_t[ids] = 0.0
         self._contact_t[ids] = 0.0
         self._torque_t[ids] = 0.0
 
     def set_qvel(self, world_ids: torch.Tensor, qvel: torch.Tensor) -> None:
-        """Overwrite the generalized velocity (k, nv) of `world_ids` (k,)."""
-        self._qvel_t[world_ids.to(self.device, torch.long)] = qvel.to(self._qvel_t)
+        """Overwrite the robot's generalized velocity (k, nv_r) of `world_ids` (k,)."""
+        self._qvel_t[world_ids.to(self.device, torch.long), :self.nv_r] = qvel.to(self._qvel_t)
+
+    def object_state(self) -> torch.Tensor:
+        """The first object's pose and velocity (N, 13): position, quaternion wxyz, linear and angular velocity."""
+        return torch.cat((self._qpos_t[:, self.nq_r:self.nq_r + 7], self._qvel_t[:, self.nv_r:self.nv_r + 6]), dim=1)
+
+    def reset_objects(self, world_ids: torch.Tensor, pose: torch.Tensor, vel: torch.Tensor) -> None:
+        """Place the first object of `world_ids` (k,) at pose (k, 7) with velocity (k, 6)."""
+        ids = world_ids.to(self.device, torch.long)
+        self._qpos_t[ids, self.nq_r:self.nq_r + 7] = pose.to(self._qpos_t)
+        self._qvel_t[ids, self.nv_r:self.nv_r + 6] = vel.to(self._qvel_t)
 
     def step(self, ctrl: torch.Tensor) -> None:
         """Advance all worlds by one control period under joint position targets ctrl (N, nu)."""

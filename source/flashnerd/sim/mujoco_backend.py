@@ -11,7 +11,7 @@ from mujoco import rollout
 
 from flashnerd.dynamics.base import RobotState
 from flashnerd.robots import RobotSpec
-from flashnerd.sim.scene import build_scene, check_actuators, default_qpos, sensor_address
+from flashnerd.sim.scene import CUBE_MASS, build_scene, check_actuators, default_qpos, robot_columns, sensor_address
 
 _STATE_SPEC = mujoco.mjtState.mjSTATE_FULLPHYSICS
 
@@ -30,14 +30,18 @@ class MujocoDynamics:
         device: str | torch.device = "cpu",
         nthread: int | None = None,
         terrain: str = "flat",
+        objects: tuple[str, ...] = (),
+        cube_mass: float = CUBE_MASS,
     ) -> None:
         self.robot = robot
         self.num_worlds = num_worlds
         self.device = torch.device(device)
         self.control_dt = robot.control_dt
-        self.model = build_scene(robot, terrain)
+        self.model = build_scene(robot, terrain, objects, cube_mass)
         m = self.model
         self.nq, self.nv, self.nu = m.nq, m.nv, m.nu
+        self.nq_r, self.nv_r = robot_columns(robot, m)  # the robot's leading columns; objects follow
+        self._robot_qvel = slice(1 + self.nq, 1 + self.nq + self.nv_r)
         check_actuators(robot, m)
         self.nthread = max(1, min(nthread or os.cpu_count() or 1, num_worlds))
         self._roll = rollout.Rollout(nthread=self.nthread)
@@ -63,11 +67,13 @@ class MujocoDynamics:
         self._qvel_t = torch.zeros(num_worlds, self.nv, **f32)
         self._torque_t = torch.zeros(num_worlds, self.nu, **f32)
         self._contact_t = torch.zeros(num_worlds, len(self._contact_adr), **f32)
-        self._robot_state = RobotState(self._qpos_t, self._qvel_t, self._torque_t, self._contact_t)
+        self._robot_state = RobotState(self._qpos_t[:, :self.nq_r], self._qvel_t[:, :self.nv_r], self._torque_t,
+                                       self._contact_t, robot.floating_base)
 
-        # Start every world in the model's default pose, standing at the spawn height.
-        qpos0 = self.default_qpos()
-        self._state[:, self._qpos_slice] = qpos0
+        # Start every world in the model's default pose, standing at the spawn height; objects at their spawn.
+        self._qpos0 = m.qpos0.copy()  # (nq,)
+        self._qpos0[:self.nq_r] = self.default_qpos()
+        self._state[:, self._qpos_slice] = self._qpos0
         self._ctrl[:] = np.asarray(robot.default_joint_pos)
         self._refresh_torch()
 
@@ -81,17 +87,32 @@ class MujocoDynamics:
     # --- Dynamics interface -------------------------------------------------------------------------------------
 
     def reset(self, world_ids: torch.Tensor, qpos: torch.Tensor, qvel: torch.Tensor) -> None:
-        """Write the state of `world_ids` (k,) to qpos (k, nq) and qvel (k, nv); their clocks restart at zero."""
+        """Write the robot state of `world_ids` (k,): qpos (k, nq_r), qvel (k, nv_r); their clocks restart at zero
+        and their objects return to their spawn pose at rest."""
         ids = _as_index(world_ids)
         self._state[ids] = 0.0
-        self._state[ids, self._qpos_slice] = qpos.detach().cpu().double().numpy()
-        self._state[ids, self._qvel_slice] = qvel.detach().cpu().double().numpy()
+        q = np.repeat(self._qpos0[None], len(ids), axis=0)  # (k, nq)
+        q[:, :self.nq_r] = qpos.detach().cpu().double().numpy()
+        self._state[ids, self._qpos_slice] = q
+        self._state[ids, self._robot_qvel] = qvel.detach().cpu().double().numpy()
         self._refresh_torch(ids)
 
     def set_qvel(self, world_ids: torch.Tensor, qvel: torch.Tensor) -> None:
-        """Overwrite the generalized velocity (k, nv) of `world_ids` (k,)."""
+        """Overwrite the robot's generalized velocity (k, nv_r) of `world_ids` (k,)."""
         ids = _as_index(world_ids)
-        self._state[ids, self._qvel_slice] = qvel.detach().cpu().double().numpy()
+        self._state[ids, self._robot_qvel] = qvel.detach().cpu().double().numpy()
+        self._refresh_torch(ids)
+
+    def object_state(self) -> torch.Tensor:
+        """The first object's pose and velocity (N, 13): position, quaternion wxyz, linear and angular velocity."""
+        return torch.cat((self._qpos_t[:, self.nq_r:self.nq_r + 7], self._qvel_t[:, self.nv_r:self.nv_r + 6]), dim=1)
+
+    def reset_objects(self, world_ids: torch.Tensor, pose: torch.Tensor, vel: torch.Tensor) -> None:
+        """Place the first object of `world_ids` (k,) at pose (k, 7) with velocity (k, 6)."""
+        ids = _as_index(world_ids)
+        q0, v0 = self._qpos_slice.start + self.nq_r, self._qvel_slice.start + self.nv_r
+        self._state[ids, q0:q0 + 7] = pose.detach().cpu().double().numpy()
+        self._state[ids, v0:v0 + 6] = vel.detach().cpu().double().numpy()
         self._refresh_torch(ids)
 
     def step(self, ctrl: torch.Tensor) -> None:

@@ -1,4 +1,7 @@
-"""Assemble a MuJoCo scene (robot + terrain) from the robot's MJCF with `mujoco.MjSpec`."""
+"""Assemble a MuJoCo scene (robot + terrain + objects) from the robot's MJCF with `mujoco.MjSpec`.
+
+Objects (a free cube for in-hand manipulation) are appended after the robot, so the robot's DOFs are the leading
+columns of qpos/qvel in every backend, and `RobotState` views only those."""
 
 from __future__ import annotations
 
@@ -8,12 +11,22 @@ import numpy as np
 from flashnerd.robots import RobotSpec
 
 TERRAINS = ("flat",)
+OBJECTS = ("cube",)
+CUBE_SIZE = 0.065  # m, edge (Isaac Lab's in-hand cube)
+CUBE_MASS = 0.1  # kg
 
 
-def build_scene_spec(robot: RobotSpec, terrain: str = "flat") -> mujoco.MjSpec:
-    """Return an editable spec of `robot` standing on `terrain` (a ground plane, light and checker texture)."""
+def build_scene_spec(robot: RobotSpec, terrain: str = "flat", objects: tuple[str, ...] = (),
+                     cube_mass: float = CUBE_MASS) -> mujoco.MjSpec:
+    """Return an editable spec of `robot` standing on `terrain` (a ground plane, light and checker texture), with
+    `objects` ("cube": a free cube at the robot's `object_spawn`) after the robot."""
     if terrain not in TERRAINS:
         raise ValueError(f"unknown terrain '{terrain}'; choose one of: {', '.join(TERRAINS)}")
+    unknown = [o for o in objects if o not in OBJECTS]
+    if unknown:
+        raise ValueError(f"unknown scene object '{unknown[0]}'; choose from: {', '.join(OBJECTS)}")
+    if objects and robot.object_spawn is None:
+        raise ValueError(f"robot '{robot.name}' has no object_spawn; objects need one in its RobotSpec")
     try:
         spec = mujoco.MjSpec.from_file(str(robot.mjcf_path))
     except Exception as err:  # MuJoCo raises ValueError with a multi-line message
@@ -31,17 +44,39 @@ def build_scene_spec(robot: RobotSpec, terrain: str = "flat") -> mujoco.MjSpec:
         name="floor", type=mujoco.mjtGeom.mjGEOM_PLANE, size=[0, 0, 0.05], material="grid",
         contype=1, conaffinity=1, condim=3, friction=[1.0, 0.005, 0.0001],
     )
+    if "cube" in objects:
+        add_cube(spec, robot.object_spawn, mass=cube_mass)
     return spec
 
 
-def build_scene(robot: RobotSpec, terrain: str = "flat") -> mujoco.MjModel:
-    """Compile `robot` on `terrain` into an `MjModel`."""
-    return build_scene_spec(robot, terrain).compile()
+def build_scene(robot: RobotSpec, terrain: str = "flat", objects: tuple[str, ...] = (),
+                cube_mass: float = CUBE_MASS) -> mujoco.MjModel:
+    """Compile `robot` on `terrain` (with `objects`) into an `MjModel`."""
+    return build_scene_spec(robot, terrain, tuple(objects), cube_mass).compile()
+
+
+def add_cube(spec: mujoco.MjSpec, pos, size: float = CUBE_SIZE, mass: float = CUBE_MASS) -> None:
+    """A free cube (edge `size`, `mass`) at `pos`; contype/conaffinity 3 collide with the floor (bit 1) and with a
+    hand whose geoms use bit 2."""
+    body = spec.worldbody.add_body(name="cube", pos=list(pos))
+    body.add_freejoint(name="cube")
+    body.add_geom(name="cube", type=mujoco.mjtGeom.mjGEOM_BOX, size=[size / 2] * 3, mass=mass, contype=3,
+                  conaffinity=3, condim=3, friction=[1.0, 0.005, 0.0001], rgba=[0.85, 0.55, 0.15, 1.0])
+
+
+def robot_columns(robot: RobotSpec, model: mujoco.MjModel) -> tuple[int, int]:
+    """(nq, nv) of the robot alone: its DOFs lead qpos/qvel of a scene with objects."""
+    free = [j for j in range(model.njnt) if model.jnt_type[j] == mujoco.mjtJoint.mjJNT_FREE]
+    objects = free[1:] if robot.floating_base else free  # a floating robot's own free joint comes first
+    if not objects:
+        return model.nq, model.nv
+    return int(model.jnt_qposadr[objects[0]]), int(model.jnt_dofadr[objects[0]])
 
 
 def default_qpos(robot: RobotSpec, model: mujoco.MjModel) -> np.ndarray:
-    """The standing configuration: base at the spawn height, identity orientation, default joint angles."""
-    qpos = model.qpos0.copy()
+    """The robot's standing configuration (its qpos columns only): base at the spawn height, identity orientation,
+    default joint angles."""
+    qpos = model.qpos0.copy()[:robot_columns(robot, model)[0]]
     if robot.floating_base:
         qpos[0:3] = (0.0, 0.0, robot.init_base_height)
         qpos[3:7] = (1.0, 0.0, 0.0, 0.0)

@@ -65,3 +65,16 @@ def yaw_from_quat(q: torch.Tensor) -> torch.Tensor:
 def wrap_to_pi(angle: torch.Tensor) -> torch.Tensor:
     """Wrap angles to [-pi, pi)."""
     return torch.remainder(angle + math.pi, 2.0 * math.pi) - math.pi
+
+
+def random_quat(n: int, generator: torch.Generator | None = None, device: torch.device | str = "cpu") -> torch.Tensor:
+    """Uniformly distributed unit quaternions (n, 4), wxyz with w >= 0 (normalized 4-D Gaussians)."""
+    q = torch.randn(n, 4, generator=generator, device=device)
+    q = q / torch.linalg.norm(q, dim=-1, keepdim=True)
+    return torch.where(q[:, :1] < 0, -q, q)
+
+
+def quat_rotation_angle(q1: torch.Tensor, q2: torch.Tensor) -> torch.Tensor:
+    """Angle (...) of the rotation between orientations q1 and q2 (..., 4): 2 asin(|vec(q1 q2^-1)|), in [0, pi]."""
+    vec = quat_mul(q1, quat_conjugate(q2))[..., 1:]
+    return 2.0 * torch.asin(torch.linalg.norm(vec, dim=-1).clamp(max=1.0))

@@ -1,0 +1,13 @@
+"""In-hand cube reorientation tasks. Registers FlashNeRD-Reorient-* ids."""
+
+import gymnasium as gym
+
+gym.register(
+    id="FlashNeRD-Reorient-Cube-Allegro-v0",
+    entry_point="flashnerd.envs.core:FlashNeRDEnv",
+    disable_env_checker=True,
+    kwargs={
+        "env_cfg_entry_point": "flashnerd_tasks.reorient.allegro:AllegroCubeEnvCfg",
+        "rsl_rl_cfg_entry_point": "flashnerd_agents.allegro_reorient:AllegroCubePPORunnerCfg",
+    },
+)
