@@ -28,6 +28,7 @@ setup(
         "flashnerd.planning",
         "flashnerd_tasks",
         "flashnerd_tasks.reorient",
+        "flashnerd_tasks.roll",
         "flashnerd_tasks.velocity",
         "flashnerd_agents",
     ],

@@ -157,7 +157,8 @@ def _train_and_time(args: argparse.Namespace, backend: str, out_dir, checkpoint:
         "seconds_per_iteration": curve[-1][0] / len(curve),
         "total_seconds": curve[-1][0],
         "final_train_reward": curve[-1][1],
-        "eval_mujoco": {k: evaluation["mujoco"][k] for k in ("mean_return", "lin_vel_rms", "fall_rate")},
+        "eval_mujoco": {k: evaluation["mujoco"][k] for k in ("mean_return", "lin_vel_rms", "fall_rate",
+                                                             "targets_per_episode") if k in evaluation["mujoco"]},
         "curve": curve,
     }
 

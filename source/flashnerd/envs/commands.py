@@ -60,6 +60,7 @@ class OrientationGoal:
         self.quat[:, 0] = 1.0
         self.position = torch.tensor(cfg.position, device=device).expand(num_envs, 3)  # (N, 3) goal position
         self.successes = torch.zeros(num_envs, device=device)  # (N,) goals reached this episode
+        self.reached_now = torch.zeros(num_envs, dtype=torch.bool, device=device)  # (N,) reached at the last step
 
     def resample(self, env_ids: torch.Tensor) -> None:
         """Draw new goal orientations for `env_ids` (k,)."""
@@ -72,6 +73,6 @@ class OrientationGoal:
 
     def update(self, object_quat: torch.Tensor) -> None:
         """Count the successes of this step and give those worlds a new goal."""
-        done = self.reached(object_quat)  # (N,)
-        self.successes += done.float()
-        self.resample(torch.nonzero(done).flatten())
+        self.reached_now = self.reached(object_quat)  # (N,)
+        self.successes += self.reached_now.float()
+        self.resample(torch.nonzero(self.reached_now).flatten())

@@ -91,6 +91,9 @@ class EnvCfg:
     rewards: dict[str, RewTerm]
     terminations: dict[str, DoneTerm]
     events: dict[str, EventTerm] = field(default_factory=dict)
+    # Per-world task state that terms read (e.g. a roll's accumulated pitch): name -> factory(env) of an object with
+    # `update()` (after every step, before terminations and rewards), `reset(env_ids)` and `log(env_ids) -> dict`.
+    trackers: dict[str, Callable[[Any], Any]] = field(default_factory=dict)
     commands: VelocityCommandCfg | None = None
     goal: OrientationGoalCfg | None = None  # an object-orientation goal (in-hand tasks)
     terrain: str = "flat"

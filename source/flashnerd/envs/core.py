@@ -135,6 +135,7 @@ class FlashNeRDEnv(gym.Env):
 
         self.command_manager = VelocityCommand(cfg.commands, n, self.device, self.rng) if cfg.commands else None
         self.goal = OrientationGoal(cfg.goal, n, self.device, self.rng) if cfg.goal else None
+        self.trackers = {name: make(self) for name, make in cfg.trackers.items()}
         self.episode_sums = {name: torch.zeros(n, device=self.device) for name in cfg.rewards}
         self.reward_terms: dict[str, torch.Tensor] = {}  # each term's weighted reward of the last step (N,)
         self._interval_time_left = {
@@ -193,18 +194,20 @@ class FlashNeRDEnv(gym.Env):
         self._update_derived()
         if "feet" in self._contact_slices:
             self.air_time.update(self.contact_force("feet") > 1.0, self.step_dt)
+        for tracker in self.trackers.values():
+            tracker.update()
 
         terminated, truncated = self._compute_dones()
         self.terminated, self.truncated = terminated, truncated
         reward = self._compute_rewards()
+        if self.goal is not None:  # after the rewards (they paid the bonus on the old goal), before resets log it
+            self.goal.update(self.object_quat)
         self.extras = {"log": {}}
         reset_ids = torch.nonzero(terminated | truncated).flatten()
         if len(reset_ids) > 0:
             self._reset_idx(reset_ids)
         if self.command_manager is not None:
             self.command_manager.update(self.step_dt, self.heading)
-        if self.goal is not None:  # after the rewards, which paid the success bonus against the old goal
-            self.goal.update(self.object_quat)
         self._apply_interval_events()
         self._obs = self.compute_observations()
         self.extras["time_outs"] = truncated
@@ -309,6 +312,9 @@ class FlashNeRDEnv(gym.Env):
             sums[env_ids] = 0.0
         for name, buf in self._term_buffers.items():
             log[f"Episode_Termination/{name}"] = torch.count_nonzero(buf[env_ids])
+        for tracker in self.trackers.values():
+            log.update(tracker.log(env_ids))
+            tracker.reset(env_ids)
         if self.goal is not None:
             log["Metrics/goals_reached"] = torch.mean(self.goal.successes[env_ids])
             self.goal.successes[env_ids] = 0.0

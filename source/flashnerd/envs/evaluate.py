@@ -18,7 +18,8 @@ def evaluate_policy(
 
     Metrics: mean_return, per-term returns, lin_vel_rms (m/s, base-frame xy velocity against the command),
     ang_vel_rms (rad/s, yaw rate), fall_rate (episodes ended by a termination other than time-out),
-    mean_episode_length_s. `policy` maps the observation groups {group: (N, D)} to actions (N, na).
+    mean_episode_length_s, and for goal tasks targets_per_episode (goals reached). `policy` maps the observation
+    groups {group: (N, D)} to actions (N, na).
     """
     n = env.num_envs
     obs, _ = env.reset()
@@ -30,6 +31,7 @@ def evaluate_policy(
     steps = torch.zeros(n, device=env.device)
     tracked = torch.zeros(n, device=env.device)  # steps that entered the tracking error
     fell = torch.zeros(n, dtype=torch.bool, device=env.device)
+    targets = torch.zeros(n, device=env.device)  # goals reached (goal tasks)
     bar = tqdm(total=env.max_episode_length, desc="eval", disable=None if progress else True, leave=False)
     for _ in range(env.max_episode_length):
         cmd = env.command_manager.command.clone() if env.command_manager is not None else None
@@ -46,6 +48,8 @@ def evaluate_policy(
             ang_sq += torch.square(cmd[:, 2] - env.root_ang_vel_b[:, 2]) * live
             tracked += live
         steps += a
+        if env.goal is not None:
+            targets += env.goal.reached_now.float() * a
         fell |= active & terminated
         active &= ~done
         bar.update(1)
@@ -61,4 +65,5 @@ def evaluate_policy(
         "lin_vel_rms": torch.sqrt(lin_sq.sum() / tracked_total).item(),
         "ang_vel_rms": torch.sqrt(ang_sq.sum() / tracked_total).item(),
         "returns": {name: v.mean().item() for name, v in term_ret.items()},
+        **({"targets_per_episode": targets.mean().item()} if env.goal is not None else {}),
     }
