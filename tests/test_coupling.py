@@ -108,3 +108,15 @@ def test_coupled_refuses_nan_targets_and_floating_robots():
     dyn.close()
     with pytest.raises(ValueError, match="fixed-base"):
         CoupledDynamics(get_robot("anymal_c"), 1, free_motion=OracleFreeMotion(HAND, 1))
+
+
+def test_bench_coupled_prints_all_three_backends(capsys):
+    import json
+
+    from flashnerd.cli.main import main
+
+    assert main(["bench", "coupled", "--free_motion", "oracle", "--num_worlds", "2", "--steps", "2",
+                 "--nthread", "1"]) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    for key in ("coupled_env_steps_per_s", "oneway_env_steps_per_s", "mujoco_env_steps_per_s"):
+        assert out[key] > 0

@@ -241,10 +241,15 @@ def test_interrupted_record_resumes_to_the_uninterrupted_dataset(anymal, tmp_pat
 
 
 def _wait_for(path, proc, seconds: float = 180.0) -> None:
+    """Wait until `proc` writes `path`; on failure kill it, so that no orphan keeps a core busy after the test."""
     deadline = time.time() + seconds
     while not path.exists() and time.time() < deadline and proc.poll() is None:
         time.sleep(0.2)
-    assert path.exists(), proc.stderr.read()[-2000:] if proc.poll() is not None else f"no {path.name} in {seconds} s"
+    if not path.exists():
+        message = proc.stderr.read()[-2000:] if proc.poll() is not None else f"no {path.name} in {seconds} s"
+        proc.kill()
+        proc.wait()
+        raise AssertionError(message)
 
 
 def test_ctrl_c_during_record_keeps_complete_batches_and_resume_finishes(tmp_path):

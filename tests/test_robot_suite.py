@@ -161,3 +161,31 @@ def test_suite_refuses_unknown_robot_and_model(tmp_path):
         run_suite(SuiteConfig(robots=("walle",), data_dir=str(tmp_path)))
     with pytest.raises(ValueError, match="unknown model 'gpt'"):
         run_suite(SuiteConfig(models=("gpt",), data_dir=str(tmp_path)))
+
+
+@pytest.mark.parametrize("name", SUITE_ROBOTS)
+def test_shipped_suite_checkpoints_load_and_reproduce_mujoco(name, tmp_path):
+    """Each shipped model of the suite robots: small, carries its provenance, and on fresh trajectories (another seed,
+    as long as the card's evaluation set, so that NRMSE is normalized alike) lands near its card's NRMSE at H=15 and
+    below predicting that nothing moves (FlashNeRD: at most half of that)."""
+    from flashnerd.dynamics.learned import default_checkpoint
+    from flashnerd.training.checkpoint import read_checkpoint
+    from flashnerd.training.evaluate import nrmse, rollout_errors
+
+    robot = get_robot(name)
+    record(robot, 32, 200, tmp_path / "fresh.h5", traj_len=200, seed=4321, nthread=1, progress=False)
+    data = load_dataset(tmp_path / "fresh.h5", robot)
+    for kind in ("flashnerd", "nerd", "rwm"):
+        path = default_checkpoint(robot, kind)
+        assert path.stat().st_size < 10 * 2**20
+        ckpt = read_checkpoint(path, robot)
+        assert "optimizer" not in ckpt and ckpt["train_seconds"] > 0 and ckpt["data"]["transitions"] > 0
+        card = ckpt["metrics"]["nrmse"]["15"]
+        dyn = make_dynamics(kind, robot, data.num_trajectories)
+        measured = rollout_errors(dyn, data, horizons=(15,))[15]["nrmse"]
+        assert measured <= 1.5 * card + 0.02, (kind, measured, card)
+        rep = dyn.rep
+        feats = rep.state_features(data.qpos, data.qvel).reshape(-1, rep.state_dim)
+        hold = nrmse(rep.state_features(data.qpos[:, 0], data.qvel[:, 0]),
+                     rep.state_features(data.qpos[:, 15], data.qvel[:, 15]), feats.std(0).clamp_min(1e-6)).item()
+        assert measured < (0.5 if kind == "flashnerd" else 1.0) * hold, (kind, measured, hold)

@@ -88,3 +88,19 @@ def test_mid_roll_starts_set_the_accumulated_pitch():
     assert 5 <= int(started.sum()) <= 40
     assert (env.state.qvel[started, 4] >= 3.5).all()
     env.close()
+
+
+def test_finetune_comparison_runs_end_to_end(tmp_path):
+    import json
+
+    from flashnerd.cli.main import main
+
+    out = tmp_path / "ft"
+    assert main(["bench", "finetune", "--task", TASK, "--dynamics", "mujoco", "--pretrain_iterations", "1",
+                 "--iterations", "1", "--seeds", "2", "--num_envs", "4", "--eval_episodes", "2",
+                 "--out_dir", str(out), "--name", "ft"]) == 0
+    summary = json.loads((out / "ft.json").read_text())
+    result = summary["backends"]["mujoco"]
+    assert len(result["runs"]) == 2 and result["seconds_per_100_iterations"] > 0
+    assert 0.0 <= result["success_rate"] <= 1.0
+    assert (out / "ft.png").read_bytes()[:4] == b"\x89PNG"

@@ -31,6 +31,7 @@ class RollTracker:
         self.settled = torch.zeros(n, device=dev)  # s upright on both feet after completing the roll
         self.success = torch.zeros(n, dtype=torch.bool, device=dev)
         self.new_success = torch.zeros(n, dtype=torch.bool, device=dev)  # succeeded at the last step
+        self.episode_success = torch.zeros(n, dtype=torch.bool, device=dev)  # outcome of the last finished episode
 
     @property
     def completed(self) -> torch.Tensor:
@@ -54,6 +55,7 @@ class RollTracker:
         self.success |= succeeded
 
     def reset(self, env_ids: torch.Tensor) -> None:
+        self.episode_success[env_ids] = self.success[env_ids]
         for buf in (self.progress, self.settled):
             buf[env_ids] = 0.0
         self.success[env_ids] = False

@@ -33,6 +33,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_ppo_parser(bsub)
     add_suite_parser(bsub)
     add_coupled_parser(bsub)
+    add_finetune_parser(bsub)
 
 
 def _env_steps_per_second(task: str, env_cfg, steps: int, warmup: int) -> float:
@@ -158,7 +159,8 @@ def _train_and_time(args: argparse.Namespace, backend: str, out_dir, checkpoint:
         "total_seconds": curve[-1][0],
         "final_train_reward": curve[-1][1],
         "eval_mujoco": {k: evaluation["mujoco"][k] for k in ("mean_return", "lin_vel_rms", "fall_rate",
-                                                             "targets_per_episode") if k in evaluation["mujoco"]},
+                                                             "targets_per_episode", "success_rate")
+                        if k in evaluation["mujoco"]},
         "curve": curve,
     }
 
@@ -295,3 +297,80 @@ def run_coupled(args: argparse.Namespace) -> dict:
     out["coupled_vs_mujoco"] = round(out["coupled_env_steps_per_s"] / out["mujoco_env_steps_per_s"], 3)
     print(json.dumps(out))
     return out
+
+
+def add_finetune_parser(bsub: argparse._SubParsersAction) -> None:
+    p = bsub.add_parser("finetune", help="pretrain on mujoco, fine-tune on each backend (seeds), evaluate in MuJoCo; "
+                                         "wall time per 100 iterations and success rate (JSON + bar chart)")
+    p.add_argument("--task", required=True, help="task id")
+    p.add_argument("--dynamics", default="mujoco,flashnerd", help="comma-separated fine-tuning backends")
+    p.add_argument("--pretrain_iterations", type=int, default=300, help="PPO iterations on mujoco first")
+    p.add_argument("--pretrained", default=None, help="a policy checkpoint to start from instead of pretraining")
+    p.add_argument("--iterations", type=int, default=100, help="fine-tuning iterations per backend and seed")
+    p.add_argument("--seeds", type=int, default=2, help="fine-tuning seeds per backend")
+    p.add_argument("--num_envs", type=int, default=None, help="parallel worlds (default: the task's)")
+    p.add_argument("--eval_episodes", type=int, default=64, help="MuJoCo evaluation episodes per fine-tuned policy")
+    p.add_argument("--device", default="cpu", help="torch device")
+    p.add_argument("--out_dir", default="logs/bench_finetune", help="folder for runs, JSON and the bar chart")
+    p.add_argument("--name", default="finetune", help="file stem of the JSON and the chart")
+    p.add_argument("--dynamics_checkpoint", default="",
+                   help="learned checkpoints as kind=path[,kind=path] (default: the shipped ones)")
+    p.set_defaults(func=run_finetune)
+
+
+def run_finetune(args: argparse.Namespace) -> dict:
+    """Fig. 6: fine-tuning wall time per backend (mean over seeds) and the MuJoCo success rate of every policy."""
+    from pathlib import Path
+
+    from flashnerd.cli.train import evaluate_on_backends, seed_everything
+    from flashnerd.envs.rsl_rl import FlashNeRDRunner, RslRlVecEnvWrapper
+    from flashnerd.viz.report import plot_finetune
+
+    for name in ("pretrain_iterations", "iterations", "seeds", "eval_episodes"):
+        check_positive(name, getattr(args, name))
+    checkpoints = dict(item.split("=", 1) for item in args.dynamics_checkpoint.split(",") if "=" in item)
+    out_dir = Path(args.out_dir)
+
+    def runner_for(backend: str, seed: int, folder: Path, iterations: int):
+        ns = argparse.Namespace(task=args.task, num_envs=args.num_envs, seed=seed, device=args.device,
+                                dynamics=backend, dynamics_checkpoint=checkpoints.get(backend))
+        env_cfg, agent_cfg = load_task_cfgs(ns)
+        agent_cfg.max_iterations, agent_cfg.save_interval = iterations, iterations
+        seed_everything(agent_cfg.seed)
+        env = RslRlVecEnvWrapper(make_env(args.task, env_cfg), clip_actions=agent_cfg.clip_actions)
+        return env, env_cfg, agent_cfg, FlashNeRDRunner(env, agent_cfg.to_rsl_rl_dict(), str(folder),
+                                                        device=agent_cfg.device)
+
+    pretrained = args.pretrained
+    if pretrained is None:  # pretrain once on the analytical simulator
+        env, _, agent_cfg, runner = runner_for("mujoco", 0, out_dir / "pretrain", args.pretrain_iterations)
+        runner.learn(num_learning_iterations=args.pretrain_iterations, init_at_random_ep_len=True)
+        env.close()
+        pretrained = str(out_dir / "pretrain" / f"model_{runner.current_learning_iteration}.pt")
+        runner.save(pretrained)
+    results = {}
+    for backend in args.dynamics.split(","):
+        runs = []
+        for seed in range(1, args.seeds + 1):
+            env, env_cfg, agent_cfg, runner = runner_for(backend, seed, out_dir / f"{backend}_seed{seed}",
+                                                         args.iterations)
+            runner.load(pretrained, map_location=agent_cfg.device)
+            runner.current_learning_iteration = 0
+            start = time.perf_counter()
+            runner.learn(num_learning_iterations=args.iterations, init_at_random_ep_len=True)
+            wall = time.perf_counter() - start
+            env.close()
+            policy = runner.get_inference_policy(device=agent_cfg.device)
+            ev = evaluate_on_backends(args.task, env_cfg, policy, args.eval_episodes, backends=["mujoco"])["mujoco"]
+            runs.append({"seed": seed, "wall_s": wall, "seconds_per_100_iterations": 100 * wall / args.iterations,
+                         "mean_return": ev["mean_return"], "success_rate": ev.get("success_rate", 0.0)})
+        results[backend] = {key: sum(r[key] for r in runs) / len(runs)
+                            for key in ("seconds_per_100_iterations", "success_rate", "mean_return")}
+        results[backend]["runs"] = runs
+    summary = {"task": args.task, "iterations": args.iterations, "seeds": args.seeds, "pretrained": pretrained,
+               "device": args.device, "backends": results}
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / f"{args.name}.json").write_text(json.dumps(summary, indent=1))
+    plot_finetune(results, out_dir / f"{args.name}.png", args.task)
+    print(json.dumps({b: {k: v for k, v in r.items() if k != "runs"} for b, r in results.items()}))
+    return summary

@@ -18,8 +18,8 @@ def evaluate_policy(
 
     Metrics: mean_return, per-term returns, lin_vel_rms (m/s, base-frame xy velocity against the command),
     ang_vel_rms (rad/s, yaw rate), fall_rate (episodes ended by a termination other than time-out),
-    mean_episode_length_s, and for goal tasks targets_per_episode (goals reached). `policy` maps the observation
-    groups {group: (N, D)} to actions (N, na).
+    mean_episode_length_s, for goal tasks targets_per_episode (goals reached), and for tasks with a success tracker
+    success_rate. `policy` maps the observation groups {group: (N, D)} to actions (N, na).
     """
     n = env.num_envs
     obs, _ = env.reset()
@@ -32,6 +32,8 @@ def evaluate_policy(
     tracked = torch.zeros(n, device=env.device)  # steps that entered the tracking error
     fell = torch.zeros(n, dtype=torch.bool, device=env.device)
     targets = torch.zeros(n, device=env.device)  # goals reached (goal tasks)
+    outcome = [t for t in env.trackers.values() if hasattr(t, "episode_success")]  # skill tasks: success per episode
+    succeeded = torch.zeros(n, dtype=torch.bool, device=env.device)
     bar = tqdm(total=env.max_episode_length, desc="eval", disable=None if progress else True, leave=False)
     for _ in range(env.max_episode_length):
         cmd = env.command_manager.command.clone() if env.command_manager is not None else None
@@ -51,6 +53,8 @@ def evaluate_policy(
         if env.goal is not None:
             targets += env.goal.reached_now.float() * a
         fell |= active & terminated
+        for tracker in outcome:
+            succeeded |= active & done & tracker.episode_success
         active &= ~done
         bar.update(1)
         if not active.any():
@@ -66,4 +70,5 @@ def evaluate_policy(
         "ang_vel_rms": torch.sqrt(ang_sq.sum() / tracked_total).item(),
         "returns": {name: v.mean().item() for name, v in term_ret.items()},
         **({"targets_per_episode": targets.mean().item()} if env.goal is not None else {}),
+        **({"success_rate": succeeded.float().mean().item()} if outcome else {}),
     }

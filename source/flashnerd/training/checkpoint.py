@@ -66,12 +66,14 @@ def config_dict(config: Any) -> dict[str, Any]:
     return dataclasses.asdict(config)
 
 
-def export_for_inference(src: str | Path, dst: str | Path, metrics: dict | None = None) -> dict[str, Any]:
+def export_for_inference(src: str | Path, dst: str | Path, metrics: dict | None = None,
+                         extra: dict | None = None) -> dict[str, Any]:
     """Copy a fitting checkpoint without its optimizer and RNG state (what ships in checkpoints/), optionally with
-    the accuracy measured by `flashnerd evaluate-model` (tests derive their tolerances from it)."""
+    the accuracy measured by `flashnerd evaluate-model` (tests derive their tolerances from it) and `extra` fields."""
     ckpt = read_checkpoint(src)
     slim = {k: v for k, v in ckpt.items() if k not in ("optimizer", "rng", "format", "format_version")}
     if metrics is not None:
         slim["metrics"] = metrics
+    slim.update(extra or {})
     save_checkpoint(dst, slim)
     return {"out": str(dst), "bytes": Path(dst).stat().st_size, "kind": ckpt["kind"], "step": ckpt["step"]}

@@ -27,7 +27,7 @@ from flashnerd.models import num_params
 from flashnerd.robots import RobotSpec, get_robot
 from flashnerd.sim.scene import build_scene
 from flashnerd.training.benchmark import model_steps_per_second
-from flashnerd.training.checkpoint import export_for_inference, read_checkpoint
+from flashnerd.training.checkpoint import export_for_inference, model_from_checkpoint, read_checkpoint
 from flashnerd.training.evaluate import rollout_errors
 from flashnerd.training.fit import FitConfig, Fitter
 
@@ -106,7 +106,8 @@ def _run_robot(robot: RobotSpec, cfg: SuiteConfig, progress: bool) -> dict:
         errors = rollout_errors(dyn, eval_data, cfg.horizons)
         nrmse = {str(h): e["nrmse"] for h, e in errors.items()}
         if fitted:
-            export_for_inference(fit_path, ckpt_path, {"nrmse": nrmse, "eval": str(eval_path), "rollouts": n})
+            export_for_inference(fit_path, ckpt_path, {"nrmse": nrmse, "eval": str(eval_path), "rollouts": n},
+                                 extra={"suite_command": cfg.command})
         ckpt = read_checkpoint(fit_path)
         result["models"][kind] = {
             "checkpoint": str(ckpt_path), "fitted_now": fitted, "params": num_params(dyn.model),
@@ -144,12 +145,22 @@ def _throughput(kind: str, rep: StateRepresentation, cfg: SuiteConfig) -> dict:
 
 def write_card(robot: RobotSpec, result: dict, path: Path, cfg: SuiteConfig, train_path: Path,
                eval_path: Path) -> None:
-    """The card of a robot's suite checkpoints: command, data, training time, measured accuracy (temp + rename)."""
-    models = result["models"]
-    horizons = list(next(iter(models.values()))["nrmse"])
+    """The card of a robot's suite checkpoints (every `<model>.pt` next to it, whichever run fitted it): command,
+    data, training time, measured accuracy; written through a temporary file."""
+    rows = []
+    for kind in ("flashnerd", "nerd", "rwm"):
+        ckpt_path = path.parent / f"{kind}.pt"
+        if not ckpt_path.is_file():
+            continue
+        ckpt = read_checkpoint(ckpt_path, robot)
+        nrmse = ckpt.get("metrics", {}).get("nrmse", {})
+        params = num_params(model_from_checkpoint(ckpt)[0])
+        rows.append((kind, params, ckpt.get("data", {}).get("transitions", 0), ckpt.get("train_seconds", 0.0),
+                     ckpt.get("step", 0), nrmse, ckpt.get("suite_command", "")))
+    horizons = list(rows[0][5]) if rows else []
     lines = [f"# {robot.name}: learned dynamics checkpoints of the model suite", "",
              "Produced by the project's own command on the machine below, from the same data and with the same "
-             "wall-time budget for every model:", "", "```bash", cfg.command or "flashnerd bench suite", "```", "",
+             "wall-time budget for every model (the command that fitted each is in its row's footnote):", "",
              f"- data: `{train_path}` (exploration controls, `--record_worlds {cfg.record_worlds} --record_steps "
              f"{cfg.record_steps} --traj_len {cfg.traj_len}`, seed {cfg.seed}); held-out set `{eval_path}` "
              f"({result['eval_rollouts']} trajectories of {max(cfg.horizons)} steps, seed {cfg.seed + 1})",
@@ -157,9 +168,11 @@ def write_card(robot: RobotSpec, result: dict, path: Path, cfg: SuiteConfig, tra
              f"- model size class `{cfg.size}`",
              "", "| model | parameters | transitions | training (s) | optimizer steps | "
              + " | ".join(f"NRMSE H={h}" for h in horizons) + " |", "|---" * (5 + len(horizons)) + "|"]
-    for kind, r in models.items():
-        lines.append(f"| `{kind}` | {r['params']:,} | {r['transitions']:,} | {r['train_seconds']:.0f} | "
-                     f"{r['steps']:,} | " + " | ".join(f"{r['nrmse'][h]:.4g}" for h in horizons) + " |")
+    for kind, params, transitions, seconds, steps, nrmse, _ in rows:
+        lines.append(f"| `{kind}` | {params:,} | {transitions:,} | {seconds:.0f} | {steps:,} | "
+                     + " | ".join(f"{nrmse.get(h, float('nan')):.4g}" for h in horizons) + " |")
+    lines += ["", "Fitted by:", ""] + [f"- `{kind}`: `{command or 'flashnerd bench suite'}`"
+                                        for kind, *_, command in rows]
     lines += ["", "NRMSE is defined in `docs/learned_dynamics.md`; throughput is in `docs/results.md`. "
               f"Robot-model hash: `{robot.model_hash()}`.", ""]
     path.parent.mkdir(parents=True, exist_ok=True)

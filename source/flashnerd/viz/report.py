@@ -46,6 +46,31 @@ def plot_ppo(backends: dict, path: str | Path, title: str) -> None:
     os.replace(tmp, path)
 
 
+def plot_finetune(backends: dict, path: str | Path, title: str) -> None:
+    """Fig. 6: mean wall time of the fine-tuning iterations per backend (bars), MuJoCo success rate on the labels."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(backends)
+    seconds = [backends[b]["seconds_per_100_iterations"] for b in names]
+    fig, ax = plt.subplots(figsize=(4.8, 3.6))
+    bars = ax.bar(names, seconds, color=["#4c72b0", "#55a868", "#c44e52", "#8172b2"][:len(names)])
+    for bar, b in zip(bars, names):
+        ax.annotate(f"{bar.get_height():.0f} s\nsuccess {100 * backends[b]['success_rate']:.0f}%",
+                    (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center", va="bottom", fontsize=8)
+    ax.set_ylabel("wall time of 100 PPO iterations (s)")
+    ax.set_title(f"{title}\n(fine-tuned per backend, evaluated in MuJoCo)", fontsize=9)
+    ax.margins(y=0.25)
+    fig.tight_layout()
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    fig.savefig(tmp, dpi=120, format="png", metadata={"Software": None})
+    plt.close(fig)
+    os.replace(tmp, path)
+
+
 def _bench_ppo(data: dict, name: str, folder: Path) -> str:
     plot_ppo(data["backends"], folder / f"{name}.png", data["task"])
     fastest = min(r["seconds_per_iteration"] for r in data["backends"].values())

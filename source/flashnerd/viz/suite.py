@@ -97,10 +97,12 @@ def plot_radar(data: dict, path: str | Path, decades: float = 2.0) -> None:
                 ax.text(angle, 1.1, f"{ratio:.2g}x", color=color, fontsize=8, ha="center", va="center",
                         fontweight="bold")
         ax.set_title(robot, pad=18, fontsize=11)
-    axes[0][0].legend(loc="lower left", bbox_to_anchor=(-0.25, -0.18), fontsize=8, ncol=len(COLORS))
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", bbox_to_anchor=(0.5, 0.0), fontsize=9, ncol=len(labels),
+               frameon=False)
     fig.suptitle("Model-only accuracy (A = 1/NRMSE) and throughput (Q), log radius, best model = rim; "
                  "rim labels: FlashNeRD / NeRD", fontsize=9)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0.0, 0.1, 1.0, 0.95))
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp")
     fig.savefig(tmp, dpi=110, format="png", metadata={"Software": None})  # no version stamp: rebuilds match
