@@ -22,6 +22,18 @@ from pathlib import Path
 BLOCK = re.compile(r"(<!-- report:(?P<name>[\w.-]+) -->\n)(?P<body>.*?)(<!-- /report -->)", re.S)
 
 
+def save_figure(fig, path: str | Path, dpi: int = 120) -> None:
+    """Write a matplotlib figure as PNG through a temporary file, without a version stamp (rebuilds match), and
+    close it."""
+    import matplotlib.pyplot as plt
+
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    fig.savefig(tmp, dpi=dpi, format="png", metadata={"Software": None})
+    plt.close(fig)
+    os.replace(tmp, path)
+
+
 def plot_ppo(backends: dict, path: str | Path, title: str) -> None:
     """Mean training return against accumulated training time per backend; a diamond marks the MuJoCo evaluation."""
     import matplotlib
@@ -39,11 +51,7 @@ def plot_ppo(backends: dict, path: str | Path, title: str) -> None:
     ax.set_title(f"{title}\n(diamonds: final policy evaluated in MuJoCo)", fontsize=9)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
-    fig.savefig(tmp, dpi=120, format="png", metadata={"Software": None})  # no version stamp: rebuilds match
-    plt.close(fig)
-    os.replace(tmp, path)
+    save_figure(fig, path)
 
 
 def plot_finetune(backends: dict, path: str | Path, title: str) -> None:
@@ -64,11 +72,7 @@ def plot_finetune(backends: dict, path: str | Path, title: str) -> None:
     ax.set_title(f"{title}\n(fine-tuned per backend, evaluated in MuJoCo)", fontsize=9)
     ax.margins(y=0.25)
     fig.tight_layout()
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
-    fig.savefig(tmp, dpi=120, format="png", metadata={"Software": None})
-    plt.close(fig)
-    os.replace(tmp, path)
+    save_figure(fig, path)
 
 
 def _bench_ppo(data: dict, name: str, folder: Path) -> str:

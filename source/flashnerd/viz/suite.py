@@ -10,8 +10,9 @@ throughput), coloured by the favoured model.
 from __future__ import annotations
 
 import math
-import os
 from pathlib import Path
+
+from flashnerd.viz.report import save_figure
 
 COLORS = {"flashnerd": "#1b9e77", "nerd": "#d95f02", "rwm": "#7570b3"}
 NAMES = {"flashnerd": "FlashNeRD", "nerd": "NeRD", "rwm": "RWM"}
@@ -103,8 +104,4 @@ def plot_radar(data: dict, path: str | Path, decades: float = 2.0) -> None:
     fig.suptitle("Model-only accuracy (A = 1/NRMSE) and throughput (Q), log radius, best model = rim; "
                  "rim labels: FlashNeRD / NeRD", fontsize=9)
     fig.tight_layout(rect=(0.0, 0.1, 1.0, 0.95))
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
-    fig.savefig(tmp, dpi=110, format="png", metadata={"Software": None})  # no version stamp: rebuilds match
-    plt.close(fig)
-    os.replace(tmp, path)
+    save_figure(fig, path, dpi=110)
