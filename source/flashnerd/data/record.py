@@ -52,7 +52,7 @@ def _sample_initial_state(dyn, n: int, gen: torch.Generator) -> tuple[torch.Tens
         q0 = 7
         lo, hi = robot.init_height_range
         qpos[:, 2] = robot.init_base_height + lo + (hi - lo) * u(n)
-        rp = (u(n, 2) - 0.5) * 0.6
+        rp = (u(n, 2) - 0.5) * 2 * robot.init_tilt
         qpos[:, 3:7] = quat_from_euler_xyz(rp[:, 0], rp[:, 1], (u(n) - 0.5) * 2 * math.pi)
     noise = torch.as_tensor(robot.init_joint_noise, dtype=torch.float32)  # () or (nj,)
     qpos[:, q0:] += (u(n, dyn.nq - q0) - 0.5) * 2 * noise

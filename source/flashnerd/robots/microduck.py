@@ -48,5 +48,8 @@ MICRODUCK = RobotSpec(
     explore_amplitude=0.5,
     init_joint_noise=0.2,
     init_vel_noise=0.5,
-    init_height_range=(-0.005, 0.03),  # a 13 cm robot: lower spawns start with the feet inside the floor
+    # Exploration starts in any orientation (a roll passes through all of them), dropped from up to 0.28 m so that an
+    # upside-down spawn does not start inside the floor.
+    init_height_range=(0.0, 0.15),
+    init_tilt=3.14159,
 )

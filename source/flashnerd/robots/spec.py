@@ -46,6 +46,7 @@ class RobotSpec:
     init_joint_noise: float | tuple[float, ...] = 0.4
     init_vel_noise: float = 0.5
     init_height_range: tuple[float, float] = (-0.15, 0.05)  # floating base: spawn height offsets around init height
+    init_tilt: float = 0.3  # floating base: largest initial roll and pitch (rad); pi covers every orientation
 
     @property
     def mjcf_path(self) -> Path:
