@@ -122,10 +122,7 @@ def run_ppo(args: argparse.Namespace) -> dict:
     for name in ("num_envs", "max_iterations", "eval_episodes"):
         check_positive(name, getattr(args, name))
     out_dir = Path(args.out_dir)
-    try:
-        checkpoints = dict(item.split("=", 1) for item in args.dynamics_checkpoint.split(",") if item)
-    except ValueError as err:
-        raise CLIError(f"--dynamics_checkpoint takes kind=path[,kind=path], got '{args.dynamics_checkpoint}'") from err
+    checkpoints = _checkpoints_by_kind(args.dynamics_checkpoint)
     results = {backend: _train_and_time(args, backend, out_dir, checkpoints.get(backend))
                for backend in args.dynamics.split(",")}
     summary = {"task": args.task, "num_envs": args.num_envs, "iterations": args.max_iterations,
@@ -135,6 +132,14 @@ def run_ppo(args: argparse.Namespace) -> dict:
     plot_ppo(results, out_dir / "bench_ppo.png", args.task)
     print(json.dumps({b: {k: v for k, v in r.items() if k != "curve"} for b, r in results.items()}))
     return summary
+
+
+def _checkpoints_by_kind(text: str) -> dict[str, str]:
+    """--dynamics_checkpoint "kind=path[,kind=path]" as {kind: path}; anything else is a one-line error."""
+    try:
+        return dict(item.split("=", 1) for item in text.split(",") if item)
+    except ValueError as err:
+        raise CLIError(f"--dynamics_checkpoint takes kind=path[,kind=path], got '{text}'") from err
 
 
 def _train_and_time(args: argparse.Namespace, backend: str, out_dir, checkpoint: str | None) -> dict:
@@ -279,8 +284,7 @@ def run_coupled(args: argparse.Namespace) -> dict:
     spec = mujoco.mjtState.mjSTATE_FULLPHYSICS
     state = np.zeros((n, mujoco.mj_stateSize(model, spec)))
     data = mujoco.MjData(model)
-    data.qpos[:] = model.qpos0
-    data.qpos[:robot.num_joints] = robot.default_joint_pos
+    data.qpos[:] = dyn.qpos0  # the coupled runs' start: robot at its default pose, cube at its spawn
     mujoco.mj_getState(model, data, state[0], spec)
     state[:] = state[0]
     controls = np.repeat(ctrl.numpy()[:, None, :], dec, axis=1).astype(np.float64)  # (N, dec, nu)
@@ -328,7 +332,9 @@ def run_finetune(args: argparse.Namespace) -> dict:
 
     for name in ("pretrain_iterations", "iterations", "seeds", "eval_episodes"):
         check_positive(name, getattr(args, name))
-    checkpoints = dict(item.split("=", 1) for item in args.dynamics_checkpoint.split(",") if "=" in item)
+    checkpoints = _checkpoints_by_kind(args.dynamics_checkpoint)
+    if args.pretrained is not None and not Path(args.pretrained).is_file():
+        raise CLIError(f"--pretrained '{args.pretrained}' does not exist; give a policy checkpoint (model_<it>.pt)")
     out_dir = Path(args.out_dir)
 
     def runner_for(backend: str, seed: int, folder: Path, iterations: int):

@@ -35,6 +35,7 @@ from flashnerd.data.dataset import DATASET_FORMAT_VERSION, plain_attr
 from flashnerd.dynamics import make_dynamics
 from flashnerd.dynamics.representation import StateRepresentation
 from flashnerd.robots import RobotSpec
+from flashnerd.sim.scene import actuator_ctrl_limits
 from flashnerd.utils.math import quat_from_euler_xyz
 
 ANALYTICAL = ("mujoco", "mjwarp")  # backends that data may be recorded from
@@ -100,10 +101,7 @@ class ExplorationSource:
             raise ValueError(f"recording needs an analytical backend ({', '.join(ANALYTICAL)}), got '{backend}'")
         kwargs = {"nthread": nthread} if backend == "mujoco" else {}
         self.dyn = make_dynamics(backend, robot, num_worlds, device=device, **kwargs)
-        model = self.dyn.model
-        limited = torch.as_tensor(model.actuator_ctrllimited, dtype=torch.bool)[:, None]  # (nu, 1)
-        ctrl_range = torch.where(limited, torch.as_tensor(model.actuator_ctrlrange, dtype=torch.float32),
-                                 torch.tensor([-math.inf, math.inf]))  # (nu, 2)
+        ctrl_range = torch.as_tensor(actuator_ctrl_limits(self.dyn.model), dtype=torch.float32)  # (nu, 2)
         self.controller = ExplorationController(robot, num_worlds, gen, ctrl_range)
         self.n, self.gen = num_worlds, gen
 

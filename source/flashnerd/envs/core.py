@@ -21,7 +21,7 @@ from flashnerd.envs.commands import OrientationGoal, VelocityCommand
 from flashnerd.envs.config import EnvCfg
 from flashnerd.envs.registry import load_entry_point
 from flashnerd.robots import get_robot
-from flashnerd.sim.scene import build_scene
+from flashnerd.sim.scene import actuator_ctrl_limits, build_scene
 from flashnerd.utils.math import quat_apply_inverse, yaw_from_quat
 
 
@@ -113,7 +113,11 @@ class FlashNeRDEnv(gym.Env):
         self.actions = torch.zeros(n, nj, device=self.device)  # (N, na)
         self.joint_targets = self.default_joint_pos.repeat(n, 1)  # (N, nj) what the backend was last sent
         robot_model = build_scene(self.robot)
-        ctrl_range = torch.as_tensor(robot_model.actuator_ctrlrange, dtype=torch.float32, device=self.device)  # (nj, 2)
+        ctrl_range = torch.as_tensor(actuator_ctrl_limits(robot_model), dtype=torch.float32,
+                                     device=self.device)  # (nj, 2), +-inf where not limited
+        if cfg.action_mode == "ema_limits" and not torch.isfinite(ctrl_range).all():
+            raise ValueError(f"action_mode 'ema_limits' maps actions onto the joints' control ranges, and robot "
+                             f"'{self.robot.name}' has actuators without ctrlrange; add one in its MJCF")
         self._actuated_qpos = torch.as_tensor(robot_model.jnt_qposadr[robot_model.actuator_trnid[:, 0]],
                                               device=self.device)  # (nj,) qpos column of each actuated joint
         self._target_low, self._target_high = ctrl_range[:, 0], ctrl_range[:, 1]

@@ -51,7 +51,7 @@ def last_action(env: FlashNeRDEnv) -> torch.Tensor:
 
 def joint_pos_limit_normalized(env: FlashNeRDEnv) -> torch.Tensor:
     """Actuated joint positions scaled to [-1, 1] over their ranges (N, nj)."""
-    q = env.state.joint_pos[:, env._actuated_qpos - (7 if env.robot.floating_base else 0)]
+    q = env.state.qpos[:, env._actuated_qpos]  # (N, nj)
     lo, hi = env._target_low, env._target_high
     return 2.0 * (q - lo) / (hi - lo) - 1.0
 

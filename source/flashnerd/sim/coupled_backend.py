@@ -112,6 +112,8 @@ class CoupledDynamics:
         check_actuators(robot, m)
         self.nq_r, self.nv_r = robot_columns(robot, m)
         self.nq, self.nv, self.nu = m.nq, m.nv, m.nu
+        if isinstance(free_motion, str) and free_motion not in ("oracle", "flashnerd", "nerd", "rwm"):
+            raise ValueError(f"unknown free-motion model '{free_motion}'; choose oracle, flashnerd, nerd or rwm")
         if free_motion == "oracle":
             free_motion = OracleFreeMotion(robot, num_worlds)
         elif isinstance(free_motion, str):
@@ -144,9 +146,12 @@ class CoupledDynamics:
     @staticmethod
     def _build_model(robot: RobotSpec, integrator: str = "euler", cube_mass: float = CUBE_MASS) -> mujoco.MjModel:
         """The robot's scene plus a cube at its object spawn point, on `integrator` (Euler: the coupling is exact)."""
+        integrators = {"euler": mujoco.mjtIntegrator.mjINT_EULER,
+                       "implicitfast": mujoco.mjtIntegrator.mjINT_IMPLICITFAST}
+        if integrator not in integrators:
+            raise ValueError(f"unknown integrator '{integrator}'; choose euler or implicitfast")
         spec = build_scene_spec(robot, objects=("cube",), cube_mass=cube_mass)
-        spec.option.integrator = {"euler": mujoco.mjtIntegrator.mjINT_EULER,
-                                  "implicitfast": mujoco.mjtIntegrator.mjINT_IMPLICITFAST}[integrator]
+        spec.option.integrator = integrators[integrator]
         return spec.compile()
 
     def default_qpos(self) -> np.ndarray:
@@ -196,7 +201,7 @@ class CoupledDynamics:
             if k == 0 or self.free_motion.per_substep:
                 acc = self.free_motion.acceleration(self._qpos64, self._qvel64, ctrl)  # (N, nv_r)
                 self._acc[:, :self.nv_r] = acc.detach().cpu().double().numpy()
-            self._run(self._substep_oneway if self.mode == "oneway" else self._substep_coupled, k)
+            self._run(self._substep_oneway if self.mode == "oneway" else self._substep_coupled)
             if self.free_motion.per_substep:
                 self._gather()
         self._gather()
@@ -215,13 +220,14 @@ class CoupledDynamics:
 
     # --- physics ------------------------------------------------------------------------------------------------
 
-    def _run(self, fn, k: int) -> None:
+    def _run(self, fn) -> None:
+        """One physics step of every world: `fn(world_ids)` per chunk of worlds, on the thread pool."""
         if self._pool is None:
-            fn(self._chunks[0], k)
+            fn(self._chunks[0])
         else:
-            list(self._pool.map(lambda ids: fn(ids, k), self._chunks))
+            list(self._pool.map(fn, self._chunks))
 
-    def _substep_coupled(self, ids: np.ndarray, k: int) -> None:
+    def _substep_coupled(self, ids: np.ndarray) -> None:
         m, r = self.model, self.nv_r
         for w in ids:
             d, res = self.datas[w], self._res[w]
@@ -230,7 +236,7 @@ class CoupledDynamics:
             d.qfrc_applied[:r] = res[:r] + d.qfrc_bias[:r] - d.qfrc_passive[:r]
             mujoco.mj_step2(m, d)
 
-    def _substep_oneway(self, ids: np.ndarray, k: int) -> None:
+    def _substep_oneway(self, ids: np.ndarray) -> None:
         """The robot moves along the model's free motion (velocity integrated semi-implicitly, as MuJoCo's Euler);
         contacts act on the cube, and whatever they do to the robot is overwritten."""
         m, r, h = self.model, self.nv_r, float(self.model.opt.timestep)

@@ -97,6 +97,9 @@ class MjwarpDynamics:
         self._torque_t = torch.zeros(num_worlds, self.nu, dtype=torch.float32, device=self.device)
         self._robot_state = RobotState(self._qpos_t[:, :self.nq_r], self._qvel_t[:, :self.nv_r], self._torque_t,
                                        self._contact_t, robot.floating_base)
+        self._object_t = torch.zeros(num_worlds, 13 if objects else 0, dtype=torch.float32,
+                                     device=self.device)  # (N, 13) first object's state
+        self._refresh_objects()
         self._qpos0 = torch.as_tensor(data0.qpos, dtype=torch.float32, device=self.device)  # (nq,) objects' spawn
 
         self._graph = None
@@ -128,20 +131,28 @@ class MjwarpDynamics:
         self._warmstart_t[ids] = 0.0
         self._contact_t[ids] = 0.0
         self._torque_t[ids] = 0.0
+        self._refresh_objects()
 
     def set_qvel(self, world_ids: torch.Tensor, qvel: torch.Tensor) -> None:
         """Overwrite the robot's generalized velocity (k, nv_r) of `world_ids` (k,)."""
         self._qvel_t[world_ids.to(self.device, torch.long), :self.nv_r] = qvel.to(self._qvel_t)
 
     def object_state(self) -> torch.Tensor:
-        """The first object's pose and velocity (N, 13): position, quaternion wxyz, linear and angular velocity."""
-        return torch.cat((self._qpos_t[:, self.nq_r:self.nq_r + 7], self._qvel_t[:, self.nv_r:self.nv_r + 6]), dim=1)
+        """The first object's pose and velocity (N, 13): position, quaternion wxyz, linear and angular velocity
+        (a buffer refreshed with the state; copy to keep it)."""
+        return self._object_t
+
+    def _refresh_objects(self) -> None:
+        if self._object_t.shape[1]:
+            self._object_t[:, :7] = self._qpos_t[:, self.nq_r:self.nq_r + 7]
+            self._object_t[:, 7:] = self._qvel_t[:, self.nv_r:self.nv_r + 6]
 
     def reset_objects(self, world_ids: torch.Tensor, pose: torch.Tensor, vel: torch.Tensor) -> None:
         """Place the first object of `world_ids` (k,) at pose (k, 7) with velocity (k, 6)."""
         ids = world_ids.to(self.device, torch.long)
         self._qpos_t[ids, self.nq_r:self.nq_r + 7] = pose.to(self._qpos_t)
         self._qvel_t[ids, self.nv_r:self.nv_r + 6] = vel.to(self._qvel_t)
+        self._refresh_objects()
 
     def step(self, ctrl: torch.Tensor) -> None:
         """Advance all worlds by one control period under joint position targets ctrl (N, nu)."""
@@ -151,6 +162,7 @@ class MjwarpDynamics:
         else:
             self._control_step()
         torch.index_select(self._sens_t, 1, self._torque_adr, out=self._torque_t)  # (N, nu) last substep's torque
+        self._refresh_objects()
 
     def state(self) -> RobotState:
         """Zero-copy views of the current state; valid until the next `step()`/`reset()`."""

@@ -69,6 +69,7 @@ class MujocoDynamics:
         self._contact_t = torch.zeros(num_worlds, len(self._contact_adr), **f32)
         self._robot_state = RobotState(self._qpos_t[:, :self.nq_r], self._qvel_t[:, :self.nv_r], self._torque_t,
                                        self._contact_t, robot.floating_base)
+        self._object_t = torch.zeros(num_worlds, 13 if objects else 0, **f32)  # (N, 13) first object's state
 
         # Start every world in the model's default pose, standing at the spawn height; objects at their spawn.
         self._qpos0 = m.qpos0.copy()  # (nq,)
@@ -104,8 +105,9 @@ class MujocoDynamics:
         self._refresh_torch(ids)
 
     def object_state(self) -> torch.Tensor:
-        """The first object's pose and velocity (N, 13): position, quaternion wxyz, linear and angular velocity."""
-        return torch.cat((self._qpos_t[:, self.nq_r:self.nq_r + 7], self._qvel_t[:, self.nv_r:self.nv_r + 6]), dim=1)
+        """The first object's pose and velocity (N, 13): position, quaternion wxyz, linear and angular velocity
+        (a buffer refreshed with the state; copy to keep it)."""
+        return self._object_t
 
     def reset_objects(self, world_ids: torch.Tensor, pose: torch.Tensor, vel: torch.Tensor) -> None:
         """Place the first object of `world_ids` (k,) at pose (k, 7) with velocity (k, 6)."""
@@ -134,6 +136,9 @@ class MujocoDynamics:
     def _refresh_torch(self, ids: np.ndarray | slice = slice(None), sensors: bool = False) -> None:
         self._qpos_t[ids] = torch.from_numpy(self._state[ids, self._qpos_slice]).to(self._qpos_t)
         self._qvel_t[ids] = torch.from_numpy(self._state[ids, self._qvel_slice]).to(self._qvel_t)
+        if self._object_t.shape[1]:
+            self._object_t[ids, :7] = self._qpos_t[ids, self.nq_r:self.nq_r + 7]
+            self._object_t[ids, 7:] = self._qvel_t[ids, self.nv_r:self.nv_r + 6]
         if sensors:
             force = self._out_sens[:, :, self._contact_adr[:, None] + np.arange(1, 4)]  # (N, dec, nb, 3)
             self._contact_t.copy_(torch.from_numpy(np.linalg.norm(force, axis=-1).max(axis=1)))  # (N, nb)

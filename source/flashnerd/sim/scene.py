@@ -64,6 +64,12 @@ def add_cube(spec: mujoco.MjSpec, pos, size: float = CUBE_SIZE, mass: float = CU
                   conaffinity=3, condim=3, friction=[1.0, 0.005, 0.0001], rgba=[0.85, 0.55, 0.15, 1.0])
 
 
+def actuator_ctrl_limits(model: mujoco.MjModel) -> np.ndarray:
+    """Control range (nu, 2) of every actuator, [-inf, inf] where the actuator is not ctrl-limited."""
+    limited = model.actuator_ctrllimited.astype(bool)[:, None]  # (nu, 1)
+    return np.where(limited, model.actuator_ctrlrange, np.array([-np.inf, np.inf]))
+
+
 def robot_columns(robot: RobotSpec, model: mujoco.MjModel) -> tuple[int, int]:
     """(nq, nv) of the robot alone: its DOFs lead qpos/qvel of a scene with objects."""
     free = [j for j in range(model.njnt) if model.jnt_type[j] == mujoco.mjtJoint.mjJNT_FREE]

@@ -97,18 +97,17 @@ def _run_robot(robot: RobotSpec, cfg: SuiteConfig, progress: bool) -> dict:
             Fitter(train_path, fit_cfg, device=cfg.device).fit(fit_path, log_dir=folder / "tb" / kind,
                                                                progress=progress)
         else:
-            try:
-                read_checkpoint(ckpt_path, robot)
-            except ValueError as err:
-                raise ValueError(f"{err} (or rerun the suite with --refit)") from err
             fit_path = ckpt_path
+        try:
+            ckpt = read_checkpoint(fit_path, robot)  # its training facts go into the results
+        except ValueError as err:
+            raise ValueError(f"{err} (or rerun the suite with --refit)") from err
         dyn = LearnedDynamics(robot, n, device=cfg.device, kind=kind, checkpoint=fit_path)
         errors = rollout_errors(dyn, eval_data, cfg.horizons)
         nrmse = {str(h): e["nrmse"] for h, e in errors.items()}
         if fitted:
             export_for_inference(fit_path, ckpt_path, {"nrmse": nrmse, "eval": str(eval_path), "rollouts": n},
                                  extra={"suite_command": cfg.command})
-        ckpt = read_checkpoint(fit_path)
         result["models"][kind] = {
             "checkpoint": str(ckpt_path), "fitted_now": fitted, "params": num_params(dyn.model),
             "train_seconds": round(float(ckpt.get("train_seconds", 0.0)), 1), "steps": int(ckpt.get("step", 0)),
