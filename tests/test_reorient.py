@@ -10,7 +10,13 @@ import torch
 
 import flashnerd_tasks  # noqa: F401  (registers the ids)
 from flashnerd.envs import mdp
-from flashnerd.utils.math import quat_from_euler_xyz, quat_rotation_angle
+from flashnerd.utils.math import (
+    quat_apply,
+    quat_conjugate,
+    quat_from_euler_xyz,
+    quat_mul,
+    quat_rotation_angle,
+)
 
 TASK = "FlashNeRD-Reorient-Cube-Allegro-v0"
 
@@ -56,6 +62,27 @@ def test_goal_reached_counts_a_success_and_draws_a_new_goal():
     env.close()
 
 
+def test_yaw_goals_turn_the_cube_about_the_vertical_from_where_it_is():
+    """The CPU-budget variant: the cube rests on a face at a random heading, and each goal (at reset and after a
+    success) is the cube's orientation at that moment turned about world z by 0.4-0.8 rad, either way."""
+    env = gym.make("FlashNeRD-Reorient-Cube-Yaw-Allegro-v0", num_envs=64, dynamics="mujoco").unwrapped
+    env.reset(seed=3)
+    up = torch.tensor([0.0, 0.0, 1.0]).expand(64, 3)
+    assert torch.allclose(quat_apply(env.object_quat, up), up, atol=1e-5)  # resting on a face: yaw only
+    for _ in range(2):
+        start = env.object_quat.clone()
+        turn = quat_mul(env.goal.quat, quat_conjugate(start))  # (64, 4) world-frame rotation from cube to goal
+        angle = quat_rotation_angle(env.goal.quat, start)
+        assert ((angle > 0.4 - 1e-4) & (angle < 0.8 + 1e-4)).all()
+        assert torch.allclose(quat_apply(turn, up), up, atol=1e-5)  # about the vertical axis
+        signs = torch.sign(turn[:, 0] * turn[:, 3])
+        assert (signs > 0).any() and (signs < 0).any()  # both directions are asked for
+        env.goal.quat[:] = env.object_quat  # every world at its goal: a success and a new relative goal
+        env.goal.update(env.object_quat)
+        assert (env.goal.successes == env.goal.successes[0]).all()
+    env.close()
+
+
 def test_orientation_reward_and_rotation_angle_on_hand_built_states():
     env = _env()
     env.reset(seed=2)
@@ -93,3 +120,26 @@ def test_ema_actions_move_targets_towards_the_joint_range():
     expected = torch.lerp(start, env._target_high.expand(4, -1), 0.95)
     assert torch.allclose(env.joint_targets, expected, atol=1e-6)
     env.close()
+
+
+def test_ppo_comparison_reports_targets_per_training_backend(tmp_path):
+    """`bench ppo` on the goal task: targets per episode at the top level of every backend, the targets-over-time
+    curve of its MuJoCo evaluation (non-decreasing, ends at the mean count), and the results block renders."""
+    import json
+
+    from flashnerd.cli.main import main
+    from flashnerd.viz.report import render_block
+
+    out = tmp_path / "ppo"
+    assert main(["bench", "ppo", "--task", TASK, "--dynamics", "mujoco,oneway", "--num_envs", "4",
+                 "--max_iterations", "1", "--eval_episodes", "3", "--out_dir", str(out),
+                 "--name", "cube_reorient_t"]) == 0
+    data = json.loads((out / "cube_reorient_t.json").read_text())
+    for backend in ("mujoco", "oneway"):
+        r = data["backends"][backend]
+        curve = r["eval_mujoco"]["targets_over_time"]
+        assert r["targets_per_episode"] >= 0 and curve and abs(curve[-1] - r["targets_per_episode"]) < 1e-6
+        assert all(b >= a for a, b in zip(curve, curve[1:]))
+    assert (out / "cube_reorient_t_targets.png").read_bytes()[:4] == b"\x89PNG"
+    text = render_block("cube_reorient_t", out)
+    assert "| `oneway` |" in text and "targets per episode" in text

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import shutil
 
 import gymnasium as gym
 import torch
@@ -104,3 +105,14 @@ def test_finetune_comparison_runs_end_to_end(tmp_path):
     assert len(result["runs"]) == 2 and result["seconds_per_100_iterations"] > 0
     assert 0.0 <= result["success_rate"] <= 1.0
     assert (out / "ft.png").read_bytes()[:4] == b"\x89PNG"
+    # Policies are judged from standing starts (the Play variant has no mid-roll starts), the pretrained one too.
+    assert summary["eval_task"] == "FlashNeRD-Roll-Flat-Microduck-Play-v0"
+    assert 0.0 <= summary["pretrained_eval"]["success_rate"] <= 1.0
+    # The results page renders it: a row per backend plus the pretrained policy, and the chart.
+    from flashnerd.viz.report import render_block
+
+    shutil.copy(out / "ft.json", out / "microduck_finetune_t.json")
+    text = render_block("microduck_finetune_t", out)
+    assert "| `mujoco` |" in text and "(pretrained, not fine-tuned)" in text and "1.00x" in text
+    assert (out / "microduck_finetune_t.png").read_bytes()[:4] == b"\x89PNG"
+

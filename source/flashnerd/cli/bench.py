@@ -10,8 +10,16 @@ import time
 
 import torch
 
-from flashnerd.cli.common import CLIError, add_env_args, check_device, check_positive, load_task_cfgs, make_env
-from flashnerd.viz.report import plot_ppo
+from flashnerd.cli.common import (
+    CLIError,
+    add_env_args,
+    check_device,
+    check_positive,
+    load_task_cfgs,
+    make_env,
+    play_variant,
+)
+from flashnerd.viz.report import plot_ppo, plot_targets
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -110,13 +118,17 @@ def add_ppo_parser(bsub: argparse._SubParsersAction) -> None:
     p.add_argument("--device", default="cpu", help="torch device")
     p.add_argument("--eval_episodes", type=int, default=64, help="MuJoCo evaluation episodes per final policy")
     p.add_argument("--out_dir", default="logs/bench_ppo", help="folder for runs, JSON and the plot")
+    p.add_argument("--name", default="bench_ppo", help="file stem of the JSON and the plot in --out_dir")
     p.add_argument("--dynamics_checkpoint", default="",
                    help="learned checkpoints as kind=path[,kind=path] (default: the shipped ones)")
     p.set_defaults(func=run_ppo)
 
 
 def run_ppo(args: argparse.Namespace) -> dict:
-    """Train per backend with identical settings; JSON keyed by backend and a reward-vs-time plot (cf. Fig. 5)."""
+    """Train per backend with identical settings; JSON keyed by backend and a reward-vs-time plot (cf. Fig. 5).
+
+    For goal tasks each backend also carries `targets_per_episode` (its policy evaluated in MuJoCo) at the top level
+    and the targets-over-time curve of that evaluation (cf. Fig. 8)."""
     from pathlib import Path
 
     for name in ("num_envs", "max_iterations", "eval_episodes"):
@@ -128,9 +140,12 @@ def run_ppo(args: argparse.Namespace) -> dict:
     summary = {"task": args.task, "num_envs": args.num_envs, "iterations": args.max_iterations,
                "device": args.device, "backends": results}
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "bench_ppo.json").write_text(json.dumps(summary, indent=1))
-    plot_ppo(results, out_dir / "bench_ppo.png", args.task)
-    print(json.dumps({b: {k: v for k, v in r.items() if k != "curve"} for b, r in results.items()}))
+    (out_dir / f"{args.name}.json").write_text(json.dumps(summary, indent=1))
+    plot_ppo(results, out_dir / f"{args.name}.png", args.task)
+    if all("targets_per_episode" in r for r in results.values()):
+        plot_targets(results, out_dir / f"{args.name}_targets.png", args.task)
+    print(json.dumps({b: {k: (v if k != "eval_mujoco" else {n: x for n, x in v.items() if n != "targets_over_time"})
+                          for k, v in r.items() if k != "curve"} for b, r in results.items()}))
     return summary
 
 
@@ -158,16 +173,20 @@ def _train_and_time(args: argparse.Namespace, backend: str, out_dir, checkpoint:
     env.close()
     curve = runner.iteration_curve
     policy = runner.get_inference_policy(device=agent_cfg.device)
-    evaluation = evaluate_on_backends(args.task, env_cfg, policy, args.eval_episodes, backends=["mujoco"])
-    return {
+    evaluation = evaluate_on_backends(args.task, env_cfg, policy, args.eval_episodes, backends=["mujoco"])["mujoco"]
+    out = {
         "seconds_per_iteration": curve[-1][0] / len(curve),
         "total_seconds": curve[-1][0],
         "final_train_reward": curve[-1][1],
-        "eval_mujoco": {k: evaluation["mujoco"][k] for k in ("mean_return", "lin_vel_rms", "fall_rate",
-                                                             "targets_per_episode", "success_rate")
-                        if k in evaluation["mujoco"]},
+        "eval_mujoco": {k: evaluation[k] for k in ("mean_return", "lin_vel_rms", "fall_rate", "mean_episode_length_s",
+                                                   "targets_per_episode", "targets_over_time", "step_dt",
+                                                   "success_rate")
+                        if k in evaluation},
         "curve": curve,
     }
+    if "targets_per_episode" in evaluation:
+        out["targets_per_episode"] = evaluation["targets_per_episode"]
+    return out
 
 
 def add_suite_parser(bsub: argparse._SubParsersAction) -> None:
@@ -250,7 +269,7 @@ def add_coupled_parser(bsub: argparse._SubParsersAction) -> None:
     p.add_argument("--steps", type=int, default=20, help="timed control steps")
     p.add_argument("--free_motion", default="flashnerd",
                    help="robot model: a learned kind (flashnerd, nerd, rwm; shipped checkpoint) or 'oracle'")
-    p.add_argument("--nthread", type=int, default=None, help="threads (default: all cores)")
+    p.add_argument("--nthread", type=int, default=None, help="threads of every backend (default: all cores)")
     p.set_defaults(func=run_coupled)
 
 
@@ -354,6 +373,16 @@ def run_finetune(args: argparse.Namespace) -> dict:
         env.close()
         pretrained = str(out_dir / "pretrain" / f"model_{runner.current_learning_iteration}.pt")
         runner.save(pretrained)
+
+    def evaluate(policy, env_cfg) -> dict:  # in MuJoCo, on the task's Play variant where it has one
+        task, cfg = play_variant(args.task, env_cfg)
+        return evaluate_on_backends(task, cfg, policy, args.eval_episodes, backends=["mujoco"])["mujoco"]
+
+    env, env_cfg, agent_cfg, runner = runner_for("mujoco", 0, out_dir / "pretrained_eval", 1)
+    runner.load(pretrained, map_location=agent_cfg.device)
+    env.close()
+    start_eval = evaluate(runner.get_inference_policy(device=agent_cfg.device), env_cfg)
+    eval_task = play_variant(args.task, env_cfg)[0]
     results = {}
     for backend in args.dynamics.split(","):
         runs = []
@@ -366,15 +395,17 @@ def run_finetune(args: argparse.Namespace) -> dict:
             runner.learn(num_learning_iterations=args.iterations, init_at_random_ep_len=True)
             wall = time.perf_counter() - start
             env.close()
-            policy = runner.get_inference_policy(device=agent_cfg.device)
-            ev = evaluate_on_backends(args.task, env_cfg, policy, args.eval_episodes, backends=["mujoco"])["mujoco"]
+            ev = evaluate(runner.get_inference_policy(device=agent_cfg.device), env_cfg)
             runs.append({"seed": seed, "wall_s": wall, "seconds_per_100_iterations": 100 * wall / args.iterations,
                          "mean_return": ev["mean_return"], "success_rate": ev.get("success_rate", 0.0)})
         results[backend] = {key: sum(r[key] for r in runs) / len(runs)
                             for key in ("seconds_per_100_iterations", "success_rate", "mean_return")}
         results[backend]["runs"] = runs
-    summary = {"task": args.task, "iterations": args.iterations, "seeds": args.seeds, "pretrained": pretrained,
-               "device": args.device, "backends": results}
+    summary = {"task": args.task, "eval_task": eval_task, "iterations": args.iterations, "seeds": args.seeds,
+               "num_envs": env_cfg.num_envs, "pretrained": pretrained, "device": args.device,
+               "pretrained_eval": {"success_rate": start_eval.get("success_rate", 0.0),
+                                   "mean_return": start_eval["mean_return"]},
+               "backends": results}
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / f"{args.name}.json").write_text(json.dumps(summary, indent=1))
     plot_finetune(results, out_dir / f"{args.name}.png", args.task)

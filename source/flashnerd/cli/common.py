@@ -78,6 +78,20 @@ def load_task_cfgs(args: argparse.Namespace):
     return env_cfg, agent_cfg
 
 
+def play_variant(task: str, env_cfg):
+    """(task id, env config) to evaluate a policy of `task` with: the registered `...-Play-vN` variant if there is
+    one (Isaac Lab's naming; e.g. no mid-roll starts, no observation noise), on `env_cfg`'s device and seed."""
+    from flashnerd.envs.registry import registered_tasks
+
+    base, _, version = task.rpartition("-v")
+    play = f"{base}-Play-v{version}"
+    if not base or play not in registered_tasks():
+        return task, env_cfg
+    cfg = load_cfg_from_registry(play, "env_cfg_entry_point")
+    cfg.device, cfg.seed = env_cfg.device, env_cfg.seed
+    return play, cfg
+
+
 def make_env(task: str, env_cfg) -> gym.Env:
     """`gym.make` with the given config (flashnerd_tasks is imported by the registry lookup)."""
     return gym.make(task, cfg=env_cfg)

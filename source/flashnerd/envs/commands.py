@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from flashnerd.envs.config import VelocityCommandCfg
-from flashnerd.utils.math import quat_rotation_angle, random_quat, wrap_to_pi
+from flashnerd.utils.math import quat_from_euler_xyz, quat_mul, quat_rotation_angle, random_quat, wrap_to_pi
 
 
 class VelocityCommand:
@@ -62,10 +62,20 @@ class OrientationGoal:
         self.successes = torch.zeros(num_envs, device=device)  # (N,) goals reached this episode
         self.reached_now = torch.zeros(num_envs, dtype=torch.bool, device=device)  # (N,) reached at the last step
 
-    def resample(self, env_ids: torch.Tensor) -> None:
-        """Draw new goal orientations for `env_ids` (k,)."""
-        if len(env_ids):
-            self.quat[env_ids] = random_quat(len(env_ids), self.rng, self.quat.device)
+    def resample(self, env_ids: torch.Tensor, object_quat: torch.Tensor) -> None:
+        """Draw new goal orientations for `env_ids` (k,); relative goals start from `object_quat` (N, 4)."""
+        k = len(env_ids)
+        if k == 0:
+            return
+        if self.cfg.yaw_range is None:
+            self.quat[env_ids] = random_quat(k, self.rng, self.quat.device)
+            return
+        lo, hi = self.cfg.yaw_range
+        u = torch.rand(k, 2, device=self.quat.device, generator=self.rng)  # (k, 2)
+        yaw = (lo + (hi - lo) * u[:, 0]) * torch.where(u[:, 1] < 0.5, -1.0, 1.0)  # (k,) signed turn
+        zeros = torch.zeros_like(yaw)
+        turn = quat_from_euler_xyz(zeros, zeros, yaw)  # (k, 4) about the world z axis
+        self.quat[env_ids] = quat_mul(turn, object_quat[env_ids])  # world-frame turn applied after the object's
 
     def reached(self, object_quat: torch.Tensor) -> torch.Tensor:
         """Worlds (N,) whose object orientation (N, 4) is within the success tolerance of the goal."""
@@ -75,4 +85,4 @@ class OrientationGoal:
         """Count the successes of this step and give those worlds a new goal."""
         self.reached_now = self.reached(object_quat)  # (N,)
         self.successes += self.reached_now.float()
-        self.resample(torch.nonzero(self.reached_now).flatten())
+        self.resample(torch.nonzero(self.reached_now).flatten(), object_quat)

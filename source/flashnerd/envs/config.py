@@ -80,6 +80,10 @@ class OrientationGoalCfg:
 
     success_tolerance: float = 0.1
     position: tuple[float, float, float] = (0.0, 0.0, 0.545)
+    # None: each goal is a uniformly random orientation (Isaac Lab). (lo, hi): each goal is the object's orientation
+    # when the goal is drawn, turned about the world's vertical axis by +-uniform(lo, hi) rad (a rotate-in-place skill
+    # that PPO can learn on a CPU budget).
+    yaw_range: tuple[float, float] | None = None
 
 
 @dataclass

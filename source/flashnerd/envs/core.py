@@ -322,7 +322,6 @@ class FlashNeRDEnv(gym.Env):
         if self.goal is not None:
             log["Metrics/goals_reached"] = torch.mean(self.goal.successes[env_ids])
             self.goal.successes[env_ids] = 0.0
-            self.goal.resample(env_ids)
 
         k = len(env_ids)
         qpos = self._default_qpos.expand(k, -1).clone()  # (k, nq)
@@ -334,6 +333,8 @@ class FlashNeRDEnv(gym.Env):
         for event in self.cfg.events.values():
             if event.mode == "reset_object":  # objects are placed once the robot's state is written
                 event.func(self, env_ids, **event.params)
+        if self.goal is not None:  # once the object is placed: relative goals start from its new orientation
+            self.goal.resample(env_ids, self.object_quat)
         self.joint_targets[env_ids] = qpos[:, self._actuated_qpos]  # the EMA restarts from the reset pose
 
         self.actions[env_ids] = 0.0

@@ -18,7 +18,8 @@ def evaluate_policy(
 
     Metrics: mean_return, per-term returns, lin_vel_rms (m/s, base-frame xy velocity against the command),
     ang_vel_rms (rad/s, yaw rate), fall_rate (episodes ended by a termination other than time-out),
-    mean_episode_length_s, for goal tasks targets_per_episode (goals reached), and for tasks with a success tracker
+    mean_episode_length_s, for goal tasks targets_per_episode (goals reached) and targets_over_time (the mean count
+    of goals reached so far at every control step, one float per step), and for tasks with a success tracker
     success_rate. `policy` maps the observation groups {group: (N, D)} to actions (N, na).
     """
     n = env.num_envs
@@ -32,10 +33,11 @@ def evaluate_policy(
     tracked = torch.zeros(n, device=env.device)  # steps that entered the tracking error
     fell = torch.zeros(n, dtype=torch.bool, device=env.device)
     targets = torch.zeros(n, device=env.device)  # goals reached (goal tasks)
+    targets_curve = torch.zeros(env.max_episode_length, device=env.device)  # (T,) mean goals reached so far
     outcome = [t for t in env.trackers.values() if hasattr(t, "episode_success")]  # skill tasks: success per episode
     succeeded = torch.zeros(n, dtype=torch.bool, device=env.device)
     bar = tqdm(total=env.max_episode_length, desc="eval", disable=None if progress else True, leave=False)
-    for _ in range(env.max_episode_length):
+    for t in range(env.max_episode_length):
         cmd = env.command_manager.command.clone() if env.command_manager is not None else None
         obs, reward, terminated, truncated, _ = env.step(policy(obs))
         a = active.float()
@@ -52,6 +54,7 @@ def evaluate_policy(
         steps += a
         if env.goal is not None:
             targets += env.goal.reached_now.float() * a
+            targets_curve[t] = targets.mean()
         fell |= active & terminated
         for tracker in outcome:
             succeeded |= active & done & tracker.episode_success
@@ -69,6 +72,8 @@ def evaluate_policy(
         "lin_vel_rms": torch.sqrt(lin_sq.sum() / tracked_total).item(),
         "ang_vel_rms": torch.sqrt(ang_sq.sum() / tracked_total).item(),
         "returns": {name: v.mean().item() for name, v in term_ret.items()},
-        **({"targets_per_episode": targets.mean().item()} if env.goal is not None else {}),
+        **({"targets_per_episode": targets.mean().item(),
+            "targets_over_time": targets_curve[:t + 1].tolist(),
+            "step_dt": env.step_dt} if env.goal is not None else {}),
         **({"success_rate": succeeded.float().mean().item()} if outcome else {}),
     }

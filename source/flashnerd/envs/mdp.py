@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 import torch
@@ -249,17 +250,24 @@ def push_by_setting_velocity(
 
 
 def reset_object_pose_uniform(
-    env: FlashNeRDEnv, env_ids: torch.Tensor, position_range: tuple[float, float], random_orientation: bool = True,
+    env: FlashNeRDEnv, env_ids: torch.Tensor, position_range: tuple[float, float], orientation: str = "random",
 ) -> None:
-    """Place the object at its goal position plus a uniform offset per axis, in a uniformly random orientation (or
-    the spawn orientation), at rest (a "reset_object" event)."""
+    """Place the object at its goal position plus a uniform offset per axis, at rest (a "reset_object" event), in a
+    uniformly random orientation ("random"), turned by a random angle about the vertical ("yaw": resting on a face),
+    or in its spawn orientation ("spawn")."""
+    if orientation not in ("random", "yaw", "spawn"):
+        raise ValueError(f"unknown object orientation '{orientation}'; choose random, yaw or spawn")
     k = len(env_ids)
     bounds = torch.tensor([position_range] * 3, device=env.device)  # (3, 2)
     pose = torch.zeros(k, 7, device=env.device)
     pose[:, 0:3] = env.goal.position[env_ids] + _uniform(env, (k, 3), bounds)
     pose[:, 3] = 1.0
-    if random_orientation:
+    if orientation == "random":
         pose[:, 3:7] = random_quat(k, env.rng, env.device)
+    elif orientation == "yaw":
+        yaw = (2.0 * torch.rand(k, device=env.device, generator=env.rng) - 1.0) * math.pi  # (k,)
+        zeros = torch.zeros_like(yaw)
+        pose[:, 3:7] = quat_from_euler_xyz(zeros, zeros, yaw)
     env.dyn.reset_objects(env_ids, pose, torch.zeros(k, 6, device=env.device))
 
 

@@ -25,7 +25,10 @@ ALLEGRO = RobotSpec(
     decimation=8,  # 0.02 s control step (50 Hz)
     # A cube (65 mm) dropped here settles flat on the front of the palm face (z 0.5111) at (-0.0005, 0, 0.5437).
     object_spawn=(0.0, 0.0, 0.545),
-    explore_amplitude=0.5,
-    init_joint_noise=0.2,
+    # Exploration targets reach every joint limit from the default pose (the largest span is ffj1's 1.51 rad): the
+    # reorientation policy's EMA targets sweep whole joint ranges, and the free-motion model must have seen them
+    # (a 0.5 rad exploration left a coupled-trained policy exploiting the model outside its data).
+    explore_amplitude=1.6,
+    init_joint_noise=0.5,
     init_vel_noise=0.5,
 )

@@ -10,9 +10,12 @@ _LEFT_LEG = (0.0, 0.0, 0.3, -0.3, 0.0)
 _HEAD = (0.0, 0.0, 0.0, 0.0)
 _RIGHT_LEG = (0.0, 0.0, -0.3, 0.3, 0.0)
 
-# Sole corners in the foot frame: heel 30 mm behind the ankle, toe 50 mm ahead, 22 mm to each side, on the sole plane
-# z = -0.012.
+# Foot-plate corners in the foot frame: heel 30 mm behind the ankle, toe 50 mm ahead, 22 mm to each side, on the sole
+# plane z = -0.012 and on the plate's top face z = -0.004. The top corners matter: after a roll the duck often sits
+# with its feet rolled past 90 degrees, touching the ground with the plate's upper edge (MuJoCo counts that as foot
+# contact; with sole corners alone the learned backends missed it, the lowest sole corner sitting 2-6 mm up).
 _SOLE = ((-0.03, 0.022), (-0.03, -0.022), (0.05, 0.022), (0.05, -0.022))
+_PLATE_FACES = (-0.012, -0.004)
 
 MICRODUCK = RobotSpec(
     name="microduck",
@@ -35,10 +38,11 @@ MICRODUCK = RobotSpec(
         "head": ("neck_link", "head_link"),
         "feet": ("left_foot_link", "right_foot_link"),
     },
-    # 16 probes: four sole corners per foot, the two knees (the thigh capsule's lower cap), the trunk box's front and
-    # back edges (top and bottom, on the centre line), the head sphere and the beak tip; the radii match the MJCF.
+    # 24 probes: the eight foot-plate corners per foot, the two knees (the thigh capsule's lower cap), the trunk box's
+    # front and back edges (top and bottom, on the centre line), the head sphere and the beak tip; radii as the MJCF.
     probes=(
-        *(Probe(f"{side}_foot_link", (x, y, -0.012), 0.0) for side in ("left", "right") for x, y in _SOLE),
+        *(Probe(f"{side}_foot_link", (x, y, z), 0.0) for side in ("left", "right") for z in _PLATE_FACES
+          for x, y in _SOLE),
         Probe("left_shin_link", (0.0, 0.0, 0.0), 0.012),
         Probe("right_shin_link", (0.0, 0.0, 0.0), 0.012),
         *(Probe("trunk_base", (x, 0.0, z), 0.0) for x in (0.06, -0.06) for z in (0.025, -0.035)),

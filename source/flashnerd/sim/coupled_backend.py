@@ -133,6 +133,11 @@ class CoupledDynamics:
         self._pool = ThreadPoolExecutor(self.nthread) if self.nthread > 1 else None
         self._acc = np.zeros((num_worlds, self.nv))  # (N, nv) model acceleration, zero on the object DOFs
         self._res = [np.zeros(self.nv) for _ in range(num_worlds)]  # mj_mulM output per world
+        r = self.nv_r
+        # Views into each world's MjData made once: creating them is most of a substep's Python cost.
+        self._views = [(d, res, self._acc[w], d.qfrc_applied[:r], d.qfrc_bias[:r], d.qfrc_passive[:r], res[:r])
+                       for w, (d, res) in enumerate(zip(self.datas, self._res))]
+        self._oneway_views = [(d, d.qpos[:self.nq_r], d.qvel[:r], self._acc[w, :r]) for w, d in enumerate(self.datas)]
         f32 = dict(dtype=torch.float32, device=self.device)
         self._qpos = torch.zeros(num_worlds, self.nq_r, **f32)
         self._qvel = torch.zeros(num_worlds, self.nv_r, **f32)
@@ -228,24 +233,26 @@ class CoupledDynamics:
             list(self._pool.map(fn, self._chunks))
 
     def _substep_coupled(self, ids: np.ndarray) -> None:
-        m, r = self.model, self.nv_r
+        m, views = self.model, self._views
+        step1, mul_m, step2, add, sub = mujoco.mj_step1, mujoco.mj_mulM, mujoco.mj_step2, np.add, np.subtract
         for w in ids:
-            d, res = self.datas[w], self._res[w]
-            mujoco.mj_step1(m, d)
-            mujoco.mj_mulM(m, d, res, self._acc[w])
-            d.qfrc_applied[:r] = res[:r] + d.qfrc_bias[:r] - d.qfrc_passive[:r]
-            mujoco.mj_step2(m, d)
+            d, res, acc, applied, bias, passive, res_r = views[w]
+            step1(m, d)
+            mul_m(m, d, res, acc)
+            add(res_r, bias, out=applied)  # qfrc_applied = M a + c - p on the robot's DOFs
+            sub(applied, passive, out=applied)
+            step2(m, d)
 
     def _substep_oneway(self, ids: np.ndarray) -> None:
         """The robot moves along the model's free motion (velocity integrated semi-implicitly, as MuJoCo's Euler);
         contacts act on the cube, and whatever they do to the robot is overwritten."""
-        m, r, h = self.model, self.nv_r, float(self.model.opt.timestep)
+        m, h, step = self.model, float(self.model.opt.timestep), mujoco.mj_step
         for w in ids:
-            d = self.datas[w]
-            v = d.qvel[:r] + h * self._acc[w, :r]  # (nv_r,)
-            q = d.qpos[:r] + h * v  # hinge and slide joints only: qpos and qvel share their layout
-            mujoco.mj_step(m, d)
-            d.qpos[:r], d.qvel[:r] = q, v
+            d, qpos_r, qvel_r, acc_r = self._oneway_views[w]
+            v = qvel_r + h * acc_r  # (nv_r,)
+            q = qpos_r + h * v  # hinge and slide joints only: qpos and qvel share their layout
+            step(m, d)
+            qpos_r[:], qvel_r[:] = q, v
 
     def _gather(self) -> None:
         q = np.stack([d.qpos for d in self.datas])  # (N, nq)

@@ -9,6 +9,8 @@ folder says what goes there. The file-name prefix picks the renderer:
     transfer_*       {trained_on: `flashnerd train` summary} -> returns in each backend, side by side
     fit_scaling_*    {processes: `flashnerd fit` JSON} -> data-parallel fitting throughput table
     model_suite*     `flashnerd bench suite` JSON -> Table I (NRMSE, throughput per robot) + radar plot (NAME.png)
+    cube_reorient*   `flashnerd bench ppo` JSON of a goal task -> targets per episode + targets over time (NAME.png)
+    microduck_finetune*  `flashnerd bench finetune` JSON -> wall time and success per backend + bar chart (NAME.png)
 """
 
 from __future__ import annotations
@@ -49,6 +51,28 @@ def plot_ppo(backends: dict, path: str | Path, title: str) -> None:
     ax.set_xlabel("accumulated training time (s)")
     ax.set_ylabel("mean episode return")
     ax.set_title(f"{title}\n(diamonds: final policy evaluated in MuJoCo)", fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    save_figure(fig, path)
+
+
+def plot_targets(backends: dict, path: str | Path, title: str) -> None:
+    """Fig. 8 analog: mean goals reached so far against episode time, one line per training backend, every policy
+    evaluated in MuJoCo."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    for backend, r in backends.items():
+        e = r["eval_mujoco"]
+        curve = e["targets_over_time"]
+        ax.plot([e["step_dt"] * (i + 1) for i in range(len(curve))], curve,
+                label=f"trained on {backend}: {r['targets_per_episode']:.2f} targets/episode")
+    ax.set_xlabel("time in episode (s)")
+    ax.set_ylabel("targets reached (mean over episodes)")
+    ax.set_title(f"{title}\n(every policy evaluated in MuJoCo)", fontsize=9)
     ax.legend(fontsize=8)
     fig.tight_layout()
     save_figure(fig, path)
@@ -143,9 +167,50 @@ def _model_suite(data: dict, name: str, folder: Path) -> str:
     return suite_table(data) + f"\n\n![Accuracy and throughput per robot, radar plot](results/{name}.png)"
 
 
+def _reorient(data: dict, name: str, folder: Path) -> str:
+    """`flashnerd bench ppo` JSON of a goal task -> targets per episode in MuJoCo per training backend + targets over
+    episode time (NAME.png)."""
+    plot_targets(data["backends"], folder / f"{name}.png", data["task"])
+    backends = data["backends"]
+    ref = backends.get("mujoco", {}).get("targets_per_episode")
+    rows = [f"{data['num_envs']} envs, {data['iterations']} PPO iterations per backend, device `{data['device']}`; "
+            "every policy evaluated in MuJoCo.", "",
+            "| trained on | s / PPO iteration | targets per episode (MuJoCo) | vs `mujoco`-trained | cube dropped | "
+            "episode length (s) | return (MuJoCo) |", "|---|---|---|---|---|---|---|"]
+    for backend, r in backends.items():
+        e = r["eval_mujoco"]
+        rel = f"{100 * r['targets_per_episode'] / ref:.0f}%" if ref else "-"
+        rows.append(f"| `{backend}` | {r['seconds_per_iteration']:.2f} | {r['targets_per_episode']:.2f} | {rel} | "
+                    f"{100 * e['fall_rate']:.0f}% | {e['mean_episode_length_s']:.1f} | {e['mean_return']:.1f} |")
+    rows += ["", f"![Targets reached over episode time per training backend](results/{name}.png)"]
+    return "\n".join(rows)
+
+
+def _finetune(data: dict, name: str, folder: Path) -> str:
+    """`flashnerd bench finetune` JSON -> wall time and MuJoCo success per backend + bar chart (NAME.png)."""
+    backends = data["backends"]
+    plot_finetune(backends, folder / f"{name}.png", data["task"])
+    ref = backends.get("mujoco", {}).get("seconds_per_100_iterations")
+    rows = [f"{data['iterations']} fine-tuning iterations x {data['seeds']} seeds per backend, "
+            f"{data.get('num_envs', '?')} envs, device `{data['device']}`; every policy evaluated in MuJoCo.", "",
+            "| fine-tuned on | s / 100 iterations | speed-up vs `mujoco` | success rate (MuJoCo) | return (MuJoCo) |",
+            "|---|---|---|---|---|"]
+    for backend, r in backends.items():
+        speed = f"{ref / r['seconds_per_100_iterations']:.2f}x" if ref else "-"
+        rows.append(f"| `{backend}` | {r['seconds_per_100_iterations']:.1f} | {speed} | "
+                    f"{100 * r['success_rate']:.1f}% | {r['mean_return']:.1f} |")
+    if "pretrained_eval" in data:
+        e = data["pretrained_eval"]
+        rows.append(f"| (pretrained, not fine-tuned) | - | - | {100 * e['success_rate']:.1f}% | "
+                    f"{e['mean_return']:.1f} |")
+    rows += ["", f"![Fine-tuning wall time and MuJoCo success rate per backend](results/{name}.png)"]
+    return "\n".join(rows)
+
+
 RENDERERS: dict[str, Callable[[dict, str, Path], str]] = {
     "bench_ppo_": _bench_ppo, "bench_model_": _bench_model, "model_eval_": _model_eval, "transfer_": _transfer,
-    "fit_scaling_": _fit_scaling, "model_suite": _model_suite,
+    "fit_scaling_": _fit_scaling, "model_suite": _model_suite, "cube_reorient": _reorient,
+    "microduck_finetune": _finetune,
 }
 
 
