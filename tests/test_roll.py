@@ -91,6 +91,16 @@ def test_mid_roll_starts_set_the_accumulated_pitch():
     env.close()
 
 
+def test_a_name_with_a_folder_part_is_a_one_line_error(tmp_path, capsys):
+    from flashnerd.cli.main import main
+
+    for command in (["bench", "finetune", "--task", TASK], ["bench", "ppo", "--task", TASK]):
+        assert main([*command, "--out_dir", str(tmp_path), "--name", "runs/ft"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "--name must be a plain file name stem" in err[0]
+    assert list(tmp_path.iterdir()) == []  # nothing trained, nothing written
+
+
 def test_finetune_comparison_runs_end_to_end(tmp_path):
     import json
 

@@ -14,10 +14,12 @@ from flashnerd.cli.common import (
     CLIError,
     add_env_args,
     check_device,
+    check_file_stem,
     check_positive,
     load_task_cfgs,
     make_env,
     play_variant,
+    write_json,
 )
 from flashnerd.viz.report import plot_ppo, plot_targets
 
@@ -133,14 +135,14 @@ def run_ppo(args: argparse.Namespace) -> dict:
 
     for name in ("num_envs", "max_iterations", "eval_episodes"):
         check_positive(name, getattr(args, name))
+    check_file_stem(args.name)
     out_dir = Path(args.out_dir)
     checkpoints = _checkpoints_by_kind(args.dynamics_checkpoint)
     results = {backend: _train_and_time(args, backend, out_dir, checkpoints.get(backend))
                for backend in args.dynamics.split(",")}
     summary = {"task": args.task, "num_envs": args.num_envs, "iterations": args.max_iterations,
                "device": args.device, "backends": results}
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / f"{args.name}.json").write_text(json.dumps(summary, indent=1))
+    write_json(out_dir / f"{args.name}.json", summary)
     plot_ppo(results, out_dir / f"{args.name}.png", args.task)
     if all("targets_per_episode" in r for r in results.values()):
         plot_targets(results, out_dir / f"{args.name}_targets.png", args.task)
@@ -240,6 +242,7 @@ def run_suite(args: argparse.Namespace) -> dict:
     check_device(args.device)
     for name in ("fit_steps", "record_worlds", "record_steps", "traj_len", "eval_rollouts"):
         check_positive(name, getattr(args, name))
+    check_file_stem(args.name)
     if args.fit_seconds < 0:
         raise CLIError(f"--fit_seconds must be >= 0, got {args.fit_seconds}")
     max_batch = args.max_batch or (512_000 if args.device.startswith("cuda") else 65_536)
@@ -351,6 +354,7 @@ def run_finetune(args: argparse.Namespace) -> dict:
 
     for name in ("pretrain_iterations", "iterations", "seeds", "eval_episodes"):
         check_positive(name, getattr(args, name))
+    check_file_stem(args.name)
     checkpoints = _checkpoints_by_kind(args.dynamics_checkpoint)
     if args.pretrained is not None and not Path(args.pretrained).is_file():
         raise CLIError(f"--pretrained '{args.pretrained}' does not exist; give a policy checkpoint (model_<it>.pt)")
@@ -406,8 +410,7 @@ def run_finetune(args: argparse.Namespace) -> dict:
                "pretrained_eval": {"success_rate": start_eval.get("success_rate", 0.0),
                                    "mean_return": start_eval["mean_return"]},
                "backends": results}
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / f"{args.name}.json").write_text(json.dumps(summary, indent=1))
+    write_json(out_dir / f"{args.name}.json", summary)
     plot_finetune(results, out_dir / f"{args.name}.png", args.task)
     print(json.dumps({b: {k: v for k, v in r.items() if k != "runs"} for b, r in results.items()}))
     return summary

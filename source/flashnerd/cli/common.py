@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 from datetime import datetime
@@ -113,6 +114,21 @@ def new_log_dir(log_root: str, experiment: str, run_name: str) -> Path:
     """logs/rsl_rl/<experiment>/<YYYY-mm-dd_HH-MM-SS>[_<run_name>]."""
     stamp = datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
     return Path(log_root) / experiment / (f"{stamp}_{run_name}" if run_name else stamp)
+
+
+def write_json(path: Path, data) -> None:
+    """Write `data` as indented JSON through a temporary file (never half-written)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1))
+    os.replace(tmp, path)
+
+
+def check_file_stem(name: str) -> None:
+    """One-line error unless --name is a plain file name stem (no folder part; the folder is --out_dir)."""
+    if not name or Path(name).name != name or name in (".", ".."):
+        raise CLIError(f"--name must be a plain file name stem such as 'cube_reorient', got '{name}'; "
+                       "put the folder in --out_dir")
 
 
 def dump_yaml(path: Path, cfg) -> None:

@@ -22,6 +22,7 @@ from flashnerd.cli.common import (
     make_env,
     new_log_dir,
     resolve_checkpoint,
+    write_json,
 )
 from flashnerd.envs.evaluate import evaluate_policy
 from flashnerd.envs.rsl_rl import FlashNeRDRunner, RslRlVecEnvWrapper
@@ -115,7 +116,7 @@ def run(args: argparse.Namespace) -> dict:
     if args.eval_episodes > 0:
         policy = runner.get_inference_policy(device=agent_cfg.device)
         evaluation = evaluate_on_backends(args.task, env_cfg, policy, args.eval_episodes)
-        (log_dir / "eval.json").write_text(json.dumps(evaluation, indent=1))
+        write_json(log_dir / "eval.json", evaluation)
         print_comparison(evaluation, env_cfg.dynamics, args.eval_episodes)
     summary = {
         "task": args.task,

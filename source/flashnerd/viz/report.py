@@ -36,46 +36,48 @@ def save_figure(fig, path: str | Path, dpi: int = 120) -> None:
     os.replace(tmp, path)
 
 
-def plot_ppo(backends: dict, path: str | Path, title: str) -> None:
-    """Mean training return against accumulated training time per backend; a diamond marks the MuJoCo evaluation."""
+def _line_axes():
+    """A (figure, axes) pair for a per-backend line plot, on the non-interactive backend."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    return plt.subplots(figsize=(6.4, 4.0))
+
+
+def _finish_line_plot(fig, ax, path: str | Path, xlabel: str, ylabel: str, title: str) -> None:
+    """Label the axes, title and legend of a per-backend line plot and write it (`save_figure`)."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    save_figure(fig, path)
+
+
+def plot_ppo(backends: dict, path: str | Path, title: str) -> None:
+    """Mean training return against accumulated training time per backend; a diamond marks the MuJoCo evaluation."""
+    fig, ax = _line_axes()
     for backend, r in backends.items():
         t, rew = zip(*r["curve"])
         line, = ax.plot(t, rew, label=f"{backend} ({r['seconds_per_iteration']:.2f} s/it)")
         ax.plot([t[-1]], [r["eval_mujoco"]["mean_return"]], marker="D", color=line.get_color(), markersize=8)
-    ax.set_xlabel("accumulated training time (s)")
-    ax.set_ylabel("mean episode return")
-    ax.set_title(f"{title}\n(diamonds: final policy evaluated in MuJoCo)", fontsize=9)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    save_figure(fig, path)
+    _finish_line_plot(fig, ax, path, "accumulated training time (s)", "mean episode return",
+                      f"{title}\n(diamonds: final policy evaluated in MuJoCo)")
 
 
 def plot_targets(backends: dict, path: str | Path, title: str) -> None:
     """Fig. 8 analog: mean goals reached so far against episode time, one line per training backend, every policy
     evaluated in MuJoCo."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    fig, ax = _line_axes()
     for backend, r in backends.items():
         e = r["eval_mujoco"]
         curve = e["targets_over_time"]
         ax.plot([e["step_dt"] * (i + 1) for i in range(len(curve))], curve,
                 label=f"trained on {backend}: {r['targets_per_episode']:.2f} targets/episode")
-    ax.set_xlabel("time in episode (s)")
-    ax.set_ylabel("targets reached (mean over episodes)")
-    ax.set_title(f"{title}\n(every policy evaluated in MuJoCo)", fontsize=9)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    save_figure(fig, path)
+    _finish_line_plot(fig, ax, path, "time in episode (s)", "targets reached (mean over episodes)",
+                      f"{title}\n(every policy evaluated in MuJoCo)")
 
 
 def plot_finetune(backends: dict, path: str | Path, title: str) -> None:
