@@ -27,6 +27,7 @@ setup(
         "flashnerd.viz",
         "flashnerd.planning",
         "flashnerd_tasks",
+        "flashnerd_tasks.climb",
         "flashnerd_tasks.reorient",
         "flashnerd_tasks.roll",
         "flashnerd_tasks.velocity",

@@ -1,3 +1,3 @@
 """FlashNeRD task definitions. Importing this package registers every task id with gymnasium."""
 
-from flashnerd_tasks import reorient, roll, velocity  # noqa: F401
+from flashnerd_tasks import climb, reorient, roll, velocity  # noqa: F401

@@ -53,3 +53,79 @@ def test_rollout_returns_branch_every_sample_from_one_state(anymal):
     torch.testing.assert_close(again, returns, atol=1e-6, rtol=0)
     assert not torch.allclose(returns[2:], returns[:1].expand(S - 2), atol=1e-5)
     dyn.close()
+
+
+def test_annealing_halves_the_sampling_noise_every_iteration():
+    cfg = DialMPCConfig(num_samples=4096, horizon=11, num_knots=3, first_iterations=3, sigma=0.4)
+    spreads = []
+
+    def evaluate(actions: torch.Tensor) -> torch.Tensor:  # records the knot spread it was given
+        spreads.append(actions[1:, -1].std().item())  # last step = last knot (the spline interpolates it)
+        return torch.zeros(actions.shape[0])
+
+    DialMPC(cfg, action_dim=1, evaluate=evaluate, seed=0).optimize()
+    torch.testing.assert_close(torch.tensor(spreads), 0.4 * 0.5 ** torch.arange(3.0), rtol=0.05, atol=0)
+
+
+def test_dial_mpc_drives_a_point_mass_to_its_goal():
+    """Closed loop on a known system: a 1-D double integrator (dt 0.1 s, force in [-1, 1]) from rest at 0 to 1."""
+    dt, goal = 0.1, 1.0
+    cfg = DialMPCConfig(num_samples=256, horizon=15, num_knots=4, iterations=2, first_iterations=6, sigma=0.8)
+    state = torch.zeros(2)  # position, velocity
+
+    def evaluate(actions: torch.Tensor) -> torch.Tensor:  # (S, H, 1) -> (S,)
+        x = state.expand(actions.shape[0], 2).clone()
+        cost = torch.zeros(actions.shape[0])
+        for h in range(actions.shape[1]):
+            x[:, 1] += dt * actions[:, h, 0]
+            x[:, 0] += dt * x[:, 1]
+            cost += (x[:, 0] - goal).square() + 0.1 * x[:, 1].square()
+        return -cost
+
+    mpc = DialMPC(cfg, action_dim=1, evaluate=evaluate, seed=0)
+    for _ in range(60):
+        u = mpc.step()[0]
+        state = torch.stack((state[0] + dt * (state[1] + dt * u), state[1] + dt * u))
+    assert abs(state[0] - goal) < 0.05 and abs(state[1]) < 0.1, state
+
+
+def test_climb_reward_and_success_on_hand_built_states(anymal):
+    from flashnerd.planning.climb import ClimbPlanCfg, ClimbReward, lane_start
+    from flashnerd.sim.scene import build_scene
+    from flashnerd.sim.terrain import PLATFORM_EDGE, PLATFORM_HEIGHTS
+
+    model = build_scene(anymal, "platforms")
+    lane = 5
+    reward = ClimbReward(ClimbPlanCfg(), anymal, model, lane)
+    start, _ = lane_start(anymal, model, lane)
+    on_top = start.clone()
+    on_top[0] = PLATFORM_EDGE + 0.9
+    on_top[2] += PLATFORM_HEIGHTS[lane]
+    assert not reward.climbed(start) and reward.climbed(on_top)
+    half_way = on_top.clone()
+    half_way[0] = PLATFORM_EDGE + 0.1  # hind feet still on the ground
+    assert not reward.climbed(half_way)
+    slumped = on_top.clone()
+    slumped[2] -= 0.15  # base too low over the platform
+    qvel = torch.zeros(2, model.nv)
+    qvel[:, 0] = 0.5
+    r = reward(torch.stack((on_top, slumped)), qvel, t=0.0)
+    assert r[0] > r[1]
+
+
+def test_flashnerd_plan_runs_one_platform_end_to_end(tmp_path):
+    from flashnerd.cli.main import main
+
+    tiny = ["--platforms", "5", "--num_samples", "8", "--horizon", "6", "--iterations", "1", "--episode_s", "0.08"]
+    data, ckpt = tmp_path / "rollouts.h5", tmp_path / "rows.pt"
+    assert main(["plan", "--dynamics", "mujoco", *tiny, "--record_rollouts", str(data),
+                 "--out", str(tmp_path / "plan.json")]) == 0
+    assert main(["fit", "--data", str(data), "--contacts", "rows", "--out", str(ckpt), "--max_steps", "2",
+                 "--ar_weight", "0"]) == 0
+    assert main(["plan", "--dynamics", "flashnerd", "--dynamics_checkpoint", f"flashnerd={ckpt}", *tiny]) == 0
+    import json
+
+    out = json.loads((tmp_path / "plan.json").read_text())["backends"]["mujoco"]
+    assert out["platforms"] == 1 and out["climbs"] == 0 and out["median_planning_ms"] > 0
+    assert len(out["per_platform"][0]["base_path"]) == 4
+    assert main(["plan", "--platforms", "7"]) == 2  # a lane that does not exist: one-line error

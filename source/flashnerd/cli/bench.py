@@ -16,6 +16,7 @@ from flashnerd.cli.common import (
     check_device,
     check_file_stem,
     check_positive,
+    checkpoints_by_kind,
     load_task_cfgs,
     make_env,
     play_variant,
@@ -137,7 +138,7 @@ def run_ppo(args: argparse.Namespace) -> dict:
         check_positive(name, getattr(args, name))
     check_file_stem(args.name)
     out_dir = Path(args.out_dir)
-    checkpoints = _checkpoints_by_kind(args.dynamics_checkpoint)
+    checkpoints = checkpoints_by_kind(args.dynamics_checkpoint)
     results = {backend: _train_and_time(args, backend, out_dir, checkpoints.get(backend))
                for backend in args.dynamics.split(",")}
     summary = {"task": args.task, "num_envs": args.num_envs, "iterations": args.max_iterations,
@@ -149,14 +150,6 @@ def run_ppo(args: argparse.Namespace) -> dict:
     print(json.dumps({b: {k: (v if k != "eval_mujoco" else {n: x for n, x in v.items() if n != "targets_over_time"})
                           for k, v in r.items() if k != "curve"} for b, r in results.items()}))
     return summary
-
-
-def _checkpoints_by_kind(text: str) -> dict[str, str]:
-    """--dynamics_checkpoint "kind=path[,kind=path]" as {kind: path}; anything else is a one-line error."""
-    try:
-        return dict(item.split("=", 1) for item in text.split(",") if item)
-    except ValueError as err:
-        raise CLIError(f"--dynamics_checkpoint takes kind=path[,kind=path], got '{text}'") from err
 
 
 def _train_and_time(args: argparse.Namespace, backend: str, out_dir, checkpoint: str | None) -> dict:
@@ -355,7 +348,7 @@ def run_finetune(args: argparse.Namespace) -> dict:
     for name in ("pretrain_iterations", "iterations", "seeds", "eval_episodes"):
         check_positive(name, getattr(args, name))
     check_file_stem(args.name)
-    checkpoints = _checkpoints_by_kind(args.dynamics_checkpoint)
+    checkpoints = checkpoints_by_kind(args.dynamics_checkpoint)
     if args.pretrained is not None and not Path(args.pretrained).is_file():
         raise CLIError(f"--pretrained '{args.pretrained}' does not exist; give a policy checkpoint (model_<it>.pt)")
     out_dir = Path(args.out_dir)

@@ -124,6 +124,14 @@ def write_json(path: Path, data) -> None:
     os.replace(tmp, path)
 
 
+def checkpoints_by_kind(text: str) -> dict[str, str]:
+    """--dynamics_checkpoint "kind=path[,kind=path]" as {kind: path}; anything else is a one-line error."""
+    try:
+        return dict(item.split("=", 1) for item in text.split(",") if item)
+    except ValueError as err:
+        raise CLIError(f"--dynamics_checkpoint takes kind=path[,kind=path], got '{text}'") from err
+
+
 def check_file_stem(name: str) -> None:
     """One-line error unless --name is a plain file name stem (no folder part; the folder is --out_dir)."""
     if not name or Path(name).name != name or name in (".", ".."):

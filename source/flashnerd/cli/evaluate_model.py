@@ -31,7 +31,9 @@ def run(args: argparse.Namespace) -> dict:
     data = load_dataset(args.data, robot)
     n = min(args.num_rollouts, data.num_trajectories)
     data = type(data)(data.qpos[:n], data.qvel[:n], data.ctrl[:n], data.attrs)
-    dyn = LearnedDynamics(robot, n, device=args.device, kind=ckpt["kind"], checkpoint=args.checkpoint)
+    # the model rolls out in the scene the data was recorded in (a contact-rows model sees its terrain)
+    dyn = LearnedDynamics(robot, n, device=args.device, kind=ckpt["kind"], checkpoint=args.checkpoint,
+                          terrain=str(data.attrs.get("terrain", "flat")))
     horizons = [int(h) for h in args.horizons.split(",")]
     errors = rollout_errors(dyn, data, horizons)
     result = {"checkpoint": args.checkpoint, "model": ckpt["kind"], "rollouts": n,

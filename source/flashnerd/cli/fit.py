@@ -27,6 +27,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--lr", type=float, default=FitConfig.lr, help="peak learning rate")
     p.add_argument("--ar_weight", type=float, default=FitConfig.ar_weight, help="weight of the autoregressive loss")
     p.add_argument("--seed", type=int, default=0, help="random seed")
+    p.add_argument("--contacts", default=FitConfig.contacts, choices=["probes", "rows"],
+                   help="contact input: fixed ground probes (NeRD) or variable contact rows (flashnerd only)")
+    p.add_argument("--max_rows", type=int, default=FitConfig.max_rows, help="contact rows per frame (--contacts rows)")
     p.add_argument("--device", default="cpu", help="torch device")
     p.add_argument("--log_dir", default=None, help="TensorBoard folder (default: logs/fit/<out stem>)")
     p.add_argument("--resume", action="store_true", help="continue from --out if it exists")
@@ -42,11 +45,13 @@ def run(args: argparse.Namespace) -> dict:
     check_positive("max_steps", args.max_steps)
     check_positive("batch_size", args.batch_size)
     check_positive("ar_batch_size", args.ar_batch_size)
+    check_positive("max_rows", args.max_rows)
     check_device(args.device)
     cfg = dataclasses.replace(FitConfig(), model=args.model, size=args.size, max_steps=args.max_steps,
                               time_budget_s=args.time_budget, batch_size=args.batch_size,
                               ar_batch_size=args.ar_batch_size, lr=args.lr,
-                              ar_weight=args.ar_weight, seed=args.seed)
+                              ar_weight=args.ar_weight, seed=args.seed, contacts=args.contacts,
+                              max_rows=args.max_rows)
     out = Path(args.out)
     if args.resume and not out.is_file():
         raise CLIError(f"--resume given but '{out}' does not exist")

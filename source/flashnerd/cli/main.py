@@ -1,4 +1,4 @@
-"""Entry point of the `flashnerd` command: list-envs, train, play, eval, bench, record, fit, evaluate-model,
+"""Entry point of the `flashnerd` command: list-envs, train, play, eval, bench, record, fit, evaluate-model, plan,
 compare-video, report."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import argparse
 import json
 import sys
 
-from flashnerd.cli import bench, eval, evaluate_model, fit, play, record, report, train, video
+from flashnerd.cli import bench, eval, evaluate_model, fit, plan, play, record, report, train, video
 from flashnerd.cli.common import CLIError
 
 
@@ -41,6 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     record.add_parser(sub)
     fit.add_parser(sub)
     evaluate_model.add_parser(sub)
+    plan.add_parser(sub)
     video.add_parser(sub)
     report.add_parser(sub)
     return parser

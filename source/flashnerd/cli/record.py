@@ -22,6 +22,7 @@ from flashnerd.cli.common import (
 )
 from flashnerd.data.record import PolicySource, merge_recordings, record
 from flashnerd.robots import get_robot
+from flashnerd.sim.terrain import TERRAINS
 from flashnerd.utils.distributed import barrier, dist_info, init_distributed, shutdown
 
 
@@ -35,6 +36,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True, help="output .h5 file (written to <out>.tmp, then renamed)")
     p.add_argument("--dynamics", default="mujoco", choices=["mujoco", "mjwarp"], help="analytical backend to record")
     p.add_argument("--device", default="cpu", help="torch device (mjwarp runs on cuda; mujoco computes on the CPU)")
+    p.add_argument("--terrain", default=None, choices=list(TERRAINS),
+                   help="terrain to record on (default flat; with --task, the task's terrain unless given)")
     p.add_argument("--resume", action="store_true",
                    help="continue an interrupted recording (<out>.tmp) made with the same settings")
     g = p.add_argument_group("policy-driven recording (instead of exploration controls)")
@@ -60,7 +63,8 @@ def _policy_source(args: argparse.Namespace, gen: torch.Generator) -> PolicySour
     path = resolve_checkpoint(args.log_root, agent_cfg.experiment_name, args.load_run, args.checkpoint)
     # Worlds walk on through every batch (the last one may run past `steps`); falls still end a world's episode.
     env_cfg = dataclasses.replace(uninterrupted_cfg(env_cfg, args.steps + args.traj_len), dynamics=args.dynamics,
-                                  num_envs=args.num_worlds, seed=args.seed, device=args.device)
+                                  num_envs=args.num_worlds, seed=args.seed, device=args.device,
+                                  terrain=args.terrain or env_cfg.terrain)
     wrapped = RslRlVecEnvWrapper(make_env(args.task, env_cfg), clip_actions=agent_cfg.clip_actions)
     runner = FlashNeRDRunner(wrapped, agent_cfg.to_rsl_rl_dict(), None, device=args.device)
     policy = load_policy(runner, path, args.device)
@@ -119,4 +123,4 @@ def _record_one(args: argparse.Namespace) -> dict:
         robot = source.env.robot
     return record(robot, args.num_worlds, args.steps, args.out, traj_len=args.traj_len, seed=args.seed,
                   source=source, resume=args.resume, progress=dist_info().is_main, backend=args.dynamics,
-                  device=args.device)
+                  device=args.device, terrain=args.terrain or "flat")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import mujoco
 import torch
 
+from flashnerd.contacts.rows import ContactRowDetector
 from flashnerd.robots import RobotSpec
 from flashnerd.robots.kinematics import TorchKinematics
 from flashnerd.utils.math import quat_apply_inverse
@@ -41,8 +42,8 @@ class ProbeFeatures:
         centers = self.kin.points(qpos, self.body_ids, self.local)  # (N, P, 3)
         return centers[..., 2] - self.ground_height - self.radius
 
-    def __call__(self, qpos: torch.Tensor) -> torch.Tensor:
-        """Probe features (N, P * 8) in the root frame of each world."""
+    def __call__(self, qpos: torch.Tensor, qvel: torch.Tensor | None = None) -> torch.Tensor:
+        """Probe features (N, P * 8) in the root frame of each world (velocities are not used)."""
         n = qpos.shape[0]
         centers = self.kin.points(qpos, self.body_ids, self.local)  # (N, P, 3)
         dist = centers[..., 2] - self.ground_height - self.radius  # (N, P)
@@ -66,10 +67,22 @@ class NoContact:
     def signed_distance(self, qpos: torch.Tensor) -> torch.Tensor:
         return qpos.new_zeros(qpos.shape[0], 0)  # (N, 0)
 
-    def __call__(self, qpos: torch.Tensor) -> torch.Tensor:
+    def __call__(self, qpos: torch.Tensor, qvel: torch.Tensor | None = None) -> torch.Tensor:
         return qpos.new_zeros(qpos.shape[0], 0)  # (N, 0)
 
 
-def contact_features(robot: RobotSpec, model: mujoco.MjModel, device: torch.device | str = "cpu"):
-    """The fixed-contact features of `robot`: `ProbeFeatures` if it defines probes, else `NoContact`."""
-    return ProbeFeatures(robot, model, device) if robot.probes else NoContact()
+CONTACT_MODES = ("probes", "rows")
+
+
+def contact_features(robot: RobotSpec, model: mujoco.MjModel, device: torch.device | str = "cpu",
+                     mode: str = "probes", max_rows: int = 16):
+    """The contact features of `robot` in `model`'s scene, called as `features(qpos, qvel) -> (N, dim)`:
+    fixed probes against the ground plane (`mode="probes"`, NeRD's convention) or variable contact rows against
+    everything in the scene (`mode="rows"`, packed, see `contacts/rows.py`); a robot without probes has none."""
+    if mode not in CONTACT_MODES:
+        raise ValueError(f"unknown contact mode '{mode}'; choose one of: {', '.join(CONTACT_MODES)}")
+    if not robot.probes:
+        return NoContact()
+    if mode == "rows":
+        return ContactRowDetector(robot, model, device, max_rows=max_rows)
+    return ProbeFeatures(robot, model, device)

@@ -86,6 +86,9 @@ def load_datasets(paths: Sequence[str | Path], robot: RobotSpec | None = None) -
             raise ValueError(f"dataset '{path}' is for robot {d.attrs.get('robot')} ({d.attrs.get('model_hash')}), "
                              f"'{paths[0]}' for {first.attrs.get('robot')} ({first.attrs.get('model_hash')}); "
                              "fit one robot at a time")
+        if d.attrs.get("terrain", "flat") != first.attrs.get("terrain", "flat"):
+            raise ValueError(f"dataset '{path}' was recorded on terrain '{d.attrs.get('terrain', 'flat')}', "
+                             f"'{paths[0]}' on '{first.attrs.get('terrain', 'flat')}'; fit data of one terrain")
         if d.traj_len != first.traj_len:
             raise ValueError(f"dataset '{path}' has {d.traj_len}-step trajectories, '{paths[0]}' {first.traj_len}; "
                              "record them with the same --traj_len")
@@ -109,3 +112,32 @@ def check_robot(attrs: dict, robot: RobotSpec, path: str | Path) -> None:
     if attrs.get("model_hash") != robot.model_hash():
         raise ValueError(f"dataset '{path}' was recorded with another version of the '{robot.name}' model "
                          f"(hash {attrs.get('model_hash')} != {robot.model_hash()}); record it again")
+
+
+def write_dataset(path: str | Path, robot: RobotSpec, qpos: torch.Tensor, qvel: torch.Tensor, ctrl: torch.Tensor,
+                  **attrs) -> dict:
+    """Write trajectories qpos (M, T+1, nq), qvel (M, T+1, nv), ctrl (M, T, nu) in `flashnerd record`'s format
+    (through a temporary file, then renamed); `attrs` are added to the file's attributes (terrain, source, ...)."""
+    import os
+
+    import flashnerd
+
+    path = Path(path)
+    if qpos.shape[:2] != qvel.shape[:2] or qpos.shape[1] != ctrl.shape[1] + 1 or qpos.shape[0] != ctrl.shape[0]:
+        raise ValueError(f"inconsistent shapes qpos {tuple(qpos.shape)}, qvel {tuple(qvel.shape)}, "
+                         f"ctrl {tuple(ctrl.shape)}")
+    finite = torch.isfinite(qpos).flatten(1).all(1) & torch.isfinite(qvel).flatten(1).all(1)  # (M,)
+    finite &= (qpos.abs().flatten(1).amax(1) < 1e5) & (qvel.abs().flatten(1).amax(1) < 1e5)
+    qpos, qvel, ctrl = qpos[finite], qvel[finite], ctrl[finite]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with h5py.File(tmp, "w") as f:
+        for name, value in (("qpos", qpos), ("qvel", qvel), ("ctrl", ctrl)):
+            f.create_dataset(name, data=value.float().numpy(), compression="gzip", compression_opts=4)
+        f.attrs.update({"robot": robot.name, "model_hash": robot.model_hash(), "control_dt": robot.control_dt,
+                        "nq": qpos.shape[2], "nv": qvel.shape[2], "nu": ctrl.shape[2],
+                        "format_version": DATASET_FORMAT_VERSION, "flashnerd_version": flashnerd.__version__,
+                        "num_trajectories": qpos.shape[0], "dropped": int((~finite).sum()), **attrs})
+    os.replace(tmp, path)
+    return {"out": str(path), "trajectories": int(qpos.shape[0]), "dropped": int((~finite).sum()),
+            "traj_len": int(ctrl.shape[1]), "transitions": int(ctrl.shape[0] * ctrl.shape[1])}

@@ -13,8 +13,9 @@ Layout (num_traj = number of trajectories, T = traj_len):
     torque (num_traj, T, nu) applied torque, contact_force (num_traj, T, nb) contact summary,
     probe_distance (num_traj, T+1, P) signed distance of each fixed probe to the ground.
 
-Attributes: robot, model_hash, control_dt, nq, nv, nu, state_layout, format_version, flashnerd_version, seed, source,
-dropped (trajectories removed for NaN/Inf/huge values), interrupted (removed because the task reset their world).
+Attributes: robot, model_hash, terrain (the scene's terrain, see sim/terrain.py), control_dt, nq, nv, nu, state_layout,
+format_version, flashnerd_version, seed, source, dropped (trajectories removed for NaN/Inf/huge values), interrupted
+(removed because the task reset their world).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from flashnerd.dynamics import make_dynamics
 from flashnerd.dynamics.representation import StateRepresentation
 from flashnerd.robots import RobotSpec
 from flashnerd.sim.scene import actuator_ctrl_limits
+from flashnerd.sim.terrain import sample_spawn_xy, surface_height, terrain_boxes
 from flashnerd.utils.math import quat_from_euler_xyz
 
 ANALYTICAL = ("mujoco", "mjwarp")  # backends that data may be recorded from
@@ -96,17 +98,24 @@ class ExplorationSource:
     kind = "exploration"
 
     def __init__(self, robot: RobotSpec, num_worlds: int, gen: torch.Generator, nthread: int | None = None,
-                 backend: str = "mujoco", device: str = "cpu") -> None:
+                 backend: str = "mujoco", device: str = "cpu", terrain: str = "flat") -> None:
         if backend not in ANALYTICAL:
             raise ValueError(f"recording needs an analytical backend ({', '.join(ANALYTICAL)}), got '{backend}'")
+        if terrain != "flat" and not robot.floating_base:
+            raise ValueError(f"robot '{robot.name}' has a fixed base; record it on the flat terrain")
         kwargs = {"nthread": nthread} if backend == "mujoco" else {}
-        self.dyn = make_dynamics(backend, robot, num_worlds, device=device, **kwargs)
+        self.dyn = make_dynamics(backend, robot, num_worlds, device=device, terrain=terrain, **kwargs)
+        self.terrain, self.boxes = terrain, terrain_boxes(terrain)
         ctrl_range = torch.as_tensor(actuator_ctrl_limits(self.dyn.model), dtype=torch.float32)  # (nu, 2)
         self.controller = ExplorationController(robot, num_worlds, gen, ctrl_range)
         self.n, self.gen = num_worlds, gen
 
     def start_trajectory(self) -> None:
         qpos, qvel = _sample_initial_state(self.dyn, self.n, self.gen)
+        if self.terrain != "flat":  # anywhere on the terrain, above its surface
+            xy = sample_spawn_xy(self.terrain, self.n, self.gen)  # (n, 2)
+            qpos[:, 0:2] = torch.as_tensor(xy, dtype=torch.float32)
+            qpos[:, 2] += torch.as_tensor(surface_height(self.boxes, xy), dtype=torch.float32)
         self.dyn.reset(torch.arange(self.n), qpos, qvel)
         self.controller.reset()
 
@@ -131,6 +140,7 @@ class PolicySource:
 
     def __init__(self, env, policy, action_noise: float, gen: torch.Generator) -> None:
         self.env, self.policy, self.action_noise, self.gen = env, policy, action_noise, gen
+        self.terrain = env.cfg.terrain
         self.dyn, self.n = env.dyn, env.num_envs
         self.noise_std = torch.zeros(env.num_envs, 1)
         self._started = False
@@ -163,10 +173,10 @@ def _chunk_seed(seed: int, chunk: int) -> int:
 
 def record(robot: RobotSpec, num_worlds: int, steps: int, out: str | Path, traj_len: int = 100, seed: int = 0,
            nthread: int | None = None, progress: bool = True, source=None, resume: bool = False,
-           backend: str = "mujoco", device: str = "cpu") -> dict:
+           backend: str = "mujoco", device: str = "cpu", terrain: str = "flat") -> dict:
     """Record `num_worlds` worlds for `steps` control steps each, cut into `traj_len`-step trajectories.
 
-    `source` supplies the controls (default: `ExplorationSource` on `backend`/`device`); it is closed when
+    `source` supplies the controls (default: `ExplorationSource` on `backend`/`device`/`terrain`); it is closed when
     recording ends. The file grows in `<out>.tmp` one batch of trajectories at a time and is renamed to `out` when
     complete. An error deletes it; Ctrl-C (or a killed process) leaves it holding every complete batch, and
     `resume=True` continues from there.
@@ -181,14 +191,15 @@ def record(robot: RobotSpec, num_worlds: int, steps: int, out: str | Path, traj_
                          + ("" if not out.exists() else f" ('{out}' is complete)"))
     gen = torch.Generator().manual_seed(seed)
     if source is None:
-        source = ExplorationSource(robot, num_worlds, gen, nthread=nthread, backend=backend, device=device)
+        source = ExplorationSource(robot, num_worlds, gen, nthread=nthread, backend=backend, device=device,
+                                   terrain=terrain)
     dyn = source.dyn
     probes = contact_features(robot, dyn.model)
     rep = StateRepresentation.for_robot(robot, dyn.model, probes.dim)
     n_chunks = math.ceil(steps / traj_len)
     nq, nv, nu, nb, npb = dyn.nq, dyn.nv, dyn.nu, len(robot.all_contact_bodies), probes.num_probes
     identity = {"robot": robot.name, "model_hash": robot.model_hash(), "num_worlds": num_worlds, "steps": steps,
-                "traj_len": traj_len, "seed": seed, "source": source.kind}
+                "traj_len": traj_len, "seed": seed, "source": source.kind, "terrain": source.terrain}
     try:
         f = _open_resumable(tmp, identity) if resume else h5py.File(tmp, "w")
     except BaseException:

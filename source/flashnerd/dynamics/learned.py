@@ -1,8 +1,10 @@
 """Learned `Dynamics` backends (`flashnerd`, `nerd`): one batched model call per control step.
 
-The model predicts the state increment from the robot-centric frame (state, joint-target error, fixed-probe contact
-features computed from the *predicted* state); caches are preallocated and reset per world. The contact summary for
-rewards and terminations is a penetration-based estimate from the probes.
+The model predicts the state increment from the robot-centric frame (state, joint-target error, and contact features
+computed from the *predicted* state: fixed ground probes, or variable contact rows against the scene's terrain, as the
+checkpoint was fitted); caches are preallocated and reset per world. The contact summary for rewards and terminations
+is a penetration-based estimate from the probe spheres (against the ground, or the nearest terrain surface in rows
+mode).
 """
 
 from __future__ import annotations
@@ -51,9 +53,13 @@ class LearnedDynamics:
         self.model_kind = kind
         self.checkpoint_path = path
         self.mj_model = build_scene(robot, terrain)
-        self.probes = contact_features(robot, self.mj_model, self.device)
+        rep_info = ckpt["representation"]
+        # fixed probes see the ground plane only; variable rows see this scene's terrain, whatever it was fitted on
+        self.contact_mode = rep_info.get("contact", "probes")
+        self.probes = contact_features(robot, self.mj_model, self.device, mode=self.contact_mode,
+                                       max_rows=rep_info.get("max_rows", 16))
         self.rep = StateRepresentation.for_robot(robot, self.mj_model, self.probes.dim)
-        if ckpt["representation"]["layout"] != self.rep.layout():
+        if rep_info["layout"] != self.rep.layout():
             raise ValueError(f"checkpoint '{path}' uses another state layout than this flashnerd; fit it again")
         self.nq, self.nv, self.nu = self.mj_model.nq, self.mj_model.nv, self.mj_model.nu
         self.cache = self.model.init_cache(num_worlds, device=self.device)
@@ -102,7 +108,7 @@ class LearnedDynamics:
     def step(self, ctrl: torch.Tensor) -> None:
         """One model call for all worlds: frame features -> normalized increment -> next state."""
         ctrl = ctrl.to(self._qpos)
-        contact = self.probes(self._qpos)  # (N, P*8)
+        contact = self.probes(self._qpos, self._qvel)  # (N, P*8) probes or (N, R*(F+1)) packed rows
         x = self.x_norm.normalize(self.rep.inputs(self._qpos, self._qvel, ctrl, contact))  # (N, I)
         delta = self.y_norm.denormalize(self.model.step(x, self.cache))  # (N, O)
         qpos, qvel = self.rep.apply(self._qpos, self._qvel, delta)

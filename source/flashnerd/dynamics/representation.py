@@ -15,25 +15,16 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from flashnerd.utils.math import quat_apply, quat_apply_inverse, quat_conjugate, quat_mul
+from flashnerd.utils.math import (
+    quat_apply,
+    quat_apply_inverse,
+    quat_conjugate,
+    quat_mul,
+    quat_to_rotvec,
+    rotvec_to_quat,
+)
 
-
-def quat_to_rotvec(q: torch.Tensor) -> torch.Tensor:
-    """Rotation vector (..., 3) of unit quaternions (..., 4), using the shorter rotation."""
-    q = torch.where(q[..., :1] < 0, -q, q)
-    xyz = q[..., 1:]
-    s = torch.linalg.norm(xyz, dim=-1, keepdim=True)  # (..., 1) = sin(angle / 2)
-    angle = 2.0 * torch.atan2(s, q[..., :1])  # (..., 1)
-    scale = torch.where(s > 1e-8, angle / s.clamp_min(1e-12), 2.0 * torch.ones_like(s))
-    return xyz * scale
-
-
-def rotvec_to_quat(v: torch.Tensor) -> torch.Tensor:
-    """Unit quaternion (..., 4) of rotation vectors (..., 3)."""
-    angle = torch.linalg.norm(v, dim=-1, keepdim=True)  # (..., 1)
-    half = 0.5 * angle
-    scale = torch.where(angle > 1e-8, torch.sin(half) / angle.clamp_min(1e-12), 0.5 * torch.ones_like(angle))
-    return torch.cat((torch.cos(half), v * scale), dim=-1)
+__all__ = ["Normalizer", "StateRepresentation", "quat_to_rotvec", "rotvec_to_quat"]
 
 
 class StateRepresentation:
@@ -174,12 +165,16 @@ class Normalizer(nn.Module):
         self.eps = eps
 
     @torch.no_grad()
-    def fit(self, x: torch.Tensor) -> Normalizer:
-        """Set mean and std from samples x (..., dim); constant dimensions keep std 1."""
+    def fit(self, x: torch.Tensor, identity_tail: int = 0) -> Normalizer:
+        """Set mean and std from samples x (..., dim); constant dimensions keep std 1, and the last `identity_tail`
+        dimensions (pre-scaled features) keep mean 0 and std 1."""
         flat = x.reshape(-1, x.shape[-1]).double()
         self.mean.copy_(flat.mean(0).float())
         std = flat.std(0).float()
         self.std.copy_(torch.where(std > self.eps, std, torch.ones_like(std)))
+        if identity_tail:
+            self.mean[-identity_tail:] = 0.0
+            self.std[-identity_tail:] = 1.0
         return self
 
     def normalize(self, x: torch.Tensor) -> torch.Tensor:

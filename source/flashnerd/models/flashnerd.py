@@ -5,7 +5,11 @@ learned bias per (head, lag) and no absolute positions, so the model is time-shi
 fixed ring buffer of `span` keys/values per block. Attention and the gated feed-forward run in parallel off one packed
 input projection and share one output projection (GPT-J / PaLM style).
 
-Shapes: B batch (worlds), T frames, C n_embd, H heads, D head_dim, F ff hidden, S span, L layers.
+With `contact_rows` > 0 (variable-contact mode) the last `contact_rows * (contact_row_dim + 1)` input columns are
+packed contact rows (each row's features, then its mask bit; see `contacts/rows.py`): a `ContactEncoder` pools them
+into one embedding added to the frame token, and the rest of the frame goes through the usual input projection.
+
+Shapes: B batch (worlds), T frames, C n_embd, H heads, D head_dim, F ff hidden, S span, L layers, R contact rows.
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+from flashnerd.models.contact_encoder import ContactEncoder
 
 
 @dataclass
@@ -30,6 +36,14 @@ class FlashNeRDConfig:
     span: int = 4  # S: past frames each block attends to (its KV cache length), besides the current frame
     ff_mult: float = 2.0  # hidden width of the gated feed-forward = int(ff_mult * n_embd)
     readout_hidden: int = 128
+    contact_rows: int = 0  # R > 0: variable-contact mode, packed rows at the end of the input
+    contact_row_dim: int = 0  # features per contact row (without the mask bit)
+    contact_slots: int = 4  # learned query slots of the contact encoder
+
+    @property
+    def packed_contact_dim(self) -> int:
+        """Input columns holding packed contact rows (0 in fixed-contact mode)."""
+        return self.contact_rows * (self.contact_row_dim + 1) if self.contact_rows else 0
 
 
 FLASHNERD_SIZES: dict[str, dict] = {
@@ -117,7 +131,10 @@ class FlashNeRD(nn.Module):
         super().__init__()
         assert config.span >= 1, "span must be at least 1 frame"
         self.config = config
-        self.embed = nn.Linear(config.input_dim, config.n_embd)
+        frame_dim = config.input_dim - config.packed_contact_dim  # state, control (and fixed probes) columns
+        self.embed = nn.Linear(frame_dim, config.n_embd)
+        self.contact = (ContactEncoder(config.contact_row_dim, config.n_embd, config.contact_slots)
+                        if config.contact_rows else None)
         self.blocks = nn.ModuleList(FlashBlock(config) for _ in range(config.n_layer))
         self.ln_f = nn.LayerNorm(config.n_embd)
         self.readout = nn.Sequential(
@@ -125,7 +142,7 @@ class FlashNeRD(nn.Module):
             nn.GELU(),
             nn.Linear(config.readout_hidden, config.output_dim),
         )
-        self.skip = nn.Linear(config.input_dim, config.output_dim)  # direct affine path keeps current-state info
+        self.skip = nn.Linear(frame_dim, config.output_dim)  # direct affine path keeps current-state info
         self.register_buffer("slots", torch.arange(config.span), persistent=False)  # (S,)
         self.apply(self._init_weights)
         for block in self.blocks:  # keep the residual stream's scale independent of depth (GPT-2)
@@ -137,9 +154,19 @@ class FlashNeRD(nn.Module):
             nn.init.normal_(module.weight, std=0.02)
             nn.init.zeros_(module.bias)
 
-    def _predict(self, h: torch.Tensor, e: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        """Readout from last hidden h (..., C), input embedding e (..., C), input x (..., I) -> (..., O)."""
-        return self.readout(torch.cat([self.ln_f(h), e], dim=-1)) + self.skip(x)  # (..., O)
+    def _embed(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Frame token (..., C) of inputs x (..., I), and the frame columns (..., I - packed) the skip path reads."""
+        n = self.config.packed_contact_dim
+        if not n:
+            return self.embed(x), x
+        frame, packed = x[..., :-n], x[..., -n:]  # (..., I - n), (..., n)
+        rows = packed.unflatten(-1, (self.config.contact_rows, -1))  # (..., R, F+1)
+        e = self.embed(frame) + self.contact(rows[..., :-1], rows[..., -1] > 0.5)  # (..., C)
+        return e, frame
+
+    def _predict(self, h: torch.Tensor, e: torch.Tensor, frame: torch.Tensor) -> torch.Tensor:
+        """Readout from last hidden h (..., C), frame token e (..., C), frame columns (...,) -> (..., O)."""
+        return self.readout(torch.cat([self.ln_f(h), e], dim=-1)) + self.skip(frame)  # (..., O)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Training pass over a window: x (B, T, input_dim) -> (B, T, output_dim), banded causal attention."""
@@ -148,11 +175,11 @@ class FlashNeRD(nn.Module):
         lag = t[:, None] - t[None, :]  # (T, T): query frame minus key frame
         band = (lag >= 0) & (lag <= self.config.span)  # (T, T)
         lag = lag.clamp(0, self.config.span)  # (T, T) index into lag_bias; out-of-band entries are masked anyway
-        e = self.embed(x)  # (B, T, C)
+        e, frame = self._embed(x)  # (B, T, C), (B, T, I')
         h = e
         for block in self.blocks:
             h = block(h, lag, band)  # (B, T, C)
-        return self._predict(h, e, x)  # (B, T, O)
+        return self._predict(h, e, frame)  # (B, T, O)
 
     def init_cache(
         self, batch_size: int, device: torch.device | str | None = None, dtype: torch.dtype | None = None
@@ -176,13 +203,13 @@ class FlashNeRD(nn.Module):
         S = self.config.span
         lags = (cache.ptr - 1 - self.slots) % S + 1  # (S,): the most recently written slot has lag 1
         valid = lags[None] <= cache.count[:, None]  # (B, S): a slot is valid once the world has seen that many frames
-        e = self.embed(x_t)  # (B, C)
+        e, frame = self._embed(x_t)  # (B, C), (B, I')
         h = e
         for layer, block in enumerate(self.blocks):
             h = block.step(h, cache.k[layer], cache.v[layer], cache.ptr, lags, valid)  # (B, C)
         cache.ptr = (cache.ptr + 1) % S
         cache.count.add_(1).clamp_(max=S)  # (B,)
-        return self._predict(h, e, x_t)  # (B, O)
+        return self._predict(h, e, frame)  # (B, O)
 
     def reset_cache(self, cache: FlashNeRDCache, world_ids: torch.Tensor) -> None:
         """Forget the history of `world_ids` only; other worlds are untouched."""

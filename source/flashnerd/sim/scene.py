@@ -9,8 +9,8 @@ import mujoco
 import numpy as np
 
 from flashnerd.robots import RobotSpec
+from flashnerd.sim.terrain import TERRAINS, add_terrain
 
-TERRAINS = ("flat",)
 OBJECTS = ("cube",)
 CUBE_SIZE = 0.065  # m, edge (Isaac Lab's in-hand cube)
 CUBE_MASS = 0.1  # kg
@@ -18,7 +18,8 @@ CUBE_MASS = 0.1  # kg
 
 def build_scene_spec(robot: RobotSpec, terrain: str = "flat", objects: tuple[str, ...] = (),
                      cube_mass: float = CUBE_MASS) -> mujoco.MjSpec:
-    """Return an editable spec of `robot` standing on `terrain` (a ground plane, light and checker texture), with
+    """Return an editable spec of `robot` standing on `terrain` (a ground plane, light and checker texture, and the
+    terrain's boxes, see `sim/terrain.py`), with
     `objects` ("cube": a free cube at the robot's `object_spawn`) after the robot."""
     if terrain not in TERRAINS:
         raise ValueError(f"unknown terrain '{terrain}'; choose one of: {', '.join(TERRAINS)}")
@@ -44,6 +45,7 @@ def build_scene_spec(robot: RobotSpec, terrain: str = "flat", objects: tuple[str
         name="floor", type=mujoco.mjtGeom.mjGEOM_PLANE, size=[0, 0, 0.05], material="grid",
         contype=1, conaffinity=1, condim=3, friction=[1.0, 0.005, 0.0001],
     )
+    add_terrain(spec, terrain)
     if "cube" in objects:
         add_cube(spec, robot.object_spawn, mass=cube_mass)
     return spec

@@ -55,6 +55,8 @@ class FitConfig:
     val_fraction: float = 0.1
     eval_every: int = 100
     seed: int = 0
+    contacts: str = "probes"  # "probes": fixed ground probes (NeRD); "rows": variable contact rows (FlashNeRD only)
+    max_rows: int = 16  # contact rows per frame in "rows" mode
 
 
 class Fitter:
@@ -84,15 +86,23 @@ class Fitter:
             raise ValueError(f"dataset '{data_path}' holds {data.num_trajectories} trajectory; fitting needs at least "
                              "2 (one for validation)")
         self.data_path, self.transitions = str(data_path), data.num_trajectories * data.traj_len
-        scene = build_scene(self.robot)
-        self.probes = contact_features(self.robot, scene, self.device)
+        if cfg.contacts == "rows" and cfg.model != "flashnerd":
+            raise ValueError(f"variable contact rows need the flashnerd model, not '{cfg.model}'; "
+                             "use --contacts probes")
+        self.terrain = str(data.attrs.get("terrain", "flat"))  # contacts are detected against the recorded scene
+        scene = build_scene(self.robot, self.terrain)
+        contacts = dict(mode=cfg.contacts, max_rows=cfg.max_rows)
+        self.probes = contact_features(self.robot, scene, self.device, **contacts)
         self.rep = StateRepresentation.for_robot(self.robot, scene, self.probes.dim)
         train, val = data.split(cfg.val_fraction, seed=cfg.seed)
         self.train, self.val = self._to_device(train), self._to_device(val)
-        cpu_probes = contact_features(self.robot, scene)  # features are built once, on the CPU
+        cpu_probes = contact_features(self.robot, scene, **contacts)  # features are built once, on the CPU
         x_tr, y_tr = trajectory_tensors(train, self.rep, cpu_probes)
         x_va, y_va = trajectory_tensors(val, self.rep, cpu_probes)
-        self.x_norm = Normalizer(self.rep.input_dim).fit(x_tr).to(self.device)
+        # packed contact rows are pre-scaled and must not get per-slot statistics (that would break the encoder's
+        # permutation invariance): their columns keep mean 0, std 1
+        packed = self.probes.dim if cfg.contacts == "rows" else 0
+        self.x_norm = Normalizer(self.rep.input_dim).fit(x_tr, identity_tail=packed).to(self.device)
         self.y_norm = Normalizer(self.rep.target_dim).fit(y_tr).to(self.device)
         self.xn_tr = self.x_norm.normalize(x_tr.to(self.device))  # (M, T, I)
         self.yn_tr = self.y_norm.normalize(y_tr.to(self.device))  # (M, T, O)
@@ -103,7 +113,9 @@ class Fitter:
         self.feature_std = Normalizer(self.rep.state_dim).fit(feats).std.to(self.device)  # (S,)
 
         torch.manual_seed(cfg.seed)  # initial weights follow the seed (and agree on every rank)
-        self.model = build_model(cfg.model, self.rep.input_dim, self.rep.target_dim, size=cfg.size).to(self.device)
+        rows = dict(contact_rows=cfg.max_rows, contact_row_dim=self.probes.row_dim) if packed else {}
+        self.model = build_model(cfg.model, self.rep.input_dim, self.rep.target_dim, size=cfg.size,
+                                 **rows).to(self.device)
         self.window = min(cfg.window, getattr(self.model.config, "window", cfg.window), data.traj_len)
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
         self.step, self.train_seconds = 0, 0.0
@@ -167,7 +179,7 @@ class Fitter:
             scale = self.feature_std
             loss = loss + F.mse_loss(pred_feat / scale, true_feat / scale)
             if k + 1 < steps:
-                frame = rep.inputs(qpos, qvel, data.ctrl[traj[:, 0], t_next], self.probes(qpos))  # (b, I)
+                frame = rep.inputs(qpos, qvel, data.ctrl[traj[:, 0], t_next], self.probes(qpos, qvel))  # (b, I)
                 frame = self.x_norm.normalize(frame)
                 noise = torch.randn(c.ar_batch_size, frame.shape[1], device=self.device, generator=self.gen)
                 frame = frame + c.ar_noise * noise[self._ar_rows]  # (b, I) this rank's rows of the global draw
@@ -265,7 +277,8 @@ class Fitter:
             "model_hash": self.robot.model_hash(),
             "control_dt": self.robot.control_dt,
             "representation": {"num_joints": self.rep.nj, "contact_dim": self.rep.contact_dim,
-                               "layout": self.rep.layout(), "contact": "probes"},
+                               "layout": self.rep.layout(), "contact": self.cfg.contacts,
+                               "max_rows": self.cfg.max_rows, "terrain": self.terrain},
             "fit_config": asdict(self.cfg),
             "optimizer": self.opt.state_dict(),
             "step": self.step,

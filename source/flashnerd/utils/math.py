@@ -78,3 +78,21 @@ def quat_rotation_angle(q1: torch.Tensor, q2: torch.Tensor) -> torch.Tensor:
     """Angle (...) of the rotation between orientations q1 and q2 (..., 4): 2 asin(|vec(q1 q2^-1)|), in [0, pi]."""
     vec = quat_mul(q1, quat_conjugate(q2))[..., 1:]
     return 2.0 * torch.asin(torch.linalg.norm(vec, dim=-1).clamp(max=1.0))
+
+
+def quat_to_rotvec(q: torch.Tensor) -> torch.Tensor:
+    """Rotation vector (..., 3) of unit quaternions (..., 4), using the shorter rotation."""
+    q = torch.where(q[..., :1] < 0, -q, q)
+    xyz = q[..., 1:]
+    s = torch.linalg.norm(xyz, dim=-1, keepdim=True)  # (..., 1) = sin(angle / 2)
+    angle = 2.0 * torch.atan2(s, q[..., :1])  # (..., 1)
+    scale = torch.where(s > 1e-8, angle / s.clamp_min(1e-12), 2.0 * torch.ones_like(s))
+    return xyz * scale
+
+
+def rotvec_to_quat(v: torch.Tensor) -> torch.Tensor:
+    """Unit quaternion (..., 4) of rotation vectors (..., 3)."""
+    angle = torch.linalg.norm(v, dim=-1, keepdim=True)  # (..., 1)
+    half = 0.5 * angle
+    scale = torch.where(angle > 1e-8, torch.sin(half) / angle.clamp_min(1e-12), 0.5 * torch.ones_like(angle))
+    return torch.cat((torch.cos(half), v * scale), dim=-1)

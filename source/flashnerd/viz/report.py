@@ -11,6 +11,8 @@ folder says what goes there. The file-name prefix picks the renderer:
     model_suite*     `flashnerd bench suite` JSON -> Table I (NRMSE, throughput per robot) + radar plot (NAME.png)
     cube_reorient*   `flashnerd bench ppo` JSON of a goal task -> targets per episode + targets over time (NAME.png)
     microduck_finetune*  `flashnerd bench finetune` JSON -> wall time and success per backend + bar chart (NAME.png)
+    platform_climb*  `flashnerd plan --out` JSON -> climbs and planning time per backend + base height over time
+                     per platform (NAME.png)
 """
 
 from __future__ import annotations
@@ -209,10 +211,62 @@ def _finetune(data: dict, name: str, folder: Path) -> str:
     return "\n".join(rows)
 
 
+def plot_climb(data: dict, path: str | Path) -> None:
+    """Base height over time, one panel per platform, one line per planning backend (executed in MuJoCo)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    backends = data["backends"]
+    lanes = next(iter(backends.values()))["per_platform"]
+    cols = min(3, len(lanes))
+    rows = (len(lanes) + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.4 * rows), squeeze=False, sharey=True)
+    dt = data["episode_s"] / max(1, len(lanes[0]["base_path"]))
+    for i, lane in enumerate(lanes):
+        ax = axes[i // cols][i % cols]
+        for backend, r in backends.items():
+            p = r["per_platform"][i]
+            z = [xyz[2] for xyz in p["base_path"]]
+            ax.plot([dt * (k + 1) for k in range(len(z))], z, label=f"{backend} {'climbed' if p['climbed'] else '-'}")
+        ax.axhline(lane["height"], color="gray", lw=0.8, ls=":")
+        ax.set_title(f"platform {lane['lane']}: {lane['height']:.3f} m", fontsize=8)
+        ax.legend(fontsize=6)
+    for ax in axes[-1]:
+        ax.set_xlabel("time (s)", fontsize=8)
+    for row in axes:
+        row[0].set_ylabel("base height (m)", fontsize=8)
+    fig.suptitle(f"{data['task']}: DIAL-MPC planning on each backend, executed in MuJoCo", fontsize=9)
+    fig.tight_layout()
+    save_figure(fig, path)
+
+
+def _climb(data: dict, name: str, folder: Path) -> str:
+    """`flashnerd plan --out` JSON -> climbs and median planning time per backend + base height plot (NAME.png)."""
+    plot_climb(data, folder / f"{name}.png")
+    backends = data["backends"]
+    ref = backends.get("mujoco", {}).get("median_planning_ms")
+    lanes = next(iter(backends.values()))["per_platform"]
+    heads = " | ".join(f"{p['height']:.3f} m" for p in lanes)
+    rows = [f"{data['num_samples']} samples, horizon {data['horizon']}, {data['iterations']} iterations per control "
+            f"step, {data['episode_s']:.0f} s per platform, {data['threads']} threads, device `{data['device']}`; "
+            "every chosen action executed in MuJoCo.", "",
+            f"| planning backend | climbs | median planning time per decision (ms) | vs `mujoco` | {heads} |",
+            "|---|---|---|---|" + "---|" * len(lanes)]
+    for backend, r in backends.items():
+        rel = f"{r['median_planning_ms'] / ref:.2f}x" if ref else "-"
+        marks = " | ".join("yes" if p["climbed"] else "no" for p in r["per_platform"])
+        rows.append(f"| `{backend}` | {r['climbs']}/{r['platforms']} | {r['median_planning_ms']:.0f} | {rel} | "
+                    f"{marks} |")
+    rows += ["", f"![Base height over time per platform and planning backend](results/{name}.png)"]
+    return "\n".join(rows)
+
+
 RENDERERS: dict[str, Callable[[dict, str, Path], str]] = {
     "bench_ppo_": _bench_ppo, "bench_model_": _bench_model, "model_eval_": _model_eval, "transfer_": _transfer,
     "fit_scaling_": _fit_scaling, "model_suite": _model_suite, "cube_reorient": _reorient,
-    "microduck_finetune": _finetune,
+    "microduck_finetune": _finetune, "platform_climb": _climb,
 }
 
 

@@ -1,0 +1,109 @@
+"""`flashnerd plan`: DIAL-MPC platform climbing, planning with a chosen dynamics backend and executing in MuJoCo."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from flashnerd.cli.common import CLIError, check_device, check_positive, checkpoints_by_kind, write_json
+from flashnerd.dynamics.learned import CHECKPOINT_DIR
+from flashnerd.envs.registry import load_cfg_from_registry
+from flashnerd.planning.climb import RolloutRecorder, climb_platform
+from flashnerd.robots import get_robot
+from flashnerd.sim.terrain import PLATFORM_HEIGHTS
+
+PLANNING_BACKENDS = ("mujoco", "mjwarp", "flashnerd", "nerd", "rwm")
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("plan", help="climb platforms with DIAL-MPC on a chosen dynamics backend (JSON)")
+    p.add_argument("--task", default="FlashNeRD-Climb-Platform-Anymal-C-v0", help="a task with a plan_cfg_entry_point")
+    p.add_argument("--dynamics", default="flashnerd",
+                   help=f"backend(s) the planner rolls out on, comma-separated: {', '.join(PLANNING_BACKENDS)}")
+    p.add_argument("--dynamics_checkpoint", default="",
+                   help="learned checkpoints as kind=path[,kind=path] (default: the task's shipped platform models)")
+    p.add_argument("--platforms", default="0,1,2,3,4,5", help="comma-separated platform lanes (0-5, lowest first)")
+    p.add_argument("--num_samples", type=int, default=None, help="samples per planning iteration")
+    p.add_argument("--horizon", type=int, default=None, help="control steps per plan")
+    p.add_argument("--iterations", type=int, default=None, help="annealing iterations per control step")
+    p.add_argument("--episode_s", type=float, default=None, help="seconds per platform")
+    p.add_argument("--seed", type=int, default=0, help="random seed of the planner")
+    p.add_argument("--device", default="cpu", help="torch device of the planning backend")
+    p.add_argument("--out", default=None, help="also write the JSON (with base paths) to this file")
+    p.add_argument("--record_rollouts", default=None,
+                   help="write some planning rollouts as a dataset (analytical backends: ground-truth transitions)")
+    p.add_argument("--record_per_call", type=int, default=4, help="rollouts kept per planning iteration")
+    p.set_defaults(func=run)
+
+
+def _lanes(text: str) -> list[int]:
+    try:
+        lanes = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError as err:
+        raise CLIError(f"--platforms takes comma-separated lanes 0-{len(PLATFORM_HEIGHTS) - 1}, got '{text}'") from err
+    bad = [v for v in lanes if not 0 <= v < len(PLATFORM_HEIGHTS)]
+    if bad or not lanes:
+        raise CLIError(f"--platforms takes lanes 0-{len(PLATFORM_HEIGHTS) - 1}, got '{text}'")
+    return lanes
+
+
+def run(args: argparse.Namespace) -> dict:
+    """Climb every requested platform with each backend; print (and optionally write) JSON keyed by backend, each
+    with `climbs` and `median_planning_ms`."""
+    for name in ("num_samples", "horizon", "iterations", "record_per_call"):
+        check_positive(name, getattr(args, name))
+    if args.episode_s is not None and not args.episode_s > 0:
+        raise CLIError(f"--episode_s must be positive, got {args.episode_s}")
+    check_device(args.device)
+    lanes = _lanes(args.platforms)
+    backends = [b for b in args.dynamics.split(",") if b]
+    unknown = [b for b in backends if b not in PLANNING_BACKENDS]
+    if unknown or not backends:
+        raise CLIError(f"unknown planning backend '{unknown[0] if unknown else args.dynamics}'; choose from: "
+                       f"{', '.join(PLANNING_BACKENDS)}")
+    if args.record_rollouts and backends != ["mujoco"]:
+        raise CLIError("--record_rollouts keeps ground-truth transitions: plan with --dynamics mujoco alone")
+    checkpoints = checkpoints_by_kind(args.dynamics_checkpoint)
+    cfg = load_cfg_from_registry(args.task, "plan_cfg_entry_point")
+    planner = dataclasses.replace(cfg.planner, **{k: v for k, v in (
+        ("num_samples", args.num_samples), ("horizon", args.horizon), ("iterations", args.iterations)) if v})
+    cfg = dataclasses.replace(cfg, planner=planner, episode_s=args.episode_s or cfg.episode_s)
+    robot = get_robot(cfg.robot)
+    recorder = RolloutRecorder(args.record_per_call, seed=args.seed) if args.record_rollouts else None
+    summary = {"task": args.task, "num_samples": planner.num_samples, "horizon": planner.horizon,
+               "iterations": planner.iterations, "episode_s": cfg.episode_s, "threads": torch.get_num_threads(),
+               "device": args.device, "backends": {}}
+    for backend in backends:
+        shipped = CHECKPOINT_DIR / robot.name / cfg.checkpoints.get(backend, "-")
+        if backend not in checkpoints and shipped.is_file():  # the task's platform model, not the flat-ground one
+            checkpoints[backend] = str(shipped)
+        kwargs = {"checkpoint": checkpoints[backend]} if backend in checkpoints else {}
+        results = []
+        for lane in lanes:
+            with tqdm(total=round(cfg.episode_s / robot.control_dt), desc=f"{backend} platform {lane}", unit="step",
+                      disable=None) as bar:
+                results.append(climb_platform(cfg, robot, backend, lane, seed=args.seed + lane, dynamics_kwargs=kwargs,
+                                              device=args.device, progress=lambda k, _: bar.update(k - bar.n),
+                                              recorder=recorder))
+        summary["backends"][backend] = {
+            "checkpoint": checkpoints.get(backend), "climbs": sum(r["climbed"] for r in results),
+            "platforms": len(results),
+            "median_planning_ms": float(np.median([ms for r in results for ms in r["planning_ms"]])),
+            "per_platform": [{k: v for k, v in r.items() if k != "planning_ms"} for r in results],
+        }
+    brief = {**summary, "backends": {b: {**r, "per_platform": [{k: v for k, v in p.items() if k != "base_path"}
+                                                               for p in r["per_platform"]]}
+                                     for b, r in summary["backends"].items()}}
+    print(json.dumps(brief))
+    if args.out:
+        write_json(Path(args.out), summary)
+    if recorder is not None:
+        summary["recorded"] = recorder.write(args.record_rollouts, robot, "platforms", {"seed": args.seed})
+        print(json.dumps(summary["recorded"]))
+    return summary

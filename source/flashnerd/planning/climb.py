@@ -1,0 +1,194 @@
+"""Platform climbing with DIAL-MPC: plan on any `Dynamics` backend, execute every chosen action in the analytical one.
+
+One platform per lane of the `platforms` terrain (`sim/terrain.py`). The robot starts standing at the lane's start,
+facing the platform, and DIAL-MPC chooses joint targets every control step by rolling sampled action sequences out on
+the planning backend (all samples as one batch) and scoring them with `ClimbReward`: walk forward at `forward_speed`
+along the lane, keep the base `base_height` above the surface under it, stay upright and on heading, and follow a
+trotting reference for the feet (swing height over the highest surface under or just ahead of each foot), the
+published method's locomotion reward. The chosen first action is applied in MuJoCo. A platform counts as climbed
+when, at the end, the base is past the edge by `success_margin`, every foot stands on the platform's top and the robot
+is upright.
+
+Shapes: S samples (the planning backend's worlds), H horizon steps, A actions (= joints), 4 feet.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from flashnerd.dynamics import make_dynamics
+from flashnerd.planning.dial_mpc import DialMPC, DialMPCConfig
+from flashnerd.robots import RobotSpec
+from flashnerd.robots.kinematics import TorchKinematics
+from flashnerd.sim.scene import build_scene
+from flashnerd.sim.terrain import LANE_GAP, PLATFORM_EDGE, PLATFORM_HEIGHTS, PLATFORM_SIZE
+from flashnerd.utils.math import quat_apply_inverse, yaw_from_quat
+
+
+@dataclass
+class ClimbPlanCfg:
+    """Settings of the platform-climbing planner (the same for every backend)."""
+
+    robot: str = "anymal_c"
+    feet: tuple[str, ...] = ("LF_FOOT", "RF_FOOT", "LH_FOOT", "RH_FOOT")
+    gait_offsets: tuple[float, ...] = (0.0, 0.5, 0.5, 0.0)  # trot: diagonal pairs in phase
+    gait_frequency: float = 2.0  # Hz
+    swing_height: float = 0.14  # m above the surface under the foot, at mid-swing
+    foot_radius: float = 0.03  # m: the foot sphere's center sits this high on a surface
+    lookahead: float = 0.2  # m: a swinging foot clears the highest surface between it and this far ahead
+    forward_speed: float = 0.5  # m/s along +x
+    base_height: float = 0.5  # m above the surface under the base (the default pose stands at 0.46 m)
+    episode_s: float = 5.0
+    action_scale: float = 0.5  # joint targets = default + action_scale * action, action in [-1, 1]
+    success_margin: float = 0.5  # m: base past the platform edge at the end
+    # shipped models fitted on platform data, per learned backend (file names under checkpoints/<robot>/)
+    checkpoints: dict[str, str] = field(default_factory=lambda: {
+        "flashnerd": "flashnerd_platforms.pt", "nerd": "nerd_platforms.pt"})
+    weights: dict[str, float] = field(default_factory=lambda: {
+        "forward": 1.0, "lane": 1.0, "heading": 0.5, "upright": 2.0, "height": 4.0, "feet": 8.0, "ang_vel": 0.02,
+    })
+    planner: DialMPCConfig = field(default_factory=lambda: DialMPCConfig(
+        num_samples=256, horizon=20, num_knots=5, iterations=2, first_iterations=6, sigma=0.5))
+
+
+def _surface(x: torch.Tensor, y: torch.Tensor, lane_y: float, height: float) -> torch.Tensor:
+    """Height of the lane's terrain under (x, y): the platform top over its footprint, the ground elsewhere."""
+    depth, width = PLATFORM_SIZE
+    on = (x >= PLATFORM_EDGE) & (x <= PLATFORM_EDGE + depth) & ((y - lane_y).abs() <= width / 2)
+    return torch.where(on, torch.full_like(x, height), torch.zeros_like(x))
+
+
+class ClimbReward:
+    """Per-step reward (S,) of states on one lane; `t` is the time since the episode started (s)."""
+
+    def __init__(self, cfg: ClimbPlanCfg, robot: RobotSpec, model, lane: int, device: torch.device | str = "cpu"):
+        self.cfg, self.lane_y, self.height = cfg, lane * LANE_GAP, PLATFORM_HEIGHTS[lane]
+        self.kin = TorchKinematics(model, device)
+        self.feet = torch.tensor([model.body(f).id for f in cfg.feet], device=device)  # (4,)
+        self.offsets = torch.tensor(cfg.gait_offsets, device=device)  # (4,)
+
+    def feet_pos(self, qpos: torch.Tensor) -> torch.Tensor:
+        """World positions (S, 4, 3) of the foot centers."""
+        return self.kin.forward(qpos)[0][:, self.feet]
+
+    def __call__(self, qpos: torch.Tensor, qvel: torch.Tensor, t: float) -> torch.Tensor:
+        c, w = self.cfg, self.cfg.weights
+        x, y, z = qpos[:, 0], qpos[:, 1], qpos[:, 2]  # (S,)
+        gravity_b = quat_apply_inverse(qpos[:, 3:7], qpos.new_tensor([0.0, 0.0, -1.0]).expand(len(x), 3))  # (S, 3)
+        feet = self.feet_pos(qpos)  # (S, 4, 3)
+        phase = (t * c.gait_frequency + self.offsets) % 1.0  # (4,)
+        swing = c.swing_height * torch.clamp(torch.sin(2 * math.pi * phase), min=0.0)  # (4,) 0 in stance
+        ground = torch.maximum(_surface(feet[..., 0], feet[..., 1], self.lane_y, self.height),
+                               _surface(feet[..., 0] + c.lookahead, feet[..., 1], self.lane_y, self.height))  # (S, 4)
+        foot_err = feet[..., 2] - (ground + c.foot_radius + swing)  # (S, 4)
+        return -(w["forward"] * (qvel[:, 0] - c.forward_speed).square()
+                 + w["lane"] * (y - self.lane_y).square()
+                 + w["heading"] * yaw_from_quat(qpos[:, 3:7]).square()
+                 + w["upright"] * gravity_b[:, :2].square().sum(-1)
+                 + w["height"] * (z - _surface(x, y, self.lane_y, self.height) - c.base_height).square()
+                 + w["feet"] * foot_err.square().sum(-1)
+                 + w["ang_vel"] * qvel[:, 3:6].square().sum(-1))
+
+    def climbed(self, qpos: torch.Tensor) -> bool:
+        """Base past the edge by the margin, all four feet on the platform's top, upright (one world)."""
+        feet = self.feet_pos(qpos[None])[0]  # (4, 3)
+        gravity_z = quat_apply_inverse(qpos[None, 3:7], qpos.new_tensor([[0.0, 0.0, -1.0]]))[0, 2]
+        on_top = (feet[:, 0] > PLATFORM_EDGE) & (feet[:, 2] > self.height)
+        return bool(qpos[0] > PLATFORM_EDGE + self.cfg.success_margin and on_top.all() and gravity_z < -0.8)
+
+
+def lane_start(robot: RobotSpec, model, lane: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Standing pose (nq,) at the start of `lane`, facing +x, and zero velocity (nv,)."""
+    from flashnerd.sim.scene import default_qpos
+
+    qpos = torch.as_tensor(default_qpos(robot, model), dtype=torch.float32)
+    qpos[1] = lane * LANE_GAP
+    return qpos, torch.zeros(model.nv)
+
+
+class RolloutRecorder:
+    """Keeps `per_call` random samples of every batch of planning rollouts (state, control), to write as a dataset in
+    `flashnerd record`'s format: on an analytical planning backend these are ground-truth transitions from exactly
+    the states and action sequences a planner explores."""
+
+    def __init__(self, per_call: int, seed: int = 0) -> None:
+        self.per_call, self.gen = per_call, torch.Generator().manual_seed(seed)
+        self.qpos: list[torch.Tensor] = []
+        self.qvel: list[torch.Tensor] = []
+        self.ctrl: list[torch.Tensor] = []
+
+    def pick(self, num_samples: int) -> torch.Tensor:
+        return torch.randperm(num_samples, generator=self.gen)[:self.per_call]
+
+    def add(self, qpos: torch.Tensor, qvel: torch.Tensor, ctrl: torch.Tensor) -> None:
+        """qpos (n, H+1, nq), qvel (n, H+1, nv), ctrl (n, H, nu) of the kept samples."""
+        self.qpos.append(qpos.cpu())
+        self.qvel.append(qvel.cpu())
+        self.ctrl.append(ctrl.cpu())
+
+    def write(self, path, robot: RobotSpec, terrain: str, attrs: dict | None = None) -> dict:
+        from flashnerd.data.dataset import write_dataset
+
+        qpos, qvel, ctrl = torch.cat(self.qpos), torch.cat(self.qvel), torch.cat(self.ctrl)
+        return write_dataset(path, robot, qpos, qvel, ctrl, terrain=terrain, source="plan", **(attrs or {}))
+
+
+@torch.no_grad()
+def climb_platform(cfg: ClimbPlanCfg, robot: RobotSpec, dynamics: str, lane: int, seed: int = 0,
+                   dynamics_kwargs: dict | None = None, device: str = "cpu", progress=None,
+                   recorder: RolloutRecorder | None = None) -> dict:
+    """Plan on `dynamics`, execute in MuJoCo, for one platform; returns climbed, planning times (every decision) and
+    the base path. A `recorder` keeps some of the planning rollouts."""
+    p = cfg.planner
+    plan_dyn = make_dynamics(dynamics, robot, p.num_samples, device=device, terrain="platforms",
+                             **(dynamics_kwargs or {}))
+    sim = make_dynamics("mujoco", robot, 1, terrain="platforms", nthread=1)
+    model = build_scene(robot, "platforms")
+    reward = ClimbReward(cfg, robot, model, lane, device=plan_dyn.device)
+    qpos, qvel = lane_start(robot, model, lane)
+    sim.reset(torch.arange(1), qpos[None], qvel[None])
+    default = torch.tensor(robot.default_joint_pos, device=plan_dyn.device)  # (A,)
+    ids = torch.arange(p.num_samples, device=plan_dyn.device)
+    dt = robot.control_dt
+    t_now = 0.0
+
+    def evaluate(actions: torch.Tensor) -> torch.Tensor:  # (S, H, A) -> mean reward (S,)
+        s = sim.state()
+        q0, v0 = s.qpos.to(plan_dyn.device), s.qvel.to(plan_dyn.device)  # (1, nq), (1, nv)
+        plan_dyn.reset(ids, q0.expand(p.num_samples, -1), v0.expand(p.num_samples, -1))
+        total = torch.zeros(p.num_samples, device=plan_dyn.device)
+        keep = recorder.pick(p.num_samples).to(plan_dyn.device) if recorder is not None else None
+        path = [(q0.expand(len(keep), -1), v0.expand(len(keep), -1))] if keep is not None else []
+        for h in range(actions.shape[1]):
+            plan_dyn.step(default + cfg.action_scale * actions[:, h])
+            st = plan_dyn.state()
+            total += torch.nan_to_num(reward(st.qpos, st.qvel, t_now + (h + 1) * dt), nan=-1e6)
+            if keep is not None:
+                path.append((st.qpos[keep].clone(), st.qvel[keep].clone()))
+        if keep is not None:
+            recorder.add(torch.stack([q for q, _ in path], 1), torch.stack([v for _, v in path], 1),
+                         default + cfg.action_scale * actions[keep])
+        return total / actions.shape[1]
+
+    mpc = DialMPC(p, robot.num_joints, evaluate, device=plan_dyn.device, seed=seed)
+    steps = int(round(cfg.episode_s / dt))
+    plan_ms, base = [], []
+    for k in range(steps):
+        t_now = k * dt
+        start = time.perf_counter()
+        action = mpc.step()  # (A,)
+        plan_ms.append(1e3 * (time.perf_counter() - start))
+        sim.step((default + cfg.action_scale * action).cpu()[None])
+        base.append(sim.state().qpos[0, :3].tolist())
+        if progress is not None:
+            progress(k + 1, steps)
+    climbed = reward.climbed(sim.state().qpos[0].to(plan_dyn.device))
+    sim.close()
+    plan_dyn.close()
+    return {"lane": lane, "height": PLATFORM_HEIGHTS[lane], "climbed": climbed,
+            "median_planning_ms": float(np.median(plan_ms)), "planning_ms": plan_ms, "base_path": base}
