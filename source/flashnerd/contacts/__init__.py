@@ -1,7 +1,27 @@
 """Contact features for learned models: fixed ground probes (NeRD) or variable contact rows (FlashNeRD)."""
 
-from flashnerd.contacts.probes import CONTACT_MODES, NoContact, ProbeFeatures, contact_features
+import mujoco
+import torch
+
+from flashnerd.contacts.probes import NoContact, ProbeFeatures, probe_spheres
 from flashnerd.contacts.rows import ContactRowDetector, ContactRows, unpack_rows
+from flashnerd.robots import RobotSpec
 
 __all__ = ["CONTACT_MODES", "ContactRowDetector", "ContactRows", "NoContact", "ProbeFeatures", "contact_features",
-           "unpack_rows"]
+           "probe_spheres", "unpack_rows"]
+
+CONTACT_MODES = ("probes", "rows")
+
+
+def contact_features(robot: RobotSpec, model: mujoco.MjModel, device: torch.device | str = "cpu",
+                     mode: str = "probes", max_rows: int = 16):
+    """The contact features of `robot` in `model`'s scene, called as `features(qpos, qvel) -> (N, dim)`:
+    fixed probes against the ground plane (`mode="probes"`, NeRD's convention) or variable contact rows against
+    everything in the scene (`mode="rows"`, packed, see `contacts/rows.py`); a robot without probes has none."""
+    if mode not in CONTACT_MODES:
+        raise ValueError(f"unknown contact mode '{mode}'; choose one of: {', '.join(CONTACT_MODES)}")
+    if not robot.probes:
+        return NoContact()
+    if mode == "rows":
+        return ContactRowDetector(robot, model, device, max_rows=max_rows)
+    return ProbeFeatures(robot, model, device)

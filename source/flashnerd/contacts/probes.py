@@ -10,7 +10,6 @@ from __future__ import annotations
 import mujoco
 import torch
 
-from flashnerd.contacts.rows import ContactRowDetector
 from flashnerd.robots import RobotSpec
 from flashnerd.robots.kinematics import TorchKinematics
 from flashnerd.utils.math import quat_apply_inverse
@@ -18,20 +17,27 @@ from flashnerd.utils.math import quat_apply_inverse
 FEATURES_PER_PROBE = 8  # point_b (3), normal_b (3), signed distance (1), in-range flag (1)
 
 
+def probe_spheres(robot: RobotSpec, model: mujoco.MjModel, device: torch.device | str = "cpu"):
+    """The robot's contact spheres (`RobotSpec.probes`): body ids (P,), centers in their body frames (P, 3), radii
+    (P,); refuses robots without probes or with a fixed base."""
+    if not robot.probes:
+        raise ValueError(f"robot '{robot.name}' defines no contact probes")
+    if not robot.floating_base:
+        raise ValueError(f"robot '{robot.name}' has a fixed base; contact features are defined for a floating one")
+    dev = torch.device(device)
+    body_ids = torch.tensor([model.body(p.body).id for p in robot.probes], device=dev)  # (P,)
+    local = torch.tensor([p.pos for p in robot.probes], dtype=torch.float32, device=dev)  # (P, 3)
+    radius = torch.tensor([p.radius for p in robot.probes], dtype=torch.float32, device=dev)  # (P,)
+    return body_ids, local, radius
+
+
 class ProbeFeatures:
     """Maps qpos (N, nq) of a floating-base robot to probe features (N, P * 8) and signed distances (N, P)."""
 
     def __init__(self, robot: RobotSpec, model: mujoco.MjModel, device: torch.device | str = "cpu",
                  cutoff: float = 0.12, ground_height: float = 0.0) -> None:
-        if not robot.probes:
-            raise ValueError(f"robot '{robot.name}' defines no contact probes")
-        if not robot.floating_base:
-            raise ValueError(f"robot '{robot.name}' has a fixed base; probe features are defined for a floating one")
+        self.body_ids, self.local, self.radius = probe_spheres(robot, model, device)
         self.kin = TorchKinematics(model, device)
-        f = dict(dtype=torch.float32, device=torch.device(device))
-        self.body_ids = torch.tensor([model.body(p.body).id for p in robot.probes], device=torch.device(device))
-        self.local = torch.tensor([p.pos for p in robot.probes], **f)  # (P, 3)
-        self.radius = torch.tensor([p.radius for p in robot.probes], **f)  # (P,)
         self.cutoff = cutoff
         self.ground_height = ground_height
         self.num_probes = len(robot.probes)
@@ -69,20 +75,3 @@ class NoContact:
 
     def __call__(self, qpos: torch.Tensor, qvel: torch.Tensor | None = None) -> torch.Tensor:
         return qpos.new_zeros(qpos.shape[0], 0)  # (N, 0)
-
-
-CONTACT_MODES = ("probes", "rows")
-
-
-def contact_features(robot: RobotSpec, model: mujoco.MjModel, device: torch.device | str = "cpu",
-                     mode: str = "probes", max_rows: int = 16):
-    """The contact features of `robot` in `model`'s scene, called as `features(qpos, qvel) -> (N, dim)`:
-    fixed probes against the ground plane (`mode="probes"`, NeRD's convention) or variable contact rows against
-    everything in the scene (`mode="rows"`, packed, see `contacts/rows.py`); a robot without probes has none."""
-    if mode not in CONTACT_MODES:
-        raise ValueError(f"unknown contact mode '{mode}'; choose one of: {', '.join(CONTACT_MODES)}")
-    if not robot.probes:
-        return NoContact()
-    if mode == "rows":
-        return ContactRowDetector(robot, model, device, max_rows=max_rows)
-    return ProbeFeatures(robot, model, device)

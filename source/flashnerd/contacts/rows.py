@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import mujoco
 import torch
 
+from flashnerd.contacts.probes import probe_spheres
 from flashnerd.robots import RobotSpec
 from flashnerd.robots.kinematics import TorchKinematics
 from flashnerd.utils.math import quat_apply_inverse, quat_mul, rotvec_to_quat
@@ -60,16 +61,10 @@ class ContactRowDetector:
 
     def __init__(self, robot: RobotSpec, model: mujoco.MjModel, device: torch.device | str = "cpu",
                  max_rows: int = 16, cutoff: float = 0.08) -> None:
-        if not robot.probes:
-            raise ValueError(f"robot '{robot.name}' defines no contact spheres (RobotSpec.probes)")
-        if not robot.floating_base:
-            raise ValueError(f"robot '{robot.name}' has a fixed base; contact rows are defined for a floating one")
+        self.body_ids, self.local, self.radius = probe_spheres(robot, model, device)  # (P,), (P, 3), (P,)
         dev = torch.device(device)
         f = dict(dtype=torch.float32, device=dev)
         self.kin = TorchKinematics(model, dev)
-        self.body_ids = torch.tensor([model.body(p.body).id for p in robot.probes], device=dev)  # (P,)
-        self.local = torch.tensor([p.pos for p in robot.probes], **f)  # (P, 3)
-        self.radius = torch.tensor([p.radius for p in robot.probes], **f)  # (P,)
         bodies = list(dict.fromkeys(p.body for p in robot.probes))
         self.body_onehot = torch.eye(len(bodies), **f)[[bodies.index(p.body) for p in robot.probes]]  # (P, nb)
         world_boxes = [g for g in range(model.ngeom) if model.geom_bodyid[g] == 0
