@@ -50,6 +50,11 @@ class ProbeFeatures:
 
     def __call__(self, qpos: torch.Tensor, qvel: torch.Tensor | None = None) -> torch.Tensor:
         """Probe features (N, P * 8) in the root frame of each world (velocities are not used)."""
+        return self.features_and_distance(qpos, qvel)[0]
+
+    def features_and_distance(self, qpos: torch.Tensor,
+                              qvel: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Features (N, P * 8) and signed distances (N, P) from one kinematics pass."""
         n = qpos.shape[0]
         centers = self.kin.points(qpos, self.body_ids, self.local)  # (N, P, 3)
         dist = centers[..., 2] - self.ground_height - self.radius  # (N, P)
@@ -61,7 +66,7 @@ class ProbeFeatures:
         normal_b = quat_apply_inverse(root_quat, up)  # (N, P, 3)
         flag = (dist < self.cutoff).to(qpos.dtype)  # (N, P)
         feats = torch.cat((point_b, normal_b, dist[..., None], flag[..., None]), dim=-1) * flag[..., None]
-        return feats.reshape(n, self.dim)  # (N, P * 8)
+        return feats.reshape(n, self.dim), dist  # (N, P * 8), (N, P)
 
 
 class NoContact:
@@ -72,6 +77,9 @@ class NoContact:
 
     def signed_distance(self, qpos: torch.Tensor) -> torch.Tensor:
         return qpos.new_zeros(qpos.shape[0], 0)  # (N, 0)
+
+    def features_and_distance(self, qpos: torch.Tensor, qvel: torch.Tensor | None = None):
+        return qpos.new_zeros(qpos.shape[0], 0), qpos.new_zeros(qpos.shape[0], 0)  # (N, 0), (N, 0)
 
     def __call__(self, qpos: torch.Tensor, qvel: torch.Tensor | None = None) -> torch.Tensor:
         return qpos.new_zeros(qpos.shape[0], 0)  # (N, 0)

@@ -134,11 +134,20 @@ class ContactRowDetector:
     # --- rows -----------------------------------------------------------------------------------------------------
     def detect(self, qpos: torch.Tensor, qvel: torch.Tensor) -> ContactRows:
         """Contact rows of N worlds from qpos (N, nq) and qvel (N, nv)."""
+        return self._detect(qpos, qvel)[0]
+
+    def features_and_distance(self, qpos: torch.Tensor, qvel: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Packed rows (N, R * (F + 1)) and each sphere's signed distance to the nearest surface (N, P), one pass."""
+        rows, dist = self._detect(qpos, qvel)
+        return rows.packed(), dist
+
+    def _detect(self, qpos: torch.Tensor, qvel: torch.Tensor) -> tuple[ContactRows, torch.Tensor]:
         n, R, P, G = qpos.shape[0], self.max_rows, self.num_probes, self.num_geoms
         both = self._sphere_centers(torch.cat((qpos, self._advance(qpos, qvel, _FD_EPS))))  # (2N, P, 3) one pass
         centers = both[:n]  # (N, P, 3)
         velocity = (both[n:] - centers) / _FD_EPS  # (N, P, 3)
         dist, point, normal = self._pairs(centers)  # (N, P, G), (N, P, G, 3) x2
+        nearest = dist.amin(dim=2)  # (N, P)
         dist, point, normal = dist.reshape(n, P * G), point.reshape(n, P * G, 3), normal.reshape(n, P * G, 3)
         near = dist < self.cutoff  # (N, K)
         k = min(R, P * G)
@@ -162,7 +171,7 @@ class ContactRowDetector:
             rows = torch.cat((rows, rows.new_zeros(n, R - k, rows.shape[-1])), dim=1)
             mask = torch.cat((mask, mask.new_zeros(n, R - k)), dim=1)
         overflow = (near.sum(dim=1) - R).clamp_min(0)  # (N,)
-        return ContactRows(rows, mask, overflow)
+        return ContactRows(rows, mask, overflow), nearest
 
     def __call__(self, qpos: torch.Tensor, qvel: torch.Tensor) -> torch.Tensor:
         """Packed rows (N, R * (F + 1)) for a model's frame vector."""

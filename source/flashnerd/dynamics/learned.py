@@ -103,13 +103,14 @@ class LearnedDynamics:
     def set_qvel(self, world_ids: torch.Tensor, qvel: torch.Tensor) -> None:
         """Change velocities (a push) keeping the history."""
         self._qvel[world_ids.to(self.device)] = qvel.to(self._qvel)
+        self._refresh_contacts()  # contact rows carry velocities
 
     @torch.no_grad()
     def step(self, ctrl: torch.Tensor) -> None:
         """One model call for all worlds: frame features -> normalized increment -> next state."""
         ctrl = ctrl.to(self._qpos)
-        contact = self.probes(self._qpos, self._qvel)  # (N, P*8) probes or (N, R*(F+1)) packed rows
-        x = self.x_norm.normalize(self.rep.inputs(self._qpos, self._qvel, ctrl, contact))  # (N, I)
+        # contact features of the current state: (N, P*8) probes or (N, R*(F+1)) packed rows, from _refresh_contacts
+        x = self.x_norm.normalize(self.rep.inputs(self._qpos, self._qvel, ctrl, self._features))  # (N, I)
         delta = self.y_norm.denormalize(self.model.step(x, self.cache))  # (N, O)
         qpos, qvel = self.rep.apply(self._qpos, self._qvel, delta)
         # PD torque where the analytical backend reports it: at its last substep, (dec-1)/dec of the way from this
@@ -126,9 +127,11 @@ class LearnedDynamics:
         self._refresh_contacts()
 
     def _refresh_contacts(self) -> None:
+        """Contact features of the current state (the next step's input) and the contact summary, one pass."""
+        self._features, distance = self.probes.features_and_distance(self._qpos, self._qvel)
         if self.probes.num_probes == 0:  # no probes: the contact summary stays zero
             return
-        depth = (CONTACT_MARGIN - self.probes.signed_distance(self._qpos)).clamp_min(0.0)  # (N, P)
+        depth = (CONTACT_MARGIN - distance).clamp_min(0.0)  # (N, P)
         force = CONTACT_STIFFNESS * depth  # (N, P)
         self._contact.copy_((force[:, :, None] * self._probe_owner).amax(dim=1))  # (N, nb) largest probe force
 

@@ -3,7 +3,8 @@
 One platform per lane of the `platforms` terrain (`sim/terrain.py`). The robot starts standing at the lane's start,
 facing the platform, and DIAL-MPC chooses joint targets every control step by rolling sampled action sequences out on
 the planning backend (all samples as one batch) and scoring them with `ClimbReward`: walk forward at `forward_speed`
-along the lane, keep the base `base_height` above the surface under it, stay upright and on heading, and follow a
+along the lane until the base is `goal_past_edge` past the platform's edge, keep the base `base_height` above the
+mean surface under the feet, stay upright and on heading, and follow a
 trotting reference for the feet (swing height over the highest surface under or just ahead of each foot), the
 published method's locomotion reward. The chosen first action is applied in MuJoCo. A platform counts as climbed
 when, at the end, the base is past the edge by `success_margin`, every foot stands on the platform's top and the robot
@@ -41,8 +42,10 @@ class ClimbPlanCfg:
     swing_height: float = 0.14  # m above the surface under the foot, at mid-swing
     foot_radius: float = 0.03  # m: the foot sphere's center sits this high on a surface
     lookahead: float = 0.2  # m: a swinging foot clears the highest surface between it and this far ahead
-    forward_speed: float = 0.5  # m/s along +x
-    base_height: float = 0.5  # m above the surface under the base (the default pose stands at 0.46 m)
+    forward_speed: float = 0.5  # m/s along +x, slowing down over the last `stop_distance` before the goal
+    goal_past_edge: float = 1.0  # m: where the base should stop, past the platform edge (the platform is 2 m deep)
+    stop_distance: float = 0.3  # m
+    base_height: float = 0.5  # m above the mean surface under the feet (the default pose stands at 0.46 m)
     episode_s: float = 5.0
     action_scale: float = 0.5  # joint targets = default + action_scale * action, action in [-1, 1]
     success_margin: float = 0.5  # m: base past the platform edge at the end
@@ -74,23 +77,26 @@ class ClimbReward:
 
     def feet_pos(self, qpos: torch.Tensor) -> torch.Tensor:
         """World positions (S, 4, 3) of the foot centers."""
-        return self.kin.forward(qpos)[0][:, self.feet]
+        return self.kin.forward_mat(qpos)[0][:, self.feet]
 
     def __call__(self, qpos: torch.Tensor, qvel: torch.Tensor, t: float) -> torch.Tensor:
         c, w = self.cfg, self.cfg.weights
         x, y, z = qpos[:, 0], qpos[:, 1], qpos[:, 2]  # (S,)
+        speed = c.forward_speed * ((PLATFORM_EDGE + c.goal_past_edge - x) / c.stop_distance).clamp(-1.0, 1.0)  # (S,)
         gravity_b = quat_apply_inverse(qpos[:, 3:7], qpos.new_tensor([0.0, 0.0, -1.0]).expand(len(x), 3))  # (S, 3)
         feet = self.feet_pos(qpos)  # (S, 4, 3)
         phase = (t * c.gait_frequency + self.offsets) % 1.0  # (4,)
         swing = c.swing_height * torch.clamp(torch.sin(2 * math.pi * phase), min=0.0)  # (4,) 0 in stance
-        ground = torch.maximum(_surface(feet[..., 0], feet[..., 1], self.lane_y, self.height),
-                               _surface(feet[..., 0] + c.lookahead, feet[..., 1], self.lane_y, self.height))  # (S, 4)
+        under = _surface(feet[..., 0], feet[..., 1], self.lane_y, self.height)  # (S, 4) surface under each foot
+        ground = torch.maximum(under, _surface(feet[..., 0] + c.lookahead, feet[..., 1], self.lane_y, self.height))
         foot_err = feet[..., 2] - (ground + c.foot_radius + swing)  # (S, 4)
-        return -(w["forward"] * (qvel[:, 0] - c.forward_speed).square()
+        # the base height follows the feet as they step up (a target from the surface under the base would jump at
+        # the edge and hold the base back there)
+        return -(w["forward"] * (qvel[:, 0] - speed).square()
                  + w["lane"] * (y - self.lane_y).square()
                  + w["heading"] * yaw_from_quat(qpos[:, 3:7]).square()
                  + w["upright"] * gravity_b[:, :2].square().sum(-1)
-                 + w["height"] * (z - _surface(x, y, self.lane_y, self.height) - c.base_height).square()
+                 + w["height"] * (z - under.mean(dim=1) - c.base_height).square()
                  + w["feet"] * foot_err.square().sum(-1)
                  + w["ang_vel"] * qvel[:, 3:6].square().sum(-1))
 
@@ -98,7 +104,7 @@ class ClimbReward:
         """Base past the edge by the margin, all four feet on the platform's top, upright (one world)."""
         feet = self.feet_pos(qpos[None])[0]  # (4, 3)
         gravity_z = quat_apply_inverse(qpos[None, 3:7], qpos.new_tensor([[0.0, 0.0, -1.0]]))[0, 2]
-        on_top = (feet[:, 0] > PLATFORM_EDGE) & (feet[:, 2] > self.height)
+        on_top = (_surface(feet[:, 0], feet[:, 1], self.lane_y, self.height) > 0) & (feet[:, 2] > self.height)
         return bool(qpos[0] > PLATFORM_EDGE + self.cfg.success_margin and on_top.all() and gravity_z < -0.8)
 
 
