@@ -122,10 +122,14 @@ def test_flashnerd_plan_runs_one_platform_end_to_end(tmp_path):
                  "--out", str(tmp_path / "plan.json")]) == 0
     assert main(["fit", "--data", str(data), "--contacts", "rows", "--out", str(ckpt), "--max_steps", "2",
                  "--ar_weight", "0"]) == 0
-    assert main(["plan", "--dynamics", "flashnerd", "--dynamics_checkpoint", f"flashnerd={ckpt}", *tiny]) == 0
+    assert main(["plan", "--dynamics", "flashnerd", "--dynamics_checkpoint", f"flashnerd={ckpt}", *tiny,
+                 "--out", str(tmp_path / "plan.json")]) == 0  # same settings: joins the file
     import json
 
-    out = json.loads((tmp_path / "plan.json").read_text())["backends"]["mujoco"]
+    both = json.loads((tmp_path / "plan.json").read_text())["backends"]
+    assert set(both) == {"mujoco", "flashnerd"}
+    assert main(["plan", "--dynamics", "mujoco", *tiny[:-1], "0.12", "--out", str(tmp_path / "plan.json")]) == 2
+    out = both["mujoco"]
     assert out["platforms"] == 1 and out["climbs"] == 0 and out["median_planning_ms"] > 0
     assert len(out["per_platform"][0]["base_path"]) == 4
     assert main(["plan", "--platforms", "7"]) == 2  # a lane that does not exist: one-line error

@@ -35,7 +35,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--episode_s", type=float, default=None, help="seconds per platform")
     p.add_argument("--seed", type=int, default=0, help="random seed of the planner")
     p.add_argument("--device", default="cpu", help="torch device of the planning backend")
-    p.add_argument("--out", default=None, help="also write the JSON (with base paths) to this file")
+    p.add_argument("--out", default=None,
+                   help="also write the JSON (with base paths) to this file; an existing one written with the same "
+                        "planner settings gains these backends (so backends can be run one at a time)")
     p.add_argument("--record_rollouts", default=None,
                    help="write some planning rollouts as a dataset (analytical backends: ground-truth transitions)")
     p.add_argument("--record_per_call", type=int, default=4, help="rollouts kept per planning iteration")
@@ -51,6 +53,23 @@ def _lanes(text: str) -> list[int]:
     if bad or not lanes:
         raise CLIError(f"--platforms takes lanes 0-{len(PLATFORM_HEIGHTS) - 1}, got '{text}'")
     return lanes
+
+
+_SETTINGS = ("task", "num_samples", "horizon", "iterations", "episode_s", "device")
+
+
+def _merged(path: Path, summary: dict) -> dict:
+    """`summary` with the backends of an earlier --out file of the same settings added (this run's win)."""
+    if not path.is_file():
+        return summary
+    try:
+        old = json.loads(path.read_text())
+    except ValueError as err:
+        raise CLIError(f"--out '{path}' exists and is not JSON; remove it or choose another file") from err
+    if any(old.get(k) != summary[k] for k in _SETTINGS):
+        raise CLIError(f"--out '{path}' holds a run with other settings ({', '.join(_SETTINGS)}); remove it or "
+                       "choose another file")
+    return {**summary, "backends": {**old.get("backends", {}), **summary["backends"]}}
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -102,7 +121,7 @@ def run(args: argparse.Namespace) -> dict:
                                      for b, r in summary["backends"].items()}}
     print(json.dumps(brief))
     if args.out:
-        write_json(Path(args.out), summary)
+        write_json(Path(args.out), _merged(Path(args.out), summary))
     if recorder is not None:
         summary["recorded"] = recorder.write(args.record_rollouts, robot, "platforms", {"seed": args.seed})
         print(json.dumps(summary["recorded"]))
