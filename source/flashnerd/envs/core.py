@@ -73,6 +73,7 @@ class FlashNeRDEnv(gym.Env):
         render_mode: str | None = None,
         env_cfg_entry_point: Any = None,
         rsl_rl_cfg_entry_point: Any = None,
+        plan_cfg_entry_point: Any = None,
         **dynamics_kwargs: Any,
     ) -> None:
         if cfg is None:
