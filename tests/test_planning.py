@@ -45,7 +45,7 @@ def test_rollout_returns_branch_every_sample_from_one_state(anymal):
     actions = torch.zeros(S, H, anymal.num_joints)
     actions[1] = actions[0]  # two identical sequences
     actions[2:] = torch.rand(S - 2, H, anymal.num_joints, generator=torch.Generator().manual_seed(0)) - 0.5
-    height = lambda s: s.qpos[:, 2]  # noqa: E731
+    height = lambda s, h: s.qpos[:, 2]  # noqa: E731
     to_ctrl = lambda a: default + 0.5 * a  # noqa: E731
     returns = rollout_returns(dyn, qpos, qvel, actions, height, to_ctrl)
     assert returns.shape == (S,) and returns[0] == returns[1]

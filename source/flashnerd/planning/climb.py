@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from flashnerd.dynamics import make_dynamics
-from flashnerd.planning.dial_mpc import DialMPC, DialMPCConfig
+from flashnerd.planning.dial_mpc import DialMPC, DialMPCConfig, rollout_returns
 from flashnerd.robots import RobotSpec
 from flashnerd.robots.kinematics import TorchKinematics
 from flashnerd.sim.scene import build_scene
@@ -159,27 +159,23 @@ def climb_platform(cfg: ClimbPlanCfg, robot: RobotSpec, dynamics: str, lane: int
     qpos, qvel = lane_start(robot, model, lane)
     sim.reset(torch.arange(1), qpos[None], qvel[None])
     default = torch.tensor(robot.default_joint_pos, device=plan_dyn.device)  # (A,)
-    ids = torch.arange(p.num_samples, device=plan_dyn.device)
     dt = robot.control_dt
     t_now = 0.0
 
     def evaluate(actions: torch.Tensor) -> torch.Tensor:  # (S, H, A) -> mean reward (S,)
         s = sim.state()
-        q0, v0 = s.qpos.to(plan_dyn.device), s.qvel.to(plan_dyn.device)  # (1, nq), (1, nv)
-        plan_dyn.reset(ids, q0.expand(p.num_samples, -1), v0.expand(p.num_samples, -1))
-        total = torch.zeros(p.num_samples, device=plan_dyn.device)
+        q0, v0 = s.qpos[0].to(plan_dyn.device), s.qvel[0].to(plan_dyn.device)  # (nq,), (nv,)
         keep = recorder.pick(p.num_samples).to(plan_dyn.device) if recorder is not None else None
         path = [(q0.expand(len(keep), -1), v0.expand(len(keep), -1))] if keep is not None else []
-        for h in range(actions.shape[1]):
-            plan_dyn.step(default + cfg.action_scale * actions[:, h])
-            st = plan_dyn.state()
-            total += torch.nan_to_num(reward(st.qpos, st.qvel, t_now + (h + 1) * dt), nan=-1e6)
-            if keep is not None:
-                path.append((st.qpos[keep].clone(), st.qvel[keep].clone()))
+        returns = rollout_returns(
+            plan_dyn, q0, v0, actions,
+            lambda st, h: torch.nan_to_num(reward(st.qpos, st.qvel, t_now + h * dt), nan=-1e6),
+            lambda a: default + cfg.action_scale * a,
+            None if keep is None else lambda st: path.append((st.qpos[keep].clone(), st.qvel[keep].clone())))
         if keep is not None:
             recorder.add(torch.stack([q for q, _ in path], 1), torch.stack([v for _, v in path], 1),
                          default + cfg.action_scale * actions[keep])
-        return total / actions.shape[1]
+        return returns
 
     mpc = DialMPC(p, robot.num_joints, evaluate, device=plan_dyn.device, seed=seed)
     steps = int(round(cfg.episode_s / dt))

@@ -108,10 +108,11 @@ class DialMPC:
 
 @torch.no_grad()
 def rollout_returns(dyn, qpos: torch.Tensor, qvel: torch.Tensor, actions: torch.Tensor,
-                    reward: Callable[[object], torch.Tensor], to_ctrl: Callable[[torch.Tensor], torch.Tensor]
-                    ) -> torch.Tensor:
+                    reward: Callable[[object, int], torch.Tensor], to_ctrl: Callable[[torch.Tensor], torch.Tensor],
+                    on_step: Callable[[object], None] | None = None) -> torch.Tensor:
     """Mean reward (S,) of S action sequences (S, H, A) from one state (nq,), (nv,), rolled out as one batch on `dyn`
-    (a backend with S worlds). `to_ctrl` maps actions (S, A) to the backend's controls; `reward(state) -> (S,)`."""
+    (a backend with S worlds). `to_ctrl` maps actions (S, A) to the backend's controls; `reward(state, h) -> (S,)`
+    scores the state after step h (1..H); `on_step(state)` sees every state (e.g. to record rollouts)."""
     S, H, _ = actions.shape
     if dyn.num_worlds != S:
         raise ValueError(f"backend has {dyn.num_worlds} worlds for {S} samples; build it with num_worlds={S}")
@@ -119,5 +120,8 @@ def rollout_returns(dyn, qpos: torch.Tensor, qvel: torch.Tensor, actions: torch.
     total = torch.zeros(S, device=actions.device)
     for h in range(H):
         dyn.step(to_ctrl(actions[:, h]))
-        total += reward(dyn.state()).to(total)
+        state = dyn.state()
+        total += reward(state, h + 1).to(total)
+        if on_step is not None:
+            on_step(state)
     return total / H
