@@ -99,6 +99,25 @@ def test_contact_rows_match_mujoco_collisions_with_platforms(anymal):
     assert compared > 300 and edges > 10, (compared, edges)  # the sample reaches edges and sides, not just tops
 
 
+def test_boxes_far_from_the_batch_are_skipped_without_changing_the_rows(anymal):
+    """A planning batch around one platform tests its spheres against that platform only, with the same rows."""
+    model = build_scene(anymal, "platforms")
+    qpos = _states_near_platforms(anymal, model, 64, seed=3)
+    qpos[:, 1] = 2 * 3.0 + (qpos[:, 1] - qpos[:, 1].round())  # every state on lane 2
+    qvel = 0.3 * torch.randn(64, model.nv, generator=torch.Generator().manual_seed(4))
+    det = ContactRowDetector(anymal, model)
+    near = det._near_boxes(det._sphere_centers(qpos))
+    assert near is not None and near.tolist() == [2]  # platform 2 alone
+    assert det._near_boxes(det._sphere_centers(_states_near_platforms(anymal, model, 64, seed=3))) is None
+    pruned, dist = det._detect(qpos, qvel)
+    det._near_boxes = lambda centers: None  # every box
+    full, full_dist = det._detect(qpos, qvel)
+    assert int(full.mask.sum()) > 64  # feet on and near the platform
+    torch.testing.assert_close(pruned.packed(), full.packed(), atol=0, rtol=0)
+    close = full_dist < det.cutoff
+    torch.testing.assert_close(dist[close], full_dist[close], atol=0, rtol=0)
+
+
 def test_rows_are_nearest_first_and_overflow_counts_what_was_cut(anymal):
     model = build_scene(anymal, "flat")
     qpos = torch.as_tensor(default_qpos(anymal, model), dtype=torch.float32)[None].repeat(2, 1)

@@ -136,6 +136,28 @@ def test_fit_resume_continues_the_step_count(tiny, tiny_ckpt, tmp_path):
     assert result["steps"] == 6 and torch.load(out, weights_only=False)["step"] == 6
 
 
+def test_fit_init_starts_from_a_checkpoint_on_other_data(tiny, tiny_ckpt, tmp_path, capsys):
+    """--init: the checkpoint's weights and normalizers, the new data re-expressed in them, a fresh step count."""
+    from flashnerd.robots import get_robot
+
+    other = tmp_path / "other.h5"
+    record(get_robot("anymal_c"), num_worlds=6, steps=40, out=other, traj_len=20, seed=2, progress=False)
+    cfg = dataclasses.replace(FitConfig(), max_steps=2, batch_size=8, ar_batch_size=4, window=8, eval_every=2)
+    fitter = Fitter(other, cfg)
+    raw_x = fitter.x_norm.denormalize(fitter.xn_tr)  # the new data in physical units
+    raw_y = fitter.y_norm.denormalize(fitter.yn_va)
+    fitter.init_from(tiny_ckpt)
+    ckpt = torch.load(tiny_ckpt, weights_only=False)
+    assert torch.equal(fitter.x_norm.mean, ckpt["input_normalizer"]["mean"])
+    assert not torch.equal(fitter.x_norm.mean, Fitter(other, cfg).x_norm.mean)  # the data's own statistics differ
+    assert torch.allclose(fitter.x_norm.denormalize(fitter.xn_tr), raw_x, atol=1e-4)
+    assert torch.allclose(fitter.y_norm.denormalize(fitter.yn_va), raw_y, atol=1e-4)
+    assert all(torch.equal(a, ckpt["state_dict"][k]) for k, a in fitter.model.state_dict().items())
+    assert fitter.step == 0 and fitter.fit(tmp_path / "init.pt", progress=False)["steps"] == 2
+    both = ["fit", "--data", str(other), "--out", str(tmp_path / "init.pt"), "--init", str(tiny_ckpt), "--resume"]
+    assert main(both) == 2 and "give one of them" in capsys.readouterr().err
+
+
 def test_evaluate_model_and_bench_model_cli(tiny, tiny_ckpt, capsys):
     _, path, _ = tiny
     assert main(["evaluate-model", "--checkpoint", str(tiny_ckpt), "--data", str(path), "--horizons", "1,15"]) == 0

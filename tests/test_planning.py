@@ -133,3 +133,24 @@ def test_flashnerd_plan_runs_one_platform_end_to_end(tmp_path):
     assert out["platforms"] == 1 and out["climbs"] == 0 and out["median_planning_ms"] > 0
     assert len(out["per_platform"][0]["base_path"]) == 4
     assert main(["plan", "--platforms", "7"]) == 2  # a lane that does not exist: one-line error
+
+
+def test_planning_on_a_learned_model_records_its_samples_replayed_in_mujoco(tmp_path, anymal):
+    """DAgger data: a learned planner's kept action sequences, rolled out in MuJoCo from the executed states."""
+    from flashnerd.cli.main import main
+    from flashnerd.data.dataset import load_dataset
+    from flashnerd.dynamics import make_dynamics
+
+    tiny = ["--platforms", "5", "--num_samples", "8", "--horizon", "6", "--iterations", "1", "--episode_s", "0.06"]
+    data = tmp_path / "dagger.h5"
+    assert main(["plan", "--dynamics", "flashnerd", *tiny, "--record_rollouts", str(data),
+                 "--record_per_call", "3"]) == 0
+    rec = load_dataset(data, anymal)
+    # the first decision anneals over first_iterations (6), then 1 per step: 8 planning calls, 3 kept each
+    assert rec.qpos.shape[:2] == (8 * 3, 7) and rec.attrs["terrain"] == "platforms"
+    sim = make_dynamics("mujoco", anymal, len(rec.qpos), terrain="platforms")
+    sim.reset(torch.arange(len(rec.qpos)), rec.qpos[:, 0], rec.qvel[:, 0])
+    for t in range(6):
+        sim.step(rec.ctrl[:, t])
+    assert (sim.state().qpos - rec.qpos[:, 6]).abs().max() < 2e-3  # ground truth, not the model's forecast
+    sim.close()

@@ -33,6 +33,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--device", default="cpu", help="torch device")
     p.add_argument("--log_dir", default=None, help="TensorBoard folder (default: logs/fit/<out stem>)")
     p.add_argument("--resume", action="store_true", help="continue from --out if it exists")
+    p.add_argument("--init", default="",
+                   help="start from this checkpoint's weights and normalizers (same model settings; new optimizer "
+                        "and schedule), e.g. to refit a model on more data")
     p.set_defaults(func=run)
     e = sub.add_parser("export-model", help="strip a fitting checkpoint to what inference needs (to ship it)")
     e.add_argument("--checkpoint", required=True, help="checkpoint written by `flashnerd fit`")
@@ -51,15 +54,21 @@ def run(args: argparse.Namespace) -> dict:
                               time_budget_s=args.time_budget, batch_size=args.batch_size,
                               ar_batch_size=args.ar_batch_size, lr=args.lr,
                               ar_weight=args.ar_weight, seed=args.seed, contacts=args.contacts,
-                              max_rows=args.max_rows)
+                              max_rows=args.max_rows, init=args.init)
     out = Path(args.out)
+    if args.init and args.resume:
+        raise CLIError("--init starts a new fit from a checkpoint, --resume continues one; give one of them")
     if args.resume and not out.is_file():
         raise CLIError(f"--resume given but '{out}' does not exist")
+    if args.init and not Path(args.init).is_file():
+        raise CLIError(f"--init '{args.init}' does not exist; give a checkpoint written by `flashnerd fit`")
     info, device = init_distributed(args.device)  # under torchrun: one process group, one device per rank
     try:
         fitter = Fitter(args.data, cfg, device=device, dist=info)
         if args.resume:
             fitter.resume(out)
+        elif args.init:
+            fitter.init_from(args.init)
         log_dir = args.log_dir or str(Path("logs") / "fit" / out.stem)
         result = fitter.fit(out, log_dir=log_dir, progress=info.is_main)
     finally:

@@ -75,6 +75,7 @@ class ContactRowDetector:
             mujoco.mju_quat2Mat(rot[i].numpy(), model.geom_quat[g])
         self.box_rot = rot.reshape(-1, 3, 3).to(**f)  # (B, 3, 3) box frame -> world
         self.box_half = torch.tensor(model.geom_size[world_boxes], **f).reshape(-1, 3)  # (B, 3)
+        self.box_reach = (self.box_rot.abs() @ self.box_half[..., None])[..., 0]  # (B, 3) world-aligned half extents
         self.num_probes, self.num_geoms = len(robot.probes), 1 + len(world_boxes)
         self.max_rows, self.cutoff = max_rows, cutoff
         self.row_dim = len(bodies) + 11  # F
@@ -84,10 +85,25 @@ class ContactRowDetector:
     def _sphere_centers(self, qpos: torch.Tensor) -> torch.Tensor:
         return self.kin.points(qpos, self.body_ids, self.local)  # (N, P, 3)
 
-    def _pairs(self, centers: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _near_boxes(self, centers: torch.Tensor) -> torch.Tensor | None:
+        """Indices of the boxes whose world bounding box comes within the cutoff of the bounding box of all spheres
+        of the batch, or None when that is every box. A box left out is farther than the cutoff from every sphere, so
+        it adds no row: planning batches (all samples around one robot) skip the rest of the terrain."""
+        if len(self.box_center) == 0:
+            return None
+        grow = self.radius.max() + self.cutoff
+        lo, hi = centers.amin(dim=(0, 1)) - grow, centers.amax(dim=(0, 1)) + grow  # (3,) x2
+        near = ((self.box_center - self.box_reach <= hi) & (self.box_center + self.box_reach >= lo)).all(dim=1)  # (B,)
+        return None if bool(near.all()) else near.nonzero()[:, 0]
+
+    def _pairs(self, centers: torch.Tensor,
+               boxes: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Signed distance (N, P, G), surface point (N, P, G, 3) and unit normal (N, P, G, 3) of every sphere-geom
-        pair, in the world frame; geom 0 is the ground plane z = 0."""
+        pair, in the world frame; geom 0 is the ground plane z = 0, then every box (or only `boxes`, indices)."""
         n, p = centers.shape[:2]
+        box_center, box_rot, half = self.box_center, self.box_rot, self.box_half  # (B, 3), (B, 3, 3), (B, 3)
+        if boxes is not None:
+            box_center, box_rot, half = box_center[boxes], box_rot[boxes], half[boxes]
         # ground plane
         g_point = centers.clone()
         g_point[..., 2] = 0.0  # (N, P, 3)
@@ -95,9 +111,8 @@ class ContactRowDetector:
         g_normal[..., 2] = 1.0
         g_dist = centers[..., 2]  # (N, P) center distance
         # boxes, in each box's frame: local = R^T (c - center)
-        rel = centers[:, :, None] - self.box_center  # (N, P, B, 3)
-        local = torch.einsum("npbi,bij->npbj", rel, self.box_rot)  # (N, P, B, 3)
-        half = self.box_half  # (B, 3)
+        rel = centers[:, :, None] - box_center  # (N, P, B, 3)
+        local = torch.einsum("npbi,bij->npbj", rel, box_rot)  # (N, P, B, 3)
         clamped = torch.maximum(torch.minimum(local, half), -half)  # (N, P, B, 3) nearest point of a solid box
         diff = local - clamped
         out_dist = torch.linalg.norm(diff, dim=-1)  # (N, P, B); 0 inside
@@ -112,8 +127,8 @@ class ContactRowDetector:
         normal_l = torch.where(inside[..., None], in_normal, diff / out_dist.clamp_min(1e-9)[..., None])
         point_l = torch.where(inside[..., None], in_point, clamped)
         b_dist = torch.where(inside, in_dist, out_dist)  # (N, P, B) signed distance of the center
-        b_normal = torch.einsum("bij,npbj->npbi", self.box_rot, normal_l)  # (N, P, B, 3) world
-        b_point = torch.einsum("bij,npbj->npbi", self.box_rot, point_l) + self.box_center
+        b_normal = torch.einsum("bij,npbj->npbi", box_rot, normal_l)  # (N, P, B, 3) world
+        b_point = torch.einsum("bij,npbj->npbi", box_rot, point_l) + box_center
         dist = torch.cat((g_dist[..., None], b_dist), dim=2) - self.radius[:, None]  # (N, P, G) sphere surface
         point = torch.cat((g_point[:, :, None], b_point), dim=2)  # (N, P, G, 3)
         normal = torch.cat((g_normal[:, :, None], b_normal), dim=2)  # (N, P, G, 3)
@@ -137,16 +152,18 @@ class ContactRowDetector:
         return self._detect(qpos, qvel)[0]
 
     def features_and_distance(self, qpos: torch.Tensor, qvel: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Packed rows (N, R * (F + 1)) and each sphere's signed distance to the nearest surface (N, P), one pass."""
+        """Packed rows (N, R * (F + 1)) and each sphere's signed distance to the nearest surface (N, P), one pass;
+        a distance beyond the cutoff may be to a farther surface than the nearest (only boxes near the batch count)."""
         rows, dist = self._detect(qpos, qvel)
         return rows.packed(), dist
 
     def _detect(self, qpos: torch.Tensor, qvel: torch.Tensor) -> tuple[ContactRows, torch.Tensor]:
-        n, R, P, G = qpos.shape[0], self.max_rows, self.num_probes, self.num_geoms
+        n, R, P = qpos.shape[0], self.max_rows, self.num_probes
         both = self._sphere_centers(torch.cat((qpos, self._advance(qpos, qvel, _FD_EPS))))  # (2N, P, 3) one pass
         centers = both[:n]  # (N, P, 3)
         velocity = (both[n:] - centers) / _FD_EPS  # (N, P, 3)
-        dist, point, normal = self._pairs(centers)  # (N, P, G), (N, P, G, 3) x2
+        dist, point, normal = self._pairs(centers, self._near_boxes(centers))  # (N, P, G), (N, P, G, 3) x2
+        G = dist.shape[2]  # the ground and the boxes near the batch
         nearest = dist.amin(dim=2)  # (N, P)
         dist, point, normal = dist.reshape(n, P * G), point.reshape(n, P * G, 3), normal.reshape(n, P * G, 3)
         near = dist < self.cutoff  # (N, K)

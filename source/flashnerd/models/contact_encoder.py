@@ -29,12 +29,17 @@ class ContactEncoder(nn.Module):
         self.out = nn.Linear(slots * width + 1, n_embd)
 
     def forward(self, rows: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        h = self.row_mlp(rows)  # (..., R, E)
-        k, v = self.key(h), self.value(h)  # (..., R, E)
-        scores = k @ self.queries.T / math.sqrt(self.width)  # (..., R, M)
-        scores = scores.masked_fill(~mask[..., None], float("-inf")).transpose(-1, -2)  # (..., M, R)
+        # masked rows contribute exactly nothing, so trailing rows empty in every frame of the batch are skipped (the
+        # detector sorts rows nearest first: a planning batch with a few contacts each encodes a few rows, not R)
+        used = mask.reshape(-1, mask.shape[-1]).any(dim=0)  # (R,)
+        last = int(used.nonzero().max()) + 1 if bool(used.any()) else 1
+        rows, mask = rows[..., :last, :], mask[..., :last]  # (..., R', F), (..., R')
+        h = self.row_mlp(rows)  # (..., R', E)
+        k, v = self.key(h), self.value(h)  # (..., R', E)
+        scores = k @ self.queries.T / math.sqrt(self.width)  # (..., R', M)
+        scores = scores.masked_fill(~mask[..., None], float("-inf")).transpose(-1, -2)  # (..., M, R')
         null = self.null_logit.expand(*scores.shape[:-1])[..., None]  # (..., M, 1)
-        weights = torch.softmax(torch.cat((null, scores), dim=-1), dim=-1)[..., 1:]  # (..., M, R); null value is 0
+        weights = torch.softmax(torch.cat((null, scores), dim=-1), dim=-1)[..., 1:]  # (..., M, R'); null value is 0
         pooled = weights @ v.masked_fill(~mask[..., None], 0.0)  # (..., M, E)
         count = torch.log1p(mask.sum(dim=-1, keepdim=True).to(rows))  # (..., 1)
         return self.out(torch.cat((pooled.flatten(-2), count), dim=-1))  # (..., C)

@@ -117,10 +117,14 @@ def lane_start(robot: RobotSpec, model, lane: int) -> tuple[torch.Tensor, torch.
     return qpos, torch.zeros(model.nv)
 
 
+ANALYTICAL_BACKENDS = ("mujoco", "mjwarp")
+
+
 class RolloutRecorder:
     """Keeps `per_call` random samples of every batch of planning rollouts (state, control), to write as a dataset in
-    `flashnerd record`'s format: on an analytical planning backend these are ground-truth transitions from exactly
-    the states and action sequences a planner explores."""
+    `flashnerd record`'s format: ground-truth transitions from exactly the states and action sequences a planner
+    explores (on an analytical planning backend its own rollouts; on a learned one the kept action sequences replayed
+    in MuJoCo, so a model can be refitted on the states its own plans lead to, as in DAgger)."""
 
     def __init__(self, per_call: int, seed: int = 0) -> None:
         self.per_call, self.gen = per_call, torch.Generator().manual_seed(seed)
@@ -136,6 +140,18 @@ class RolloutRecorder:
         self.qpos.append(qpos.cpu())
         self.qvel.append(qvel.cpu())
         self.ctrl.append(ctrl.cpu())
+
+    def replay(self, truth, qpos0: torch.Tensor, qvel0: torch.Tensor, ctrl: torch.Tensor) -> None:
+        """Roll controls ctrl (n, H, nu) out in `truth` (an analytical backend of n worlds) from one state qpos0 (nq,),
+        qvel0 (nv,) and keep the trajectories."""
+        n, horizon = ctrl.shape[:2]
+        truth.reset(torch.arange(n), qpos0.cpu().expand(n, -1), qvel0.cpu().expand(n, -1))
+        qpos, qvel = [truth.state().qpos.clone()], [truth.state().qvel.clone()]  # (n, nq), (n, nv)
+        for h in range(horizon):
+            truth.step(ctrl[:, h].cpu())
+            qpos.append(truth.state().qpos.clone())
+            qvel.append(truth.state().qvel.clone())
+        self.add(torch.stack(qpos, 1), torch.stack(qvel, 1), ctrl)
 
     def write(self, path, robot: RobotSpec, terrain: str, attrs: dict | None = None) -> dict:
         from flashnerd.data.dataset import write_dataset
@@ -155,6 +171,9 @@ def climb_platform(cfg: ClimbPlanCfg, robot: RobotSpec, dynamics: str, lane: int
                              **(dynamics_kwargs or {}))
     sim = make_dynamics("mujoco", robot, 1, terrain="platforms", nthread=1)
     model = build_scene(robot, "platforms")
+    # a learned planning backend's kept samples are replayed in MuJoCo to record ground truth
+    truth = (make_dynamics("mujoco", robot, min(recorder.per_call, p.num_samples), terrain="platforms", nthread=1)
+             if recorder is not None and dynamics not in ANALYTICAL_BACKENDS else None)
     reward = ClimbReward(cfg, robot, model, lane, device=plan_dyn.device)
     qpos, qvel = lane_start(robot, model, lane)
     sim.reset(torch.arange(1), qpos[None], qvel[None])
@@ -166,15 +185,18 @@ def climb_platform(cfg: ClimbPlanCfg, robot: RobotSpec, dynamics: str, lane: int
         s = sim.state()
         q0, v0 = s.qpos[0].to(plan_dyn.device), s.qvel[0].to(plan_dyn.device)  # (nq,), (nv,)
         keep = recorder.pick(p.num_samples).to(plan_dyn.device) if recorder is not None else None
-        path = [(q0.expand(len(keep), -1), v0.expand(len(keep), -1))] if keep is not None else []
+        own = keep is not None and truth is None  # record the planning backend's own (ground-truth) rollouts
+        path = [(q0.expand(len(keep), -1), v0.expand(len(keep), -1))] if own else []
         returns = rollout_returns(
             plan_dyn, q0, v0, actions,
             lambda st, h: torch.nan_to_num(reward(st.qpos, st.qvel, t_now + h * dt), nan=-1e6),
             lambda a: default + cfg.action_scale * a,
-            None if keep is None else lambda st: path.append((st.qpos[keep].clone(), st.qvel[keep].clone())))
-        if keep is not None:
+            (lambda st: path.append((st.qpos[keep].clone(), st.qvel[keep].clone()))) if own else None)
+        if own:
             recorder.add(torch.stack([q for q, _ in path], 1), torch.stack([v for _, v in path], 1),
                          default + cfg.action_scale * actions[keep])
+        elif keep is not None:
+            recorder.replay(truth, q0, v0, default + cfg.action_scale * actions[keep])
         return returns
 
     mpc = DialMPC(p, robot.num_joints, evaluate, device=plan_dyn.device, seed=seed)
@@ -192,5 +214,7 @@ def climb_platform(cfg: ClimbPlanCfg, robot: RobotSpec, dynamics: str, lane: int
     climbed = reward.climbed(sim.state().qpos[0].to(plan_dyn.device))
     sim.close()
     plan_dyn.close()
+    if truth is not None:
+        truth.close()
     return {"lane": lane, "height": PLATFORM_HEIGHTS[lane], "climbed": climbed,
             "median_planning_ms": float(np.median(plan_ms)), "planning_ms": plan_ms, "base_path": base}

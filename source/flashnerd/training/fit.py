@@ -57,6 +57,7 @@ class FitConfig:
     seed: int = 0
     contacts: str = "probes"  # "probes": fixed ground probes (NeRD); "rows": variable contact rows (FlashNeRD only)
     max_rows: int = 16  # contact rows per frame in "rows" mode
+    init: str = ""  # start from this checkpoint's weights and normalizers (fresh optimizer and schedule)
 
 
 class Fitter:
@@ -290,15 +291,33 @@ class Fitter:
 
     def resume(self, path: str | Path) -> None:
         """Continue from a checkpoint of this run: weights, optimizer, step, RNG and history."""
-        ckpt = read_checkpoint(path, self.robot)
-        if ckpt["kind"] != self.cfg.model or ckpt["model_config"] != config_dict(self.model.config):
-            raise ValueError(f"checkpoint '{path}' holds a different model ({ckpt['kind']}); cannot resume")
-        self.model.load_state_dict(ckpt["state_dict"])
+        ckpt = self._load_weights(path, "resume")
         self.opt.load_state_dict(ckpt["optimizer"])
-        self.x_norm.load_state_dict(ckpt["input_normalizer"])
-        self.y_norm.load_state_dict(ckpt["target_normalizer"])
         self.step, self.train_seconds, self.history = ckpt["step"], ckpt["train_seconds"], ckpt["history"]
         self.gen.set_state(ckpt["rng"])
+
+    def init_from(self, path: str | Path) -> None:
+        """Start from another fit's weights and normalizers (a model refitted on more data, e.g. rollouts its own
+        plans led to); the optimizer, schedule and step count start fresh."""
+        self._load_weights(path, "start from")
+
+    def _load_weights(self, path: str | Path, verb: str) -> dict:
+        """Load weights and normalizers of a checkpoint of the same model; the data are re-normalized with them."""
+        ckpt = read_checkpoint(path, self.robot)
+        if ckpt["kind"] != self.cfg.model or ckpt["model_config"] != config_dict(self.model.config):
+            raise ValueError(f"checkpoint '{path}' holds a different model ({ckpt['kind']}, "
+                             f"{ckpt['model_config']}); cannot {verb} it with this fit's settings")
+        self.model.load_state_dict(ckpt["state_dict"])
+        x_old, y_old = self.x_norm, self.y_norm
+        self.x_norm, self.y_norm = Normalizer(len(x_old.mean)), Normalizer(len(y_old.mean))
+        self.x_norm.load_state_dict(ckpt["input_normalizer"])
+        self.y_norm.load_state_dict(ckpt["target_normalizer"])
+        self.x_norm.to(self.device)
+        self.y_norm.to(self.device)
+        for name, old, new in (("xn_tr", x_old, self.x_norm), ("xn_va", x_old, self.x_norm),
+                               ("yn_tr", y_old, self.y_norm), ("yn_va", y_old, self.y_norm)):
+            setattr(self, name, new.normalize(old.denormalize(getattr(self, name))))  # the checkpoint's units
+        return ckpt
 
 
 class _Objective(torch.nn.Module):
