@@ -94,11 +94,17 @@ class TorchKinematics:
             skew = torch.zeros(len(bodies), 3, 3, **f)  # (k, 3, 3) cross-product matrix of each axis
             skew[:, 0, 1], skew[:, 0, 2], skew[:, 1, 2] = -axis[:, 2], axis[:, 1], -axis[:, 0]
             skew = skew - skew.transpose(1, 2)
+            rot, jpos = _quat_to_mat(self.body_quat[bodies]), torch.stack([j[3] for j in joint])  # (k, 3, 3), (k, 3)
             levels.append({
                 "bodies": bodies, "parent": torch.tensor([place[self.parent[b]] for b in bodies], device=self.device),
                 "adr": torch.tensor([j[1] for j in joint], device=self.device), "axis": axis,
-                "jpos": torch.stack([j[3] for j in joint]), "skew": skew, "skew2": skew @ skew,
-                "rot": _quat_to_mat(self.body_quat[bodies]), "pos": self.body_pos[bodies],
+                "pos": self.body_pos[bodies], "rot": rot,
+                # a hinge's rotation is I + sin(a) K + (1 - cos(a)) K^2 (Rodrigues, K = skew(axis)); folding the body
+                # rotation and the anchor jpos into these constants leaves one matrix product per depth
+                "rot_k": rot @ skew, "rot_k2": rot @ skew @ skew,  # (k, 3, 3)
+                "rot_k_jpos": (rot @ skew @ jpos[..., None])[..., 0],  # (k, 3)
+                "rot_k2_jpos": (rot @ skew @ skew @ jpos[..., None])[..., 0],  # (k, 3)
+                "rot_axis": (rot @ axis[..., None])[..., 0],  # (k, 3)
                 "free": bodies.index(free[0]) if free else None,
                 "is_hinge": torch.tensor([k == hinge for k in kind], **f),
                 "is_slide": torch.tensor([k == slide for k in kind], **f),
@@ -129,15 +135,14 @@ class TorchKinematics:
         for lv in self.levels:
             p_par, r_par = pos[:, lv["parent"]], rot[:, lv["parent"]]  # (N, k, 3), (N, k, 3, 3)
             value = qpos[:, lv["adr"]]  # (N, k) joint coordinate (masked for bodies without that joint type)
-            angle = (value * lv["is_hinge"])[..., None, None]  # (N, k, 1, 1)
-            r_joint = torch.eye(3, device=qpos.device) + torch.sin(angle) * lv["skew"] + (1 - torch.cos(angle)) * lv[
-                "skew2"]  # (N, k, 3, 3) Rodrigues
-            # a hinge turns about its anchor jpos, a slide moves along its axis; both in the body frame
-            shift = lv["jpos"] - (r_joint @ lv["jpos"][..., None])[..., 0] + lv["axis"] * (value * lv["is_slide"])[
-                ..., None]  # (N, k, 3)
-            offset = lv["pos"] + (lv["rot"] @ shift[..., None])[..., 0]  # (N, k, 3) in the parent frame
+            angle = value * lv["is_hinge"]  # (N, k)
+            sin, vers = torch.sin(angle)[..., None], (1 - torch.cos(angle))[..., None]  # (N, k, 1)
+            # child frame in the parent frame: body rotation, then the hinge about its anchor, or the slide
+            local = lv["rot"] + sin[..., None] * lv["rot_k"] + vers[..., None] * lv["rot_k2"]  # (N, k, 3, 3)
+            offset = (lv["pos"] - sin * lv["rot_k_jpos"] - vers * lv["rot_k2_jpos"]
+                      + (value * lv["is_slide"])[..., None] * lv["rot_axis"])  # (N, k, 3)
             p = p_par + (r_par @ offset[..., None])[..., 0]  # (N, k, 3)
-            r = r_par @ lv["rot"] @ r_joint  # (N, k, 3, 3)
+            r = r_par @ local  # (N, k, 3, 3)
             if lv["free"] is not None:  # the floating base: its pose is qpos itself
                 i, adr = lv["free"], int(lv["adr"][lv["free"]])
                 quat = qpos[:, adr + 3:adr + 7] / torch.linalg.norm(qpos[:, adr + 3:adr + 7], dim=-1, keepdim=True)
