@@ -20,7 +20,7 @@ from flashnerd.cli.common import (
     resolve_checkpoint,
     uninterrupted_cfg,
 )
-from flashnerd.data.record import PolicySource, merge_recordings, record
+from flashnerd.data.record import ANALYTICAL, PolicySource, merge_recordings, record
 from flashnerd.robots import get_robot
 from flashnerd.sim.terrain import TERRAINS
 from flashnerd.utils.distributed import barrier, dist_info, init_distributed, shutdown
@@ -34,7 +34,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--traj_len", type=int, default=100, help="control steps per trajectory")
     p.add_argument("--seed", type=int, default=0, help="random seed")
     p.add_argument("--out", required=True, help="output .h5 file (written to <out>.tmp, then renamed)")
-    p.add_argument("--dynamics", default="mujoco", choices=["mujoco", "mjwarp"], help="analytical backend to record")
+    p.add_argument("--dynamics", default="mujoco", choices=ANALYTICAL, help="analytical backend to record")
     p.add_argument("--device", default="cpu", help="torch device (mjwarp runs on cuda; mujoco computes on the CPU)")
     p.add_argument("--terrain", default=None, choices=list(TERRAINS),
                    help="terrain to record on (default flat; with --task, the task's terrain unless given)")

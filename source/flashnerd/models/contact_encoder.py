@@ -31,8 +31,8 @@ class ContactEncoder(nn.Module):
     def forward(self, rows: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         # masked rows contribute exactly nothing, so trailing rows empty in every frame of the batch are skipped (the
         # detector sorts rows nearest first: a planning batch with a few contacts each encodes a few rows, not R)
-        used = mask.reshape(-1, mask.shape[-1]).any(dim=0)  # (R,)
-        last = int(used.nonzero().max()) + 1 if bool(used.any()) else 1
+        used = mask.reshape(-1, mask.shape[-1]).any(dim=0).nonzero()  # (R_used, 1) rows real in some frame
+        last = int(used[-1]) + 1 if len(used) else 1
         rows, mask = rows[..., :last, :], mask[..., :last]  # (..., R', F), (..., R')
         h = self.row_mlp(rows)  # (..., R', E)
         k, v = self.key(h), self.value(h)  # (..., R', E)

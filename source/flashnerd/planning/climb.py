@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from flashnerd.data.record import ANALYTICAL
 from flashnerd.dynamics import make_dynamics
 from flashnerd.planning.dial_mpc import DialMPC, DialMPCConfig, rollout_returns
 from flashnerd.robots import RobotSpec
@@ -117,9 +118,6 @@ def lane_start(robot: RobotSpec, model, lane: int) -> tuple[torch.Tensor, torch.
     return qpos, torch.zeros(model.nv)
 
 
-ANALYTICAL_BACKENDS = ("mujoco", "mjwarp")
-
-
 class RolloutRecorder:
     """Keeps `per_call` random samples of every batch of planning rollouts (state, control), to write as a dataset in
     `flashnerd record`'s format: ground-truth transitions from exactly the states and action sequences a planner
@@ -173,7 +171,7 @@ def climb_platform(cfg: ClimbPlanCfg, robot: RobotSpec, dynamics: str, lane: int
     model = build_scene(robot, "platforms")
     # a learned planning backend's kept samples are replayed in MuJoCo to record ground truth
     truth = (make_dynamics("mujoco", robot, min(recorder.per_call, p.num_samples), terrain="platforms", nthread=1)
-             if recorder is not None and dynamics not in ANALYTICAL_BACKENDS else None)
+             if recorder is not None and dynamics not in ANALYTICAL else None)
     reward = ClimbReward(cfg, robot, model, lane, device=plan_dyn.device)
     qpos, qvel = lane_start(robot, model, lane)
     sim.reset(torch.arange(1), qpos[None], qvel[None])

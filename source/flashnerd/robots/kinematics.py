@@ -97,7 +97,7 @@ class TorchKinematics:
             rot, jpos = _quat_to_mat(self.body_quat[bodies]), torch.stack([j[3] for j in joint])  # (k, 3, 3), (k, 3)
             levels.append({
                 "bodies": bodies, "parent": torch.tensor([place[self.parent[b]] for b in bodies], device=self.device),
-                "adr": torch.tensor([j[1] for j in joint], device=self.device), "axis": axis,
+                "adr": torch.tensor([j[1] for j in joint], device=self.device),
                 "pos": self.body_pos[bodies], "rot": rot,
                 # a hinge's rotation is I + sin(a) K + (1 - cos(a)) K^2 (Rodrigues, K = skew(axis)); folding the body
                 # rotation and the anchor jpos into these constants leaves one matrix product per depth
