@@ -47,7 +47,7 @@ class ClimbPlanCfg:
     goal_past_edge: float = 1.0  # m: where the base should stop, past the platform edge (the platform is 2 m deep)
     stop_distance: float = 0.3  # m
     base_height: float = 0.5  # m above the mean surface under the feet (the default pose stands at 0.46 m)
-    episode_s: float = 5.0
+    episode_s: float = 8.0  # s per platform: at 5 s every backend was still stepping up the higher platforms
     action_scale: float = 0.5  # joint targets = default + action_scale * action, action in [-1, 1]
     success_margin: float = 0.5  # m: base past the platform edge at the end
     # shipped models fitted on platform data, per learned backend (file names under checkpoints/<robot>/)
