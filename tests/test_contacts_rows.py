@@ -3,6 +3,8 @@ variable-contact FlashNeRD from fitting to the learned backend on another terrai
 
 from __future__ import annotations
 
+import dataclasses
+
 import mujoco
 import numpy as np
 import pytest
@@ -116,6 +118,28 @@ def test_boxes_far_from_the_batch_are_skipped_without_changing_the_rows(anymal):
     torch.testing.assert_close(pruned.packed(), full.packed(), atol=0, rtol=0)
     close = full_dist < det.cutoff
     torch.testing.assert_close(dist[close], full_dist[close], atol=0, rtol=0)
+
+
+def test_compiled_contact_features_match_eager_ones(anymal):
+    """`compile=True` (planning) changes the speed, not the features: rows, probes and kinematics as in eager mode."""
+    from flashnerd.planning.climb import ClimbPlanCfg, ClimbReward
+
+    model = build_scene(anymal, "platforms")
+    qpos = _states_near_platforms(anymal, model, 32, seed=5)
+    qpos[:, 1] = 3 * 3.0 + (qpos[:, 1] - qpos[:, 1].round())  # one lane, as in a planning batch
+    qvel = 0.3 * torch.randn(32, model.nv, generator=torch.Generator().manual_seed(6))
+    for mode in ("rows", "probes"):
+        eager = contact_features(anymal, model, mode=mode)
+        fused = contact_features(anymal, model, mode=mode, compile=True)
+        (f0, d0), (f1, d1) = eager.features_and_distance(qpos, qvel), fused.features_and_distance(qpos, qvel)
+        assert (f0 != 0).sum() > 32  # contacts are there to compare
+        # velocities are finite differences over 1 ms: float rounding of the fused positions shows up as ~1e-3 m/s
+        torch.testing.assert_close(f1, f0, atol=3e-3, rtol=0)
+        torch.testing.assert_close(d1, d0, atol=1e-5, rtol=0)
+    cfg = ClimbPlanCfg()
+    feet0 = ClimbReward(cfg, anymal, model, lane=3).feet_pos(qpos)
+    feet1 = ClimbReward(dataclasses.replace(cfg, compile=False), anymal, model, lane=3).feet_pos(qpos)
+    torch.testing.assert_close(feet0, feet1, atol=1e-5, rtol=0)
 
 
 def test_rows_are_nearest_first_and_overflow_counts_what_was_cut(anymal):

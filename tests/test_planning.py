@@ -116,7 +116,8 @@ def test_climb_reward_and_success_on_hand_built_states(anymal):
 def test_flashnerd_plan_runs_one_platform_end_to_end(tmp_path):
     from flashnerd.cli.main import main
 
-    tiny = ["--platforms", "5", "--num_samples", "8", "--horizon", "6", "--iterations", "1", "--episode_s", "0.08"]
+    tiny = ["--platforms", "5", "--num_samples", "8", "--horizon", "6", "--iterations", "1", "--no-compile",
+            "--episode_s", "0.08"]
     data, ckpt = tmp_path / "rollouts.h5", tmp_path / "rows.pt"
     assert main(["plan", "--dynamics", "mujoco", *tiny, "--record_rollouts", str(data),
                  "--out", str(tmp_path / "plan.json")]) == 0
@@ -141,7 +142,8 @@ def test_planning_on_a_learned_model_records_its_samples_replayed_in_mujoco(tmp_
     from flashnerd.data.dataset import load_dataset
     from flashnerd.dynamics import make_dynamics
 
-    tiny = ["--platforms", "5", "--num_samples", "8", "--horizon", "6", "--iterations", "1", "--episode_s", "0.06"]
+    tiny = ["--platforms", "5", "--num_samples", "8", "--horizon", "6", "--iterations", "1", "--no-compile",
+            "--episode_s", "0.06"]
     data = tmp_path / "dagger.h5"
     assert main(["plan", "--dynamics", "flashnerd", *tiny, "--record_rollouts", str(data),
                  "--record_per_call", "3"]) == 0
@@ -154,3 +156,44 @@ def test_planning_on_a_learned_model_records_its_samples_replayed_in_mujoco(tmp_
         sim.step(rec.ctrl[:, t])
     assert (sim.state().qpos - rec.qpos[:, 6]).abs().max() < 2e-3  # ground truth, not the model's forecast
     sim.close()
+
+
+def test_bench_plan_times_backends_in_turns_and_reports_ratios(capsys):
+    from flashnerd.cli.main import main
+
+    tiny = ["--platform", "5", "--num_samples", "8", "--horizon", "4", "--iterations", "1", "--no-compile"]
+    assert main(["bench", "plan", "--dynamics", "mujoco,flashnerd", *tiny, "--decisions", "3", "--turns", "2",
+                 "--warmup", "1"]) == 0
+    import json
+
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert set(out["backends"]) == {"mujoco", "flashnerd"} and out["ratio_to_mujoco"]["mujoco"] == 1.0
+    fn = out["backends"]["flashnerd"]
+    assert len(fn["warmup_ms"]) == 1 and 0 < fn["p10_ms"] <= fn["median_planning_ms"] <= fn["p90_ms"]
+    assert out["ratio_to_mujoco"]["flashnerd"] == round(
+        fn["median_planning_ms"] / out["backends"]["mujoco"]["median_planning_ms"], 3)
+    assert main(["bench", "plan", *tiny, "--warmup", "-1"]) == 2  # one-line error
+    assert main(["bench", "plan", "--dynamics", "ode", *tiny]) == 2
+
+
+def test_lookahead_in_stance_only_changes_feet_standing_before_an_edge(anymal):
+    """Without the stance lookahead a foot standing on the ground just before the platform is asked to stay there
+    (not to float at the platform's height); far from the edge both rewards agree."""
+    import dataclasses
+
+    from flashnerd.planning.climb import ClimbPlanCfg, ClimbReward, lane_start
+    from flashnerd.sim.scene import build_scene
+    from flashnerd.sim.terrain import PLATFORM_EDGE
+
+    model = build_scene(anymal, "platforms")
+    cfg = ClimbPlanCfg()
+    both = ClimbReward(cfg, anymal, model, 4), ClimbReward(dataclasses.replace(cfg, lookahead_in_stance=False),
+                                                           anymal, model, 4)
+    start, _ = lane_start(anymal, model, 4)
+    near = start.clone()
+    near[0] = PLATFORM_EDGE - 0.55  # front feet 0.1 m before the edge, on the ground
+    qpos, qvel = torch.stack((start, near)), torch.zeros(2, model.nv)
+    t_stance = 0.5 / cfg.gait_frequency + 0.01  # the first diagonal pair just entered stance
+    with_stance, swing_only = (r(qpos, qvel, t_stance) for r in both)
+    torch.testing.assert_close(with_stance[0], swing_only[0])  # no surface ahead: same reward
+    assert swing_only[1] > with_stance[1] + 0.01

@@ -22,6 +22,7 @@ from flashnerd.cli.common import (
     play_variant,
     write_json,
 )
+from flashnerd.cli.plan import add_bench_parser as add_plan_bench_parser
 from flashnerd.viz.report import plot_ppo, plot_targets
 
 
@@ -45,6 +46,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_suite_parser(bsub)
     add_coupled_parser(bsub)
     add_finetune_parser(bsub)
+    add_plan_bench_parser(bsub)
 
 
 def _env_steps_per_second(task: str, env_cfg, steps: int, warmup: int) -> float:

@@ -14,7 +14,7 @@ from tqdm import tqdm
 from flashnerd.cli.common import CLIError, check_device, check_positive, checkpoints_by_kind, write_json
 from flashnerd.dynamics.learned import CHECKPOINT_DIR
 from flashnerd.envs.registry import load_cfg_from_registry
-from flashnerd.planning.climb import RolloutRecorder, climb_platform
+from flashnerd.planning.climb import PlatformClimb, RolloutRecorder, climb_platform
 from flashnerd.robots import get_robot
 from flashnerd.sim.terrain import PLATFORM_HEIGHTS
 
@@ -35,6 +35,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--episode_s", type=float, default=None, help="seconds per platform")
     p.add_argument("--seed", type=int, default=0, help="random seed of the planner")
     p.add_argument("--device", default="cpu", help="torch device of the planning backend")
+    p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
+                   help="torch.compile the reward's kinematics and a learned backend's contact features (default: "
+                        "the task's setting, on; the first decision then takes seconds longer)")
+    p.add_argument("--lookahead_in_stance", action=argparse.BooleanOptionalAction, default=None,
+                   help="ask a foot in stance too to stand at the height of the surface just ahead of it (default: "
+                        "the task's setting); --no-lookahead_in_stance keeps the lookahead to swinging feet")
     p.add_argument("--out", default=None,
                    help="also write the JSON (with base paths) to this file; an existing one written with the same "
                         "planner settings gains these backends (so backends can be run one at a time)")
@@ -56,7 +62,8 @@ def _lanes(text: str) -> list[int]:
     return lanes
 
 
-_SETTINGS = ("task", "num_samples", "horizon", "iterations", "episode_s", "device")
+_SETTINGS = ("task", "num_samples", "horizon", "iterations", "episode_s", "lookahead_in_stance", "device")
+_OLD_DEFAULTS = {"lookahead_in_stance": True}  # files written before a setting was recorded ran with this value
 
 
 def _merged(path: Path, summary: dict) -> dict:
@@ -67,10 +74,28 @@ def _merged(path: Path, summary: dict) -> dict:
         old = json.loads(path.read_text())
     except ValueError as err:
         raise CLIError(f"--out '{path}' exists and is not JSON; remove it or choose another file") from err
-    if any(old.get(k) != summary[k] for k in _SETTINGS):
+    if any(old.get(k, _OLD_DEFAULTS.get(k)) != summary[k] for k in _SETTINGS):
         raise CLIError(f"--out '{path}' holds a run with other settings ({', '.join(_SETTINGS)}); remove it or "
                        "choose another file")
     return {**summary, "backends": {**old.get("backends", {}), **summary["backends"]}}
+
+
+def planning_cfg(args: argparse.Namespace):
+    """The task's `ClimbPlanCfg` with the command line's overrides (samples, horizon, iterations, episode, flags)."""
+    cfg = load_cfg_from_registry(args.task, "plan_cfg_entry_point")
+    planner = dataclasses.replace(cfg.planner, **{k: v for k, v in (
+        ("num_samples", args.num_samples), ("horizon", args.horizon), ("iterations", args.iterations)) if v})
+    flags = {k: getattr(args, k) for k in ("compile", "lookahead_in_stance") if getattr(args, k, None) is not None}
+    return dataclasses.replace(cfg, planner=planner, episode_s=args.episode_s or cfg.episode_s, **flags)
+
+
+def backend_kwargs(cfg, robot, backend: str, checkpoints: dict[str, str]) -> dict:
+    """Backend arguments: the checkpoint given for a learned kind, else the task's shipped platform model (not the
+    flat-ground one); records the choice in `checkpoints`."""
+    shipped = CHECKPOINT_DIR / robot.name / cfg.checkpoints.get(backend, "-")
+    if backend not in checkpoints and shipped.is_file():
+        checkpoints[backend] = str(shipped)
+    return {"checkpoint": checkpoints[backend]} if backend in checkpoints else {}
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -88,20 +113,16 @@ def run(args: argparse.Namespace) -> dict:
         raise CLIError(f"unknown planning backend '{unknown[0] if unknown else args.dynamics}'; choose from: "
                        f"{', '.join(PLANNING_BACKENDS)}")
     checkpoints = checkpoints_by_kind(args.dynamics_checkpoint)
-    cfg = load_cfg_from_registry(args.task, "plan_cfg_entry_point")
-    planner = dataclasses.replace(cfg.planner, **{k: v for k, v in (
-        ("num_samples", args.num_samples), ("horizon", args.horizon), ("iterations", args.iterations)) if v})
-    cfg = dataclasses.replace(cfg, planner=planner, episode_s=args.episode_s or cfg.episode_s)
+    cfg = planning_cfg(args)
+    planner = cfg.planner
     robot = get_robot(cfg.robot)
     recorder = RolloutRecorder(args.record_per_call, seed=args.seed) if args.record_rollouts else None
     summary = {"task": args.task, "num_samples": planner.num_samples, "horizon": planner.horizon,
-               "iterations": planner.iterations, "episode_s": cfg.episode_s, "threads": torch.get_num_threads(),
+               "iterations": planner.iterations, "episode_s": cfg.episode_s,
+               "lookahead_in_stance": cfg.lookahead_in_stance, "threads": torch.get_num_threads(),
                "device": args.device, "backends": {}}
     for backend in backends:
-        shipped = CHECKPOINT_DIR / robot.name / cfg.checkpoints.get(backend, "-")
-        if backend not in checkpoints and shipped.is_file():  # the task's platform model, not the flat-ground one
-            checkpoints[backend] = str(shipped)
-        kwargs = {"checkpoint": checkpoints[backend]} if backend in checkpoints else {}
+        kwargs = backend_kwargs(cfg, robot, backend, checkpoints)
         results = []
         for lane in lanes:
             with tqdm(total=round(cfg.episode_s / robot.control_dt), desc=f"{backend} platform {lane}", unit="step",
@@ -125,3 +146,69 @@ def run(args: argparse.Namespace) -> dict:
         summary["recorded"] = recorder.write(args.record_rollouts, robot, "platforms", {"seed": args.seed})
         print(json.dumps(summary["recorded"]))
     return summary
+
+
+def add_bench_parser(bsub: argparse._SubParsersAction) -> None:
+    """`flashnerd bench plan`: planning time per decision of several backends, measured in turns."""
+    p = bsub.add_parser("plan", help="median DIAL-MPC planning time per decision of several backends on one platform, "
+                                     "measured in turns (a drifting machine slows every backend alike)")
+    p.add_argument("--task", default="FlashNeRD-Climb-Platform-Anymal-C-v0", help="a task with a plan_cfg_entry_point")
+    p.add_argument("--dynamics", default="mujoco,flashnerd",
+                   help="comma-separated planning backends; ratios are to the first")
+    p.add_argument("--dynamics_checkpoint", default="",
+                   help="learned checkpoints as kind=path[,kind=path] (default: the task's shipped platform models)")
+    p.add_argument("--platform", type=int, default=3, help="platform lane (0-5)")
+    p.add_argument("--decisions", type=int, default=60, help="timed decisions per backend")
+    p.add_argument("--turns", type=int, default=6, help="the timed decisions are made in this many turns per backend")
+    p.add_argument("--warmup", type=int, default=3, help="untimed decisions per backend first (compiling, caches)")
+    p.add_argument("--num_samples", type=int, default=None, help="samples per planning iteration")
+    p.add_argument("--horizon", type=int, default=None, help="control steps per plan")
+    p.add_argument("--iterations", type=int, default=None, help="annealing iterations per control step")
+    p.add_argument("--seed", type=int, default=0, help="random seed of the planner")
+    p.add_argument("--device", default="cpu", help="torch device of the planning backends")
+    p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
+                   help="torch.compile the reward's kinematics and learned contact features (default: the task's)")
+    p.set_defaults(func=run_bench, episode_s=None)
+
+
+def run_bench(args: argparse.Namespace) -> dict:
+    """Every backend plans the same platform from the same start; decisions are made in turns (a block of each backend,
+    then the next), and each backend's median planning time and its ratio to the first backend are printed as JSON."""
+    for name in ("decisions", "turns", "num_samples", "horizon", "iterations"):
+        check_positive(name, getattr(args, name))
+    if args.warmup < 0:
+        raise CLIError(f"--warmup must be zero or more, got {args.warmup}")
+    check_device(args.device)
+    _lanes(str(args.platform))
+    backends = [b for b in args.dynamics.split(",") if b]
+    unknown = [b for b in backends if b not in PLANNING_BACKENDS]
+    if unknown or not backends:
+        raise CLIError(f"unknown planning backend '{unknown[0] if unknown else args.dynamics}'; choose from: "
+                       f"{', '.join(PLANNING_BACKENDS)}")
+    checkpoints = checkpoints_by_kind(args.dynamics_checkpoint)
+    cfg = planning_cfg(args)
+    robot = get_robot(cfg.robot)
+    cfg = dataclasses.replace(cfg, episode_s=(args.warmup + args.decisions) * robot.control_dt)
+    climbs = {b: PlatformClimb(cfg, robot, b, args.platform, seed=args.seed, device=args.device,
+                               dynamics_kwargs=backend_kwargs(cfg, robot, b, checkpoints)) for b in backends}
+    first = {b: [c.decide() for _ in range(args.warmup)] for b, c in climbs.items()}
+    block = -(-args.decisions // args.turns)  # decisions per turn, rounded up
+    timed: dict[str, list[float]] = {b: [] for b in backends}
+    for _ in range(args.turns):
+        for b, c in climbs.items():
+            n = min(block, args.decisions - len(timed[b]))
+            timed[b] += [c.decide() for _ in range(n)]
+    for c in climbs.values():
+        c.close()
+    out = {"task": args.task, "platform": args.platform, "height": PLATFORM_HEIGHTS[args.platform],
+           "num_samples": cfg.planner.num_samples, "horizon": cfg.planner.horizon,
+           "iterations": cfg.planner.iterations, "compile": cfg.compile, "threads": torch.get_num_threads(),
+           "device": args.device, "decisions": args.decisions, "turns": args.turns, "backends": {
+               b: {"median_planning_ms": round(float(np.median(ms)), 1),
+                   "p10_ms": round(float(np.percentile(ms, 10)), 1), "p90_ms": round(float(np.percentile(ms, 90)), 1),
+                   "warmup_ms": [round(m, 1) for m in first[b]], "checkpoint": checkpoints.get(b)}
+               for b, ms in timed.items()}}
+    base = out["backends"][backends[0]]["median_planning_ms"]
+    out["ratio_to_" + backends[0]] = {b: round(r["median_planning_ms"] / base, 3) for b, r in out["backends"].items()}
+    print(json.dumps(out))
+    return out

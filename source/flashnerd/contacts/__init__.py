@@ -14,14 +14,15 @@ CONTACT_MODES = ("probes", "rows")
 
 
 def contact_features(robot: RobotSpec, model: mujoco.MjModel, device: torch.device | str = "cpu",
-                     mode: str = "probes", max_rows: int = 16):
+                     mode: str = "probes", max_rows: int = 16, compile: bool = False):
     """The contact features of `robot` in `model`'s scene, called as `features(qpos, qvel) -> (N, dim)`:
     fixed probes against the ground plane (`mode="probes"`, NeRD's convention) or variable contact rows against
-    everything in the scene (`mode="rows"`, packed, see `contacts/rows.py`); a robot without probes has none."""
+    everything in the scene (`mode="rows"`, packed, see `contacts/rows.py`); a robot without probes has none.
+    `compile=True` runs the per-step tensor code through `torch.compile` (for long rollouts at a fixed batch size)."""
     if mode not in CONTACT_MODES:
         raise ValueError(f"unknown contact mode '{mode}'; choose one of: {', '.join(CONTACT_MODES)}")
     if not robot.probes:
         return NoContact()
     if mode == "rows":
-        return ContactRowDetector(robot, model, device, max_rows=max_rows)
-    return ProbeFeatures(robot, model, device)
+        return ContactRowDetector(robot, model, device, max_rows=max_rows, compile=compile)
+    return ProbeFeatures(robot, model, device, compile=compile)

@@ -35,13 +35,15 @@ class ProbeFeatures:
     """Maps qpos (N, nq) of a floating-base robot to probe features (N, P * 8) and signed distances (N, P)."""
 
     def __init__(self, robot: RobotSpec, model: mujoco.MjModel, device: torch.device | str = "cpu",
-                 cutoff: float = 0.12, ground_height: float = 0.0) -> None:
+                 cutoff: float = 0.12, ground_height: float = 0.0, compile: bool = False) -> None:
         self.body_ids, self.local, self.radius = probe_spheres(robot, model, device)
         self.kin = TorchKinematics(model, device)
         self.cutoff = cutoff
         self.ground_height = ground_height
         self.num_probes = len(robot.probes)
         self.dim = self.num_probes * FEATURES_PER_PROBE
+        if compile:  # one fused pass (kinematics included) instead of many small launch-bound ops
+            self.features_and_distance = torch.compile(self.features_and_distance, dynamic=False)
 
     def signed_distance(self, qpos: torch.Tensor) -> torch.Tensor:
         """Signed distance (N, P) of each probe sphere to the ground (negative = penetration)."""

@@ -60,11 +60,11 @@ class ContactRowDetector:
     """Contact rows of a floating-base robot against the ground plane and the static boxes of `model`'s world body."""
 
     def __init__(self, robot: RobotSpec, model: mujoco.MjModel, device: torch.device | str = "cpu",
-                 max_rows: int = 16, cutoff: float = 0.08) -> None:
+                 max_rows: int = 16, cutoff: float = 0.08, compile: bool = False) -> None:
         self.body_ids, self.local, self.radius = probe_spheres(robot, model, device)  # (P,), (P, 3), (P,)
         dev = torch.device(device)
         f = dict(dtype=torch.float32, device=dev)
-        self.kin = TorchKinematics(model, dev)
+        self.kin = TorchKinematics(model, dev)  # compiled below as part of the sphere motion
         bodies = list(dict.fromkeys(p.body for p in robot.probes))
         self.body_onehot = torch.eye(len(bodies), **f)[[bodies.index(p.body) for p in robot.probes]]  # (P, nb)
         world_boxes = [g for g in range(model.ngeom) if model.geom_bodyid[g] == 0
@@ -80,6 +80,12 @@ class ContactRowDetector:
         self.max_rows, self.cutoff = max_rows, cutoff
         self.row_dim = len(bodies) + 11  # F
         self.dim = max_rows * (self.row_dim + 1)  # packed width
+        # torch.compile fuses the many small per-row ops (launch-bound on a CPU) around the one data-dependent step,
+        # the choice of boxes near the batch; compiled code is shared by every detector of the same shapes
+        self._motion, self._rows = self._centers_and_velocity, self._rows_of
+        if compile:
+            self._motion = torch.compile(self._motion, dynamic=False)
+            self._rows = torch.compile(self._rows, dynamic=False)
 
     # --- geometry -------------------------------------------------------------------------------------------------
     def _sphere_centers(self, qpos: torch.Tensor) -> torch.Tensor:
@@ -157,12 +163,23 @@ class ContactRowDetector:
         rows, dist = self._detect(qpos, qvel)
         return rows.packed(), dist
 
+    def _centers_and_velocity(self, qpos: torch.Tensor, qvel: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Sphere centers (N, P, 3) and their velocities (N, P, 3), by finite differences along qvel (one FK pass)."""
+        n = qpos.shape[0]
+        both = self._sphere_centers(torch.cat((qpos, self._advance(qpos, qvel, _FD_EPS))))  # (2N, P, 3)
+        return both[:n], (both[n:] - both[:n]) / _FD_EPS
+
     def _detect(self, qpos: torch.Tensor, qvel: torch.Tensor) -> tuple[ContactRows, torch.Tensor]:
+        centers, velocity = self._motion(qpos, qvel)  # (N, P, 3) x2
+        rows, mask, overflow, nearest = self._rows(qpos, centers, velocity, self._near_boxes(centers))
+        return ContactRows(rows, mask, overflow), nearest
+
+    def _rows_of(self, qpos: torch.Tensor, centers: torch.Tensor, velocity: torch.Tensor,
+                 boxes: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Rows (N, R, F), mask (N, R), overflow (N,) and each sphere's nearest distance (N, P) from sphere centers and
+        velocities (N, P, 3) against the ground and `boxes` (indices; None = all)."""
         n, R, P = qpos.shape[0], self.max_rows, self.num_probes
-        both = self._sphere_centers(torch.cat((qpos, self._advance(qpos, qvel, _FD_EPS))))  # (2N, P, 3) one pass
-        centers = both[:n]  # (N, P, 3)
-        velocity = (both[n:] - centers) / _FD_EPS  # (N, P, 3)
-        dist, point, normal = self._pairs(centers, self._near_boxes(centers))  # (N, P, G), (N, P, G, 3) x2
+        dist, point, normal = self._pairs(centers, boxes)  # (N, P, G), (N, P, G, 3) x2
         G = dist.shape[2]  # the ground and the boxes near the batch
         nearest = dist.amin(dim=2)  # (N, P)
         dist, point, normal = dist.reshape(n, P * G), point.reshape(n, P * G, 3), normal.reshape(n, P * G, 3)
@@ -188,7 +205,7 @@ class ContactRowDetector:
             rows = torch.cat((rows, rows.new_zeros(n, R - k, rows.shape[-1])), dim=1)
             mask = torch.cat((mask, mask.new_zeros(n, R - k)), dim=1)
         overflow = (near.sum(dim=1) - R).clamp_min(0)  # (N,)
-        return ContactRows(rows, mask, overflow), nearest
+        return rows, mask, overflow, nearest
 
     def __call__(self, qpos: torch.Tensor, qvel: torch.Tensor) -> torch.Tensor:
         """Packed rows (N, R * (F + 1)) for a model's frame vector."""

@@ -35,10 +35,12 @@ def default_checkpoint(robot: RobotSpec, kind: str) -> Path:
 
 
 class LearnedDynamics:
-    """A learned model stepping `num_worlds` worlds of `robot` behind the `Dynamics` interface."""
+    """A learned model stepping `num_worlds` worlds of `robot` behind the `Dynamics` interface. `compile=True` runs
+    the contact features through `torch.compile` (planning: many steps at one batch size)."""
 
     def __init__(self, robot: RobotSpec, num_worlds: int, device: str | torch.device = "cpu", kind: str = "flashnerd",
-                 checkpoint: str | Path | None = None, terrain: str = "flat", **_: object) -> None:
+                 checkpoint: str | Path | None = None, terrain: str = "flat", compile: bool = False,
+                 **_: object) -> None:
         self.robot, self.num_worlds, self.device = robot, num_worlds, torch.device(device)
         self.control_dt = robot.control_dt
         path = Path(checkpoint) if checkpoint else default_checkpoint(robot, kind)
@@ -57,7 +59,7 @@ class LearnedDynamics:
         # fixed probes see the ground plane only; variable rows see this scene's terrain, whatever it was fitted on
         self.contact_mode = rep_info.get("contact", "probes")
         self.probes = contact_features(robot, self.mj_model, self.device, mode=self.contact_mode,
-                                       max_rows=rep_info.get("max_rows", 16))
+                                       max_rows=rep_info.get("max_rows", 16), compile=compile)
         self.rep = StateRepresentation.for_robot(robot, self.mj_model, self.probes.dim)
         if rep_info["layout"] != self.rep.layout():
             raise ValueError(f"checkpoint '{path}' uses another state layout than this flashnerd; fit it again")

@@ -43,12 +43,18 @@ class ClimbPlanCfg:
     swing_height: float = 0.14  # m above the surface under the foot, at mid-swing
     foot_radius: float = 0.03  # m: the foot sphere's center sits this high on a surface
     lookahead: float = 0.2  # m: a swinging foot clears the highest surface between it and this far ahead
+    # also a foot in stance is asked to stand at the height of the surface just ahead of it (near an edge: on the
+    # platform's top, out of reach while it stands on the ground); False keeps the lookahead to swinging feet
+    lookahead_in_stance: bool = True
     forward_speed: float = 0.5  # m/s along +x, slowing down over the last `stop_distance` before the goal
     goal_past_edge: float = 1.0  # m: where the base should stop, past the platform edge (the platform is 2 m deep)
     stop_distance: float = 0.3  # m
     base_height: float = 0.5  # m above the mean surface under the feet (the default pose stands at 0.46 m)
     episode_s: float = 8.0  # s per platform: at 5 s every backend was still stepping up the higher platforms
     action_scale: float = 0.5  # joint targets = default + action_scale * action, action in [-1, 1]
+    # torch.compile the reward's kinematics and a learned backend's contact features (compiles for seconds on the
+    # first decision of a run, then cuts the per-step cost of these small launch-bound ops several times)
+    compile: bool = True
     success_margin: float = 0.5  # m: base past the platform edge at the end
     # shipped models fitted on platform data, per learned backend (file names under checkpoints/<robot>/)
     checkpoints: dict[str, str] = field(default_factory=lambda: {
@@ -72,7 +78,7 @@ class ClimbReward:
 
     def __init__(self, cfg: ClimbPlanCfg, robot: RobotSpec, model, lane: int, device: torch.device | str = "cpu"):
         self.cfg, self.lane_y, self.height = cfg, lane * LANE_GAP, PLATFORM_HEIGHTS[lane]
-        self.kin = TorchKinematics(model, device)
+        self.kin = TorchKinematics(model, device, compile=cfg.compile)
         self.feet = torch.tensor([model.body(f).id for f in cfg.feet], device=device)  # (4,)
         self.offsets = torch.tensor(cfg.gait_offsets, device=device)  # (4,)
 
@@ -90,6 +96,8 @@ class ClimbReward:
         swing = c.swing_height * torch.clamp(torch.sin(2 * math.pi * phase), min=0.0)  # (4,) 0 in stance
         under = _surface(feet[..., 0], feet[..., 1], self.lane_y, self.height)  # (S, 4) surface under each foot
         ground = torch.maximum(under, _surface(feet[..., 0] + c.lookahead, feet[..., 1], self.lane_y, self.height))
+        if not c.lookahead_in_stance:
+            ground = torch.where(swing > 0, ground, under)  # (S, 4)
         foot_err = feet[..., 2] - (ground + c.foot_radius + swing)  # (S, 4)
         # the base height follows the feet as they step up (a target from the surface under the base would jump at
         # the edge and hold the base back there)
@@ -158,61 +166,93 @@ class RolloutRecorder:
         return write_dataset(path, robot, qpos, qvel, ctrl, terrain=terrain, source="plan", **(attrs or {}))
 
 
-@torch.no_grad()
-def climb_platform(cfg: ClimbPlanCfg, robot: RobotSpec, dynamics: str, lane: int, seed: int = 0,
-                   dynamics_kwargs: dict | None = None, device: str = "cpu", progress=None,
-                   recorder: RolloutRecorder | None = None) -> dict:
-    """Plan on `dynamics`, execute in MuJoCo, for one platform; returns climbed, planning times (every decision) and
-    the base path. A `recorder` keeps some of the planning rollouts."""
-    p = cfg.planner
-    plan_dyn = make_dynamics(dynamics, robot, p.num_samples, device=device, terrain="platforms",
-                             **(dynamics_kwargs or {}))
-    sim = make_dynamics("mujoco", robot, 1, terrain="platforms", nthread=1)
-    model = build_scene(robot, "platforms")
-    # a learned planning backend's kept samples are replayed in MuJoCo to record ground truth
-    truth = (make_dynamics("mujoco", robot, min(recorder.per_call, p.num_samples), terrain="platforms", nthread=1)
-             if recorder is not None and dynamics not in ANALYTICAL else None)
-    reward = ClimbReward(cfg, robot, model, lane, device=plan_dyn.device)
-    qpos, qvel = lane_start(robot, model, lane)
-    sim.reset(torch.arange(1), qpos[None], qvel[None])
-    default = torch.tensor(robot.default_joint_pos, device=plan_dyn.device)  # (A,)
-    dt = robot.control_dt
-    t_now = 0.0
+class PlatformClimb:
+    """One platform with one planning backend, a control decision at a time: DIAL-MPC plans on `dynamics`, the chosen
+    action is executed in MuJoCo. `decide()` makes one decision; `result()` says whether the platform was climbed. A
+    `recorder` keeps some of the planning rollouts. Several climbs can be stepped in turns (`flashnerd bench plan`
+    interleaves backends so that a drifting machine slows them alike)."""
 
-    def evaluate(actions: torch.Tensor) -> torch.Tensor:  # (S, H, A) -> mean reward (S,)
-        s = sim.state()
-        q0, v0 = s.qpos[0].to(plan_dyn.device), s.qvel[0].to(plan_dyn.device)  # (nq,), (nv,)
-        keep = recorder.pick(p.num_samples).to(plan_dyn.device) if recorder is not None else None
-        own = keep is not None and truth is None  # record the planning backend's own (ground-truth) rollouts
+    @torch.no_grad()
+    def __init__(self, cfg: ClimbPlanCfg, robot: RobotSpec, dynamics: str, lane: int, seed: int = 0,
+                 dynamics_kwargs: dict | None = None, device: str = "cpu",
+                 recorder: RolloutRecorder | None = None) -> None:
+        p = cfg.planner
+        self.cfg, self.robot, self.lane = cfg, robot, lane
+        learned = {"compile": cfg.compile} if dynamics not in ANALYTICAL else {}
+        self.plan_dyn = make_dynamics(dynamics, robot, p.num_samples, device=device, terrain="platforms",
+                                      **learned, **(dynamics_kwargs or {}))
+        self.sim = make_dynamics("mujoco", robot, 1, terrain="platforms", nthread=1)
+        model = build_scene(robot, "platforms")
+        # a learned planning backend's kept samples are replayed in MuJoCo to record ground truth
+        self.truth = (make_dynamics("mujoco", robot, min(recorder.per_call, p.num_samples), terrain="platforms",
+                                    nthread=1) if recorder is not None and dynamics not in ANALYTICAL else None)
+        self.recorder = recorder
+        self.reward = ClimbReward(cfg, robot, model, lane, device=self.plan_dyn.device)
+        qpos, qvel = lane_start(robot, model, lane)
+        self.sim.reset(torch.arange(1), qpos[None], qvel[None])
+        self.default = torch.tensor(robot.default_joint_pos, device=self.plan_dyn.device)  # (A,)
+        self.mpc = DialMPC(p, robot.num_joints, self._evaluate, device=self.plan_dyn.device, seed=seed)
+        self.steps = int(round(cfg.episode_s / robot.control_dt))
+        self.t_now = 0.0
+        self.planning_ms: list[float] = []
+        self.base_path: list[list[float]] = []
+
+    def _evaluate(self, actions: torch.Tensor) -> torch.Tensor:
+        """Mean reward (S,) of action sequences (S, H, A) rolled out from the executed state on the planning backend."""
+        cfg, dyn, recorder, num_samples = self.cfg, self.plan_dyn, self.recorder, self.cfg.planner.num_samples
+        s = self.sim.state()
+        q0, v0 = s.qpos[0].to(dyn.device), s.qvel[0].to(dyn.device)  # (nq,), (nv,)
+        keep = recorder.pick(num_samples).to(dyn.device) if recorder is not None else None
+        own = keep is not None and self.truth is None  # record the planning backend's own (ground-truth) rollouts
         path = [(q0.expand(len(keep), -1), v0.expand(len(keep), -1))] if own else []
+        dt = self.robot.control_dt
         returns = rollout_returns(
-            plan_dyn, q0, v0, actions,
-            lambda st, h: torch.nan_to_num(reward(st.qpos, st.qvel, t_now + h * dt), nan=-1e6),
-            lambda a: default + cfg.action_scale * a,
+            dyn, q0, v0, actions,
+            lambda st, h: torch.nan_to_num(self.reward(st.qpos, st.qvel, self.t_now + h * dt), nan=-1e6),
+            lambda a: self.default + cfg.action_scale * a,
             (lambda st: path.append((st.qpos[keep].clone(), st.qvel[keep].clone()))) if own else None)
         if own:
             recorder.add(torch.stack([q for q, _ in path], 1), torch.stack([v for _, v in path], 1),
-                         default + cfg.action_scale * actions[keep])
+                         self.default + cfg.action_scale * actions[keep])
         elif keep is not None:
-            recorder.replay(truth, q0, v0, default + cfg.action_scale * actions[keep])
+            recorder.replay(self.truth, q0, v0, self.default + cfg.action_scale * actions[keep])
         return returns
 
-    mpc = DialMPC(p, robot.num_joints, evaluate, device=plan_dyn.device, seed=seed)
-    steps = int(round(cfg.episode_s / dt))
-    plan_ms, base = [], []
-    for k in range(steps):
-        t_now = k * dt
+    @torch.no_grad()
+    def decide(self) -> float:
+        """Plan one control decision, execute it in MuJoCo; returns the planning time (ms)."""
+        self.t_now = len(self.planning_ms) * self.robot.control_dt
         start = time.perf_counter()
-        action = mpc.step()  # (A,)
-        plan_ms.append(1e3 * (time.perf_counter() - start))
-        sim.step((default + cfg.action_scale * action).cpu()[None])
-        base.append(sim.state().qpos[0, :3].tolist())
+        action = self.mpc.step()  # (A,)
+        self.planning_ms.append(1e3 * (time.perf_counter() - start))
+        self.sim.step((self.default + self.cfg.action_scale * action).cpu()[None])
+        self.base_path.append(self.sim.state().qpos[0, :3].tolist())
+        return self.planning_ms[-1]
+
+    @torch.no_grad()
+    def result(self) -> dict:
+        """Climbed (judged on the current state), planning times of every decision so far, and the base path."""
+        climbed = self.reward.climbed(self.sim.state().qpos[0].to(self.plan_dyn.device))
+        return {"lane": self.lane, "height": PLATFORM_HEIGHTS[self.lane], "climbed": climbed,
+                "median_planning_ms": float(np.median(self.planning_ms)), "planning_ms": self.planning_ms,
+                "base_path": self.base_path}
+
+    def close(self) -> None:
+        for dyn in (self.sim, self.plan_dyn, self.truth):
+            if dyn is not None:
+                dyn.close()
+
+
+def climb_platform(cfg: ClimbPlanCfg, robot: RobotSpec, dynamics: str, lane: int, seed: int = 0,
+                   dynamics_kwargs: dict | None = None, device: str = "cpu", progress=None,
+                   recorder: RolloutRecorder | None = None) -> dict:
+    """Plan on `dynamics`, execute in MuJoCo, for one whole platform episode; returns climbed, planning times (every
+    decision) and the base path. A `recorder` keeps some of the planning rollouts."""
+    climb = PlatformClimb(cfg, robot, dynamics, lane, seed, dynamics_kwargs, device, recorder)
+    for k in range(climb.steps):
+        climb.decide()
         if progress is not None:
-            progress(k + 1, steps)
-    climbed = reward.climbed(sim.state().qpos[0].to(plan_dyn.device))
-    sim.close()
-    plan_dyn.close()
-    if truth is not None:
-        truth.close()
-    return {"lane": lane, "height": PLATFORM_HEIGHTS[lane], "climbed": climbed,
-            "median_planning_ms": float(np.median(plan_ms)), "planning_ms": plan_ms, "base_path": base}
+            progress(k + 1, climb.steps)
+    out = climb.result()
+    climb.close()
+    return out

@@ -53,10 +53,11 @@ class TorchKinematics:
 
     Bodies are processed one tree depth at a time with rotation matrices (ANYmal: 5 batched levels instead of 17
     bodies one by one), which needs every body to carry at most one hinge or slide joint (a free joint only at depth
-    1); other trees take the body-by-body quaternion path.
+    1); other trees take the body-by-body quaternion path. `compile=True` runs `forward_mat` and `points` through
+    `torch.compile` (the first call of each batch size compiles, seconds; later calls are several times faster).
     """
 
-    def __init__(self, model: mujoco.MjModel, device: torch.device | str = "cpu") -> None:
+    def __init__(self, model: mujoco.MjModel, device: torch.device | str = "cpu", compile: bool = False) -> None:
         self.nbody = model.nbody
         self.device = torch.device(device)
         f = dict(dtype=torch.float32, device=self.device)
@@ -71,6 +72,9 @@ class TorchKinematics:
                            torch.tensor(model.jnt_axis[j], **f), torch.tensor(model.jnt_pos[j], **f)))
             self.joints.append(js)
         self.levels = self._levels()
+        if compile:  # a few fused loops instead of ~100 small ops (launch-bound on a CPU); shared by same-shaped calls
+            self.forward_mat = torch.compile(self.forward_mat, dynamic=False)
+            self.points = torch.compile(self.points, dynamic=False)
 
     def _levels(self) -> list[dict] | None:
         """Per tree depth: its bodies, their parents' places in the previous depth, and joint data as rotation
@@ -106,6 +110,7 @@ class TorchKinematics:
                 "rot_k2_jpos": (rot @ skew @ skew @ jpos[..., None])[..., 0],  # (k, 3)
                 "rot_axis": (rot @ axis[..., None])[..., 0],  # (k, 3)
                 "free": bodies.index(free[0]) if free else None,
+                "free_adr": joint[bodies.index(free[0])][1] if free else None,
                 "is_hinge": torch.tensor([k == hinge for k in kind], **f),
                 "is_slide": torch.tensor([k == slide for k in kind], **f),
             })
@@ -144,7 +149,7 @@ class TorchKinematics:
             p = p_par + (r_par @ offset[..., None])[..., 0]  # (N, k, 3)
             r = r_par @ local  # (N, k, 3, 3)
             if lv["free"] is not None:  # the floating base: its pose is qpos itself
-                i, adr = lv["free"], int(lv["adr"][lv["free"]])
+                i, adr = lv["free"], lv["free_adr"]
                 quat = qpos[:, adr + 3:adr + 7] / torch.linalg.norm(qpos[:, adr + 3:adr + 7], dim=-1, keepdim=True)
                 p = torch.cat((p[:, :i], qpos[:, None, adr:adr + 3], p[:, i + 1:]), dim=1)
                 r = torch.cat((r[:, :i], _quat_to_mat(quat)[:, None], r[:, i + 1:]), dim=1)

@@ -251,7 +251,8 @@ def _climb(data: dict, name: str, folder: Path) -> str:
     heads = " | ".join(f"{p['height']:.3f} m" for p in lanes)
     rows = [f"{data['num_samples']} samples, horizon {data['horizon']}, {data['iterations']} iterations per control "
             f"step, {data['episode_s']:.0f} s per platform, {data['threads']} threads, device `{data['device']}`; "
-            "every chosen action executed in MuJoCo.", "",
+            + ("" if data.get("lookahead_in_stance", True) else "feet reference looks ahead in swing only; ")
+            + "every chosen action executed in MuJoCo.", "",
             f"| planning backend | climbs | median planning time per decision (ms) | vs `mujoco` | {heads} |",
             "|---|---|---|---|" + "---|" * len(lanes)]
     for backend, r in backends.items():
