@@ -21,11 +21,11 @@ fi
 if (( DRY )); then
   DEV=cpu; N=16; BATCH=16,64; ITERS=2; STEPS=3
   SUITE=(--robots cartpole --eval_rollouts 4 --horizons 1,15 --batches 16 --max_batch 64)
-  PLAN=(--num_samples 8 --horizon 6 --episode_s 0.04)
+  PLAN=(--num_samples 8 --horizon 6 --decisions 2 --turns 2 --warmup 1)
 else
   DEV=cuda; N=16384; BATCH=16,16384,512000; ITERS=30; STEPS=20
   SUITE=(--robots cartpole,franka,g1 --batches 16,16384 --max_batch 512000)
-  PLAN=(--num_samples 2048 --episode_s 1.0)  # the published sample count, one second on the highest platform
+  PLAN=(--num_samples 2048 --decisions 40 --turns 4 --warmup 3)  # the published sample count
 fi
 OUT=${OUT_DIR:-logs/gpu_check}
 mkdir -p "$OUT"
@@ -42,8 +42,9 @@ run bench suite "${SUITE[@]}" --device "$DEV" --data_dir "$OUT/suite_data" --out
   > "$OUT/suite.json"
 run bench ppo --task $TASK --dynamics mjwarp,nerd,flashnerd --num_envs "$N" --max_iterations "$ITERS" --eval_episodes 4 \
   --device "$DEV" --out_dir "$OUT/ppo" > "$OUT/ppo.json"
-# DIAL-MPC planning time per control decision, planning on the GPU (executed in MuJoCo on the CPU)
-run plan --dynamics mjwarp,flashnerd --platforms 5 "${PLAN[@]}" --device "$DEV" > "$OUT/plan.json"
+# DIAL-MPC planning time per control decision on the highest platform, planning on the GPU (executed in MuJoCo on the
+# CPU), backends in turns; eager (torch.compile on CUDA needs Triton, which a bare machine may lack)
+run bench plan --dynamics mjwarp,flashnerd --platform 5 "${PLAN[@]}" --no-compile --device "$DEV" > "$OUT/plan.json"
 
 "$PY" - "$OUT" "$DEV" <<'PYEOF'
 import json, sys, pathlib, torch
@@ -57,6 +58,7 @@ result = {
     "env_steps_per_s": {d: load(f"env_{d}.json")["env_steps_per_s"] for d in ("mujoco", "mjwarp", "nerd", "flashnerd")},
     "ppo_seconds_per_iteration": {d: r["seconds_per_iteration"] for d, r in load("ppo.json").items()},
     "plan_median_ms": {d: r["median_planning_ms"] for d, r in load("plan.json")["backends"].items()},
+    "plan_ratio_to_mjwarp": load("plan.json")["ratio_to_mjwarp"],
     "suite": {robot: {m: {"nrmse": v["nrmse"], "steps_per_s": v["steps_per_s"], "max_batch": v["max_batch"]}
                       for m, v in r["models"].items()} for robot, r in load("suite.json")["robots"].items()},
 }

@@ -197,3 +197,25 @@ def test_lookahead_in_stance_only_changes_feet_standing_before_an_edge(anymal):
     with_stance, swing_only = (r(qpos, qvel, t_stance) for r in both)
     torch.testing.assert_close(with_stance[0], swing_only[0])  # no surface ahead: same reward
     assert swing_only[1] > with_stance[1] + 0.01
+
+
+def test_stand_at_goal_asks_for_four_feet_down_at_the_goal_only(anymal):
+    import dataclasses
+
+    from flashnerd.planning.climb import ClimbPlanCfg, ClimbReward, lane_start
+    from flashnerd.sim.scene import build_scene
+    from flashnerd.sim.terrain import PLATFORM_EDGE, PLATFORM_HEIGHTS
+
+    model = build_scene(anymal, "platforms")
+    cfg = ClimbPlanCfg()
+    trot, stand = ClimbReward(cfg, anymal, model, 2), ClimbReward(dataclasses.replace(cfg, stand_at_goal=True),
+                                                                  anymal, model, 2)
+    start, _ = lane_start(anymal, model, 2)
+    at_goal = start.clone()
+    at_goal[0] = PLATFORM_EDGE + cfg.goal_past_edge
+    at_goal[2] += PLATFORM_HEIGHTS[2]  # standing on the platform's top
+    qpos, qvel = torch.stack((start, at_goal)), torch.zeros(2, model.nv)
+    t_swing = 0.25 / cfg.gait_frequency  # mid-swing of the first diagonal pair
+    r_trot, r_stand = trot(qpos, qvel, t_swing), stand(qpos, qvel, t_swing)
+    torch.testing.assert_close(r_trot[0], r_stand[0])  # far from the goal: the same trot
+    assert r_stand[1] > r_trot[1] + 0.05  # at the goal the feet in swing phase may stay down

@@ -41,6 +41,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--lookahead_in_stance", action=argparse.BooleanOptionalAction, default=None,
                    help="ask a foot in stance too to stand at the height of the surface just ahead of it (default: "
                         "the task's setting); --no-lookahead_in_stance keeps the lookahead to swinging feet")
+    p.add_argument("--stand_at_goal", action=argparse.BooleanOptionalAction, default=None,
+                   help="let the trot's swing height shrink to zero at the goal, so the robot ends standing (default: "
+                        "the task's setting)")
     p.add_argument("--out", default=None,
                    help="also write the JSON (with base paths) to this file; an existing one written with the same "
                         "planner settings gains these backends (so backends can be run one at a time)")
@@ -62,8 +65,20 @@ def _lanes(text: str) -> list[int]:
     return lanes
 
 
-_SETTINGS = ("task", "num_samples", "horizon", "iterations", "episode_s", "lookahead_in_stance", "device")
-_OLD_DEFAULTS = {"lookahead_in_stance": True}  # files written before a setting was recorded ran with this value
+def _backends(text: str) -> list[str]:
+    """Comma-separated planning backends, each checked."""
+    backends = [b for b in text.split(",") if b]
+    unknown = [b for b in backends if b not in PLANNING_BACKENDS]
+    if unknown or not backends:
+        raise CLIError(f"unknown planning backend '{unknown[0] if unknown else text}'; choose from: "
+                       f"{', '.join(PLANNING_BACKENDS)}")
+    return backends
+
+
+_SETTINGS = ("task", "num_samples", "horizon", "iterations", "episode_s", "lookahead_in_stance", "stand_at_goal",
+             "device")
+# files written before a setting was recorded ran with this value
+_OLD_DEFAULTS = {"lookahead_in_stance": True, "stand_at_goal": False}
 
 
 def _merged(path: Path, summary: dict) -> dict:
@@ -85,7 +100,8 @@ def planning_cfg(args: argparse.Namespace):
     cfg = load_cfg_from_registry(args.task, "plan_cfg_entry_point")
     planner = dataclasses.replace(cfg.planner, **{k: v for k, v in (
         ("num_samples", args.num_samples), ("horizon", args.horizon), ("iterations", args.iterations)) if v})
-    flags = {k: getattr(args, k) for k in ("compile", "lookahead_in_stance") if getattr(args, k, None) is not None}
+    flags = {k: getattr(args, k) for k in ("compile", "lookahead_in_stance", "stand_at_goal")
+             if getattr(args, k, None) is not None}
     return dataclasses.replace(cfg, planner=planner, episode_s=args.episode_s or cfg.episode_s, **flags)
 
 
@@ -107,11 +123,7 @@ def run(args: argparse.Namespace) -> dict:
         raise CLIError(f"--episode_s must be positive, got {args.episode_s}")
     check_device(args.device)
     lanes = _lanes(args.platforms)
-    backends = [b for b in args.dynamics.split(",") if b]
-    unknown = [b for b in backends if b not in PLANNING_BACKENDS]
-    if unknown or not backends:
-        raise CLIError(f"unknown planning backend '{unknown[0] if unknown else args.dynamics}'; choose from: "
-                       f"{', '.join(PLANNING_BACKENDS)}")
+    backends = _backends(args.dynamics)
     checkpoints = checkpoints_by_kind(args.dynamics_checkpoint)
     cfg = planning_cfg(args)
     planner = cfg.planner
@@ -119,7 +131,8 @@ def run(args: argparse.Namespace) -> dict:
     recorder = RolloutRecorder(args.record_per_call, seed=args.seed) if args.record_rollouts else None
     summary = {"task": args.task, "num_samples": planner.num_samples, "horizon": planner.horizon,
                "iterations": planner.iterations, "episode_s": cfg.episode_s,
-               "lookahead_in_stance": cfg.lookahead_in_stance, "threads": torch.get_num_threads(),
+               "lookahead_in_stance": cfg.lookahead_in_stance, "stand_at_goal": cfg.stand_at_goal,
+               "threads": torch.get_num_threads(),
                "device": args.device, "backends": {}}
     for backend in backends:
         kwargs = backend_kwargs(cfg, robot, backend, checkpoints)
@@ -180,11 +193,7 @@ def run_bench(args: argparse.Namespace) -> dict:
         raise CLIError(f"--warmup must be zero or more, got {args.warmup}")
     check_device(args.device)
     _lanes(str(args.platform))
-    backends = [b for b in args.dynamics.split(",") if b]
-    unknown = [b for b in backends if b not in PLANNING_BACKENDS]
-    if unknown or not backends:
-        raise CLIError(f"unknown planning backend '{unknown[0] if unknown else args.dynamics}'; choose from: "
-                       f"{', '.join(PLANNING_BACKENDS)}")
+    backends = _backends(args.dynamics)
     checkpoints = checkpoints_by_kind(args.dynamics_checkpoint)
     cfg = planning_cfg(args)
     robot = get_robot(cfg.robot)

@@ -46,6 +46,9 @@ class ClimbPlanCfg:
     # also a foot in stance is asked to stand at the height of the surface just ahead of it (near an edge: on the
     # platform's top, out of reach while it stands on the ground); False keeps the lookahead to swinging feet
     lookahead_in_stance: bool = True
+    # the trot's swing height shrinks to zero over the last `stop_distance` before the goal, so the robot ends standing
+    # on four feet instead of trotting in place (where it bounces and drifts sideways); False trots to the end
+    stand_at_goal: bool = False
     forward_speed: float = 0.5  # m/s along +x, slowing down over the last `stop_distance` before the goal
     goal_past_edge: float = 1.0  # m: where the base should stop, past the platform edge (the platform is 2 m deep)
     stop_distance: float = 0.3  # m
@@ -98,7 +101,10 @@ class ClimbReward:
         ground = torch.maximum(under, _surface(feet[..., 0] + c.lookahead, feet[..., 1], self.lane_y, self.height))
         if not c.lookahead_in_stance:
             ground = torch.where(swing > 0, ground, under)  # (S, 4)
-        foot_err = feet[..., 2] - (ground + c.foot_radius + swing)  # (S, 4)
+        lift = swing.expand(len(x), 4)  # (S, 4)
+        if c.stand_at_goal:
+            lift = lift * (speed / c.forward_speed).clamp(0.0, 1.0)[:, None]  # (S, 4) no swing at the goal
+        foot_err = feet[..., 2] - (ground + c.foot_radius + lift)  # (S, 4)
         # the base height follows the feet as they step up (a target from the surface under the base would jump at
         # the edge and hold the base back there)
         return -(w["forward"] * (qvel[:, 0] - speed).square()
@@ -109,12 +115,19 @@ class ClimbReward:
                  + w["feet"] * foot_err.square().sum(-1)
                  + w["ang_vel"] * qvel[:, 3:6].square().sum(-1))
 
-    def climbed(self, qpos: torch.Tensor) -> bool:
-        """Base past the edge by the margin, all four feet on the platform's top, upright (one world)."""
+    def checks(self, qpos: torch.Tensor) -> dict:
+        """The parts of `climbed` for one world: base past the edge by the margin, each foot on the platform's top,
+        upright (gravity's z in the base frame below -0.8)."""
         feet = self.feet_pos(qpos[None])[0]  # (4, 3)
         gravity_z = quat_apply_inverse(qpos[None, 3:7], qpos.new_tensor([[0.0, 0.0, -1.0]]))[0, 2]
         on_top = (_surface(feet[:, 0], feet[:, 1], self.lane_y, self.height) > 0) & (feet[:, 2] > self.height)
-        return bool(qpos[0] > PLATFORM_EDGE + self.cfg.success_margin and on_top.all() and gravity_z < -0.8)
+        return {"past_edge": bool(qpos[0] > PLATFORM_EDGE + self.cfg.success_margin),
+                "feet_on_top": on_top.tolist(), "upright": bool(gravity_z < -0.8)}
+
+    def climbed(self, qpos: torch.Tensor) -> bool:
+        """Base past the edge by the margin, all four feet on the platform's top, upright (one world)."""
+        c = self.checks(qpos)
+        return c["past_edge"] and all(c["feet_on_top"]) and c["upright"]
 
 
 def lane_start(robot: RobotSpec, model, lane: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -232,8 +245,9 @@ class PlatformClimb:
     @torch.no_grad()
     def result(self) -> dict:
         """Climbed (judged on the current state), planning times of every decision so far, and the base path."""
-        climbed = self.reward.climbed(self.sim.state().qpos[0].to(self.plan_dyn.device))
-        return {"lane": self.lane, "height": PLATFORM_HEIGHTS[self.lane], "climbed": climbed,
+        qpos = self.sim.state().qpos[0].to(self.plan_dyn.device)  # (nq,)
+        return {"lane": self.lane, "height": PLATFORM_HEIGHTS[self.lane], "climbed": self.reward.climbed(qpos),
+                "checks": self.reward.checks(qpos),
                 "median_planning_ms": float(np.median(self.planning_ms)), "planning_ms": self.planning_ms,
                 "base_path": self.base_path}
 

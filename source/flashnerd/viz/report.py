@@ -252,6 +252,7 @@ def _climb(data: dict, name: str, folder: Path) -> str:
     rows = [f"{data['num_samples']} samples, horizon {data['horizon']}, {data['iterations']} iterations per control "
             f"step, {data['episode_s']:.0f} s per platform, {data['threads']} threads, device `{data['device']}`; "
             + ("" if data.get("lookahead_in_stance", True) else "feet reference looks ahead in swing only; ")
+            + ("stands at the goal; " if data.get("stand_at_goal", False) else "")
             + "every chosen action executed in MuJoCo.", "",
             f"| planning backend | climbs | median planning time per decision (ms) | vs `mujoco` | {heads} |",
             "|---|---|---|---|" + "---|" * len(lanes)]
