@@ -13,6 +13,7 @@ folder says what goes there. The file-name prefix picks the renderer:
     microduck_finetune*  `flashnerd bench finetune` JSON -> wall time and success per backend + bar chart (NAME.png)
     platform_climb*  `flashnerd plan --out` JSON -> climbs and planning time per backend + base height over time
                      per platform (NAME.png)
+    bench_plan*      `flashnerd bench plan` JSON -> planning time per decision per backend, ratio to the first
 """
 
 from __future__ import annotations
@@ -265,10 +266,24 @@ def _climb(data: dict, name: str, folder: Path) -> str:
     return "\n".join(rows)
 
 
+def _bench_plan(data: dict, name: str, folder: Path) -> str:
+    """`flashnerd bench plan` JSON -> planning time per decision per backend, and the ratio to the first."""
+    ratio = next(v for k, v in data.items() if k.startswith("ratio_to_"))
+    first = next(iter(data["backends"]))
+    rows = [f"Platform {data['platform']} ({data['height']:.3f} m), {data['num_samples']} samples, horizon "
+            f"{data['horizon']}, {data['iterations']} iterations per decision, torch.compile "
+            f"{'on' if data['compile'] else 'off'}, {data['threads']} threads, device `{data['device']}`; "
+            f"{data['decisions']} timed decisions per backend in {data['turns']} turns.", "",
+            f"| planning backend | median ms per decision | p10 | p90 | vs `{first}` |", "|---|---|---|---|---|"]
+    rows += [f"| `{b}` | {r['median_planning_ms']:.0f} | {r['p10_ms']:.0f} | {r['p90_ms']:.0f} | {ratio[b]:.2f}x |"
+             for b, r in data["backends"].items()]
+    return "\n".join(rows)
+
+
 RENDERERS: dict[str, Callable[[dict, str, Path], str]] = {
     "bench_ppo_": _bench_ppo, "bench_model_": _bench_model, "model_eval_": _model_eval, "transfer_": _transfer,
     "fit_scaling_": _fit_scaling, "model_suite": _model_suite, "cube_reorient": _reorient,
-    "microduck_finetune": _finetune, "platform_climb": _climb,
+    "microduck_finetune": _finetune, "platform_climb": _climb, "bench_plan": _bench_plan,
 }
 
 
