@@ -126,8 +126,12 @@ class ClimbReward:
 
     def climbed(self, qpos: torch.Tensor) -> bool:
         """Base past the edge by the margin, all four feet on the platform's top, upright (one world)."""
-        c = self.checks(qpos)
-        return c["past_edge"] and all(c["feet_on_top"]) and c["upright"]
+        return passed(self.checks(qpos))
+
+
+def passed(checks: dict) -> bool:
+    """Whether every part of `ClimbReward.checks` holds."""
+    return checks["past_edge"] and all(checks["feet_on_top"]) and checks["upright"]
 
 
 def lane_start(robot: RobotSpec, model, lane: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -245,9 +249,8 @@ class PlatformClimb:
     @torch.no_grad()
     def result(self) -> dict:
         """Climbed (judged on the current state), planning times of every decision so far, and the base path."""
-        qpos = self.sim.state().qpos[0].to(self.plan_dyn.device)  # (nq,)
-        return {"lane": self.lane, "height": PLATFORM_HEIGHTS[self.lane], "climbed": self.reward.climbed(qpos),
-                "checks": self.reward.checks(qpos),
+        checks = self.reward.checks(self.sim.state().qpos[0].to(self.plan_dyn.device))
+        return {"lane": self.lane, "height": PLATFORM_HEIGHTS[self.lane], "climbed": passed(checks), "checks": checks,
                 "median_planning_ms": float(np.median(self.planning_ms)), "planning_ms": self.planning_ms,
                 "base_path": self.base_path}
 
