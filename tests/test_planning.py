@@ -187,8 +187,8 @@ def test_lookahead_in_stance_only_changes_feet_standing_before_an_edge(anymal):
 
     model = build_scene(anymal, "platforms")
     cfg = ClimbPlanCfg()
-    both = ClimbReward(cfg, anymal, model, 4), ClimbReward(dataclasses.replace(cfg, lookahead_in_stance=False),
-                                                           anymal, model, 4)
+    both = (ClimbReward(dataclasses.replace(cfg, lookahead_in_stance=True), anymal, model, 4),
+            ClimbReward(dataclasses.replace(cfg, lookahead_in_stance=False), anymal, model, 4))
     start, _ = lane_start(anymal, model, 4)
     near = start.clone()
     near[0] = PLATFORM_EDGE - 0.55  # front feet 0.1 m before the edge, on the ground
@@ -208,8 +208,8 @@ def test_stand_at_goal_asks_for_four_feet_down_at_the_goal_only(anymal):
 
     model = build_scene(anymal, "platforms")
     cfg = ClimbPlanCfg()
-    trot, stand = ClimbReward(cfg, anymal, model, 2), ClimbReward(dataclasses.replace(cfg, stand_at_goal=True),
-                                                                  anymal, model, 2)
+    trot, stand = (ClimbReward(dataclasses.replace(cfg, stand_at_goal=False), anymal, model, 2),
+                   ClimbReward(dataclasses.replace(cfg, stand_at_goal=True), anymal, model, 2))
     start, _ = lane_start(anymal, model, 2)
     at_goal = start.clone()
     at_goal[0] = PLATFORM_EDGE + cfg.goal_past_edge

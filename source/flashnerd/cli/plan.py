@@ -75,10 +75,11 @@ def _backends(text: str) -> list[str]:
     return backends
 
 
-_SETTINGS = ("task", "num_samples", "horizon", "iterations", "episode_s", "lookahead_in_stance", "stand_at_goal",
-             "device")
-# files written before a setting was recorded ran with this value
-_OLD_DEFAULTS = {"lookahead_in_stance": True, "stand_at_goal": False}
+_SETTINGS = ("task", "seed", "num_samples", "horizon", "iterations", "episode_s", "lookahead_in_stance",
+             "stand_at_goal", "device")
+# files written before a setting was recorded ran with this value (none of them with another seed than 0: the
+# seed-100 runs of docs/results.md went to files of their own)
+_OLD_DEFAULTS = {"seed": 0, "lookahead_in_stance": True, "stand_at_goal": False}
 
 
 def _merged(path: Path, summary: dict) -> dict:
@@ -129,7 +130,7 @@ def run(args: argparse.Namespace) -> dict:
     planner = cfg.planner
     robot = get_robot(cfg.robot)
     recorder = RolloutRecorder(args.record_per_call, seed=args.seed) if args.record_rollouts else None
-    summary = {"task": args.task, "num_samples": planner.num_samples, "horizon": planner.horizon,
+    summary = {"task": args.task, "seed": args.seed, "num_samples": planner.num_samples, "horizon": planner.horizon,
                "iterations": planner.iterations, "episode_s": cfg.episode_s,
                "lookahead_in_stance": cfg.lookahead_in_stance, "stand_at_goal": cfg.stand_at_goal,
                "threads": torch.get_num_threads(),

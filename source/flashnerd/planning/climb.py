@@ -43,12 +43,13 @@ class ClimbPlanCfg:
     swing_height: float = 0.14  # m above the surface under the foot, at mid-swing
     foot_radius: float = 0.03  # m: the foot sphere's center sits this high on a surface
     lookahead: float = 0.2  # m: a swinging foot clears the highest surface between it and this far ahead
-    # also a foot in stance is asked to stand at the height of the surface just ahead of it (near an edge: on the
-    # platform's top, out of reach while it stands on the ground); False keeps the lookahead to swinging feet
-    lookahead_in_stance: bool = True
+    # True also asks a foot in stance to stand at the height of the surface just ahead of it. Near an edge that is the
+    # platform's top, out of reach while the foot stands on the ground, so the cheapest plan waits at the edge; the
+    # default keeps the lookahead to swinging feet
+    lookahead_in_stance: bool = False
     # the trot's swing height shrinks to zero over the last `stop_distance` before the goal, so the robot ends standing
     # on four feet instead of trotting in place (where it bounces and drifts sideways); False trots to the end
-    stand_at_goal: bool = False
+    stand_at_goal: bool = True
     forward_speed: float = 0.5  # m/s along +x, slowing down over the last `stop_distance` before the goal
     goal_past_edge: float = 1.0  # m: where the base should stop, past the platform edge (the platform is 2 m deep)
     stop_distance: float = 0.3  # m
