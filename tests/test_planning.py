@@ -136,6 +136,42 @@ def test_flashnerd_plan_runs_one_platform_end_to_end(tmp_path):
     assert main(["plan", "--platforms", "7"]) == 2  # a lane that does not exist: one-line error
 
 
+def test_plan_writes_after_every_platform_and_resumes_an_interrupted_run(tmp_path, monkeypatch):
+    """An interrupted run keeps the platforms it finished in --out; --resume plans only the others, and the result
+    equals an uninterrupted run's (the planner's seed is per platform)."""
+    import json
+
+    import flashnerd.cli.plan as plan_cli
+    from flashnerd.cli.main import main
+
+    tiny = ["--dynamics", "mujoco", "--platforms", "4,5", "--num_samples", "8", "--horizon", "4", "--iterations", "1",
+            "--no-compile", "--episode_s", "0.06"]
+    whole, cut = tmp_path / "whole.json", tmp_path / "cut.json"
+    assert main(["plan", *tiny, "--out", str(whole)]) == 0
+    real = plan_cli.climb_platform
+
+    def dies_on_lane_5(cfg, robot, backend, lane, **kw):
+        if lane == 5:
+            raise KeyboardInterrupt
+        return real(cfg, robot, backend, lane, **kw)
+
+    monkeypatch.setattr(plan_cli, "climb_platform", dies_on_lane_5)
+    assert main(["plan", *tiny, "--out", str(cut)]) == 130  # Ctrl-C
+    partial = json.loads(cut.read_text())["backends"]["mujoco"]
+    assert partial["platforms"] == 1 and partial["complete"] is False and partial["per_platform"][0]["lane"] == 4
+
+    planned = []
+    monkeypatch.setattr(plan_cli, "climb_platform", lambda *a, **kw: planned.append(a[3]) or real(*a, **kw))
+    assert main(["plan", *tiny, "--out", str(cut), "--resume"]) == 0
+    assert planned == [5]  # lane 4 was kept
+    done, ref = (json.loads(f.read_text())["backends"]["mujoco"] for f in (cut, whole))
+    assert done["complete"] and [p["lane"] for p in done["per_platform"]] == [4, 5]
+    assert [p["base_path"] for p in done["per_platform"]] == [p["base_path"] for p in ref["per_platform"]]
+    assert main(["plan", *tiny, "--resume"]) == 2  # --resume needs --out: one-line error
+    assert main(["plan", *tiny, "--seed", "3", "--out", str(cut)]) == 2  # another seed: refused before planning
+    assert planned == [5]
+
+
 def test_planning_on_a_learned_model_records_its_samples_replayed_in_mujoco(tmp_path, anymal):
     """DAgger data: a learned planner's kept action sequences, rolled out in MuJoCo from the executed states."""
     from flashnerd.cli.main import main

@@ -49,3 +49,21 @@ def test_a_malformed_measurement_is_a_one_line_error(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "is not the JSON that block 'bench_ppo_x' expects" in err[0]
     assert page.read_text() == text and sorted(p.name for p in folder.iterdir()) == ["bench_ppo_x.json"]
+
+
+def test_an_incomplete_climb_run_renders_with_its_missing_platforms(tmp_path, capsys):
+    """`flashnerd plan --out` writes after every platform: a backend that stopped early is marked, not misaligned."""
+    folder = tmp_path / "results"
+    folder.mkdir()
+    data = json.loads((ROOT / "docs" / "results" / "platform_climb.json").read_text())
+    nerd = data["backends"]["nerd"]
+    nerd["per_platform"] = nerd["per_platform"][:2]
+    nerd.update(platforms=2, climbs=sum(p["climbed"] for p in nerd["per_platform"]), complete=False)
+    (folder / "platform_climb_part.json").write_text(json.dumps(data))
+    page = tmp_path / "results.md"
+    page.write_text("<!-- report:platform_climb_part -->\n<!-- /report -->\n")
+    assert main(["report", "--page", str(page), "--results", str(folder)]) == 0
+    row = next(line for line in page.read_text().splitlines() if line.startswith("| `nerd`"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[1] == f"{nerd['climbs']}/2 (incomplete)" and cells[-4:] == ["-"] * 4 and len(cells) == 4 + 6
+    assert (folder / "platform_climb_part.png").stat().st_size > 10_000

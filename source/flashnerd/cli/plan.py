@@ -45,8 +45,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="let the trot's swing height shrink to zero at the goal, so the robot ends standing (default: "
                         "the task's setting)")
     p.add_argument("--out", default=None,
-                   help="also write the JSON (with base paths) to this file; an existing one written with the same "
-                        "planner settings gains these backends (so backends can be run one at a time)")
+                   help="also write the JSON (with base paths and planning times) to this file, after every "
+                        "platform; an existing one written with the same planner settings gains these backends (so "
+                        "backends can be run one at a time)")
+    p.add_argument("--resume", action="store_true",
+                   help="keep the platforms a backend already has in --out (same settings and checkpoint) and plan "
+                        "only the others, e.g. after an interrupted run")
     p.add_argument("--record_rollouts", default=None,
                    help="write some planning rollouts as a ground-truth dataset (a learned backend's kept action "
                         "sequences are replayed in MuJoCo; planning times then include the replay)")
@@ -82,10 +86,10 @@ _SETTINGS = ("task", "seed", "num_samples", "horizon", "iterations", "episode_s"
 _OLD_DEFAULTS = {"seed": 0, "lookahead_in_stance": True, "stand_at_goal": False}
 
 
-def _merged(path: Path, summary: dict) -> dict:
-    """`summary` with the backends of an earlier --out file of the same settings added (this run's win)."""
-    if not path.is_file():
-        return summary
+def _earlier(path: Path | None, summary: dict) -> dict:
+    """The backends of an earlier --out file written with the same settings ({} if there is none)."""
+    if path is None or not path.is_file():
+        return {}
     try:
         old = json.loads(path.read_text())
     except ValueError as err:
@@ -93,7 +97,23 @@ def _merged(path: Path, summary: dict) -> dict:
     if any(old.get(k, _OLD_DEFAULTS.get(k)) != summary[k] for k in _SETTINGS):
         raise CLIError(f"--out '{path}' holds a run with other settings ({', '.join(_SETTINGS)}); remove it or "
                        "choose another file")
-    return {**summary, "backends": {**old.get("backends", {}), **summary["backends"]}}
+    return old.get("backends", {})
+
+
+def _backend_result(checkpoint: str | None, results: list[dict], lanes: list[int]) -> dict:
+    """A backend's entry: climbs over the platforms done so far (of `lanes`), the median planning time over all
+    their decisions, and each platform's result."""
+    return {"checkpoint": checkpoint, "climbs": sum(r["climbed"] for r in results), "platforms": len(results),
+            "complete": len(results) == len(lanes),
+            "median_planning_ms": float(np.median([ms for r in results for ms in r["planning_ms"]])),
+            "per_platform": [{**r, "planning_ms": [round(ms, 1) for ms in r["planning_ms"]]} for r in results]}
+
+
+def _resumable(old: dict | None, checkpoint: str | None) -> dict[int, dict]:
+    """Platforms of an earlier entry of this backend that can be kept: same checkpoint, planning times recorded."""
+    if not old or old.get("checkpoint") != checkpoint:
+        return {}
+    return {r["lane"]: r for r in old.get("per_platform", []) if "planning_ms" in r}
 
 
 def planning_cfg(args: argparse.Namespace):
@@ -125,6 +145,11 @@ def run(args: argparse.Namespace) -> dict:
     check_device(args.device)
     lanes = _lanes(args.platforms)
     backends = _backends(args.dynamics)
+    if args.resume and not args.out:
+        raise CLIError("--resume keeps the platforms already in --out; name the file with --out")
+    if args.resume and args.record_rollouts:
+        raise CLIError("--resume skips platforms whose rollouts --record_rollouts would then miss; record in a run "
+                       "without --resume")
     checkpoints = checkpoints_by_kind(args.dynamics_checkpoint)
     cfg = planning_cfg(args)
     planner = cfg.planner
@@ -135,27 +160,32 @@ def run(args: argparse.Namespace) -> dict:
                "lookahead_in_stance": cfg.lookahead_in_stance, "stand_at_goal": cfg.stand_at_goal,
                "threads": torch.get_num_threads(),
                "device": args.device, "backends": {}}
+    out = Path(args.out) if args.out else None
+    earlier = _earlier(out, summary)
     for backend in backends:
         kwargs = backend_kwargs(cfg, robot, backend, checkpoints)
+        kept = _resumable(earlier.get(backend), checkpoints.get(backend)) if args.resume else {}
         results = []
         for lane in lanes:
+            if lane in kept:
+                results.append(kept[lane])
+                continue
             with tqdm(total=round(cfg.episode_s / robot.control_dt), desc=f"{backend} platform {lane}", unit="step",
                       disable=None) as bar:
                 results.append(climb_platform(cfg, robot, backend, lane, seed=args.seed + lane, dynamics_kwargs=kwargs,
                                               device=args.device, progress=lambda k, _: bar.update(k - bar.n),
                                               recorder=recorder))
-        summary["backends"][backend] = {
-            "checkpoint": checkpoints.get(backend), "climbs": sum(r["climbed"] for r in results),
-            "platforms": len(results),
-            "median_planning_ms": float(np.median([ms for r in results for ms in r["planning_ms"]])),
-            "per_platform": [{k: v for k, v in r.items() if k != "planning_ms"} for r in results],
-        }
-    brief = {**summary, "backends": {b: {**r, "per_platform": [{k: v for k, v in p.items() if k != "base_path"}
+            summary["backends"][backend] = _backend_result(checkpoints.get(backend), results, lanes)
+            if out is not None:  # after every platform: an interrupted run loses one platform at most
+                write_json(out, {**summary, "backends": {**earlier, **summary["backends"]}})
+        summary["backends"][backend] = _backend_result(checkpoints.get(backend), results, lanes)
+    if out is not None:
+        write_json(out, {**summary, "backends": {**earlier, **summary["backends"]}})
+    drop = ("base_path", "planning_ms")
+    brief = {**summary, "backends": {b: {**r, "per_platform": [{k: v for k, v in p.items() if k not in drop}
                                                                for p in r["per_platform"]]}
                                      for b, r in summary["backends"].items()}}
     print(json.dumps(brief))
-    if args.out:
-        write_json(Path(args.out), _merged(Path(args.out), summary))
     if recorder is not None:
         summary["recorded"] = recorder.write(args.record_rollouts, robot, "platforms", {"seed": args.seed})
         print(json.dumps(summary["recorded"]))

@@ -212,6 +212,11 @@ def _finetune(data: dict, name: str, folder: Path) -> str:
     return "\n".join(rows)
 
 
+def _climb_lanes(backends: dict) -> list[dict]:
+    """The platforms of the backend that got furthest (an incomplete run of `flashnerd plan --out` has fewer)."""
+    return max((r["per_platform"] for r in backends.values()), key=len)
+
+
 def plot_climb(data: dict, path: str | Path) -> None:
     """Base height over time, one panel per platform, one line per planning backend (executed in MuJoCo)."""
     import matplotlib
@@ -220,7 +225,7 @@ def plot_climb(data: dict, path: str | Path) -> None:
     import matplotlib.pyplot as plt
 
     backends = data["backends"]
-    lanes = next(iter(backends.values()))["per_platform"]
+    lanes = _climb_lanes(backends)
     cols = min(3, len(lanes))
     rows = (len(lanes) + cols - 1) // cols
     fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.4 * rows), squeeze=False, sharey=True)
@@ -228,7 +233,9 @@ def plot_climb(data: dict, path: str | Path) -> None:
     for i, lane in enumerate(lanes):
         ax = axes[i // cols][i % cols]
         for backend, r in backends.items():
-            p = r["per_platform"][i]
+            p = next((p for p in r["per_platform"] if p["lane"] == lane["lane"]), None)
+            if p is None:  # an incomplete run (flashnerd plan --out writes after every platform)
+                continue
             z = [xyz[2] for xyz in p["base_path"]]
             ax.plot([dt * (k + 1) for k in range(len(z))], z, label=f"{backend} {'climbed' if p['climbed'] else '-'}")
         ax.axhline(lane["height"], color="gray", lw=0.8, ls=":")
@@ -248,7 +255,7 @@ def _climb(data: dict, name: str, folder: Path) -> str:
     plot_climb(data, folder / f"{name}.png")
     backends = data["backends"]
     ref = backends.get("mujoco", {}).get("median_planning_ms")
-    lanes = next(iter(backends.values()))["per_platform"]
+    lanes = _climb_lanes(backends)
     heads = " | ".join(f"{p['height']:.3f} m" for p in lanes)
     rows = [f"{data['num_samples']} samples, horizon {data['horizon']}, {data['iterations']} iterations per control "
             f"step, {data['episode_s']:.0f} s per platform, {data['threads']} threads, device `{data['device']}`; "
@@ -259,9 +266,10 @@ def _climb(data: dict, name: str, folder: Path) -> str:
             "|---|---|---|---|" + "---|" * len(lanes)]
     for backend, r in backends.items():
         rel = f"{r['median_planning_ms'] / ref:.2f}x" if ref else "-"
-        marks = " | ".join("yes" if p["climbed"] else "no" for p in r["per_platform"])
-        rows.append(f"| `{backend}` | {r['climbs']}/{r['platforms']} | {r['median_planning_ms']:.0f} | {rel} | "
-                    f"{marks} |")
+        done = {p["lane"]: p["climbed"] for p in r["per_platform"]}
+        marks = " | ".join({True: "yes", False: "no", None: "-"}[done.get(p["lane"])] for p in lanes)
+        climbs = f"{r['climbs']}/{r['platforms']}" + ("" if r.get("complete", True) else " (incomplete)")
+        rows.append(f"| `{backend}` | {climbs} | {r['median_planning_ms']:.0f} | {rel} | {marks} |")
     rows += ["", f"![Base height over time per platform and planning backend](results/{name}.png)"]
     return "\n".join(rows)
 
