@@ -14,7 +14,7 @@ from tqdm import tqdm
 from flashnerd.cli.common import CLIError, check_device, check_positive, checkpoints_by_kind, write_json
 from flashnerd.dynamics.learned import CHECKPOINT_DIR
 from flashnerd.envs.registry import load_cfg_from_registry
-from flashnerd.planning.climb import PlatformClimb, RolloutRecorder, climb_platform
+from flashnerd.planning.climb import ClimbPlanCfg, PlatformClimb, RolloutRecorder, climb_platform
 from flashnerd.robots import get_robot
 from flashnerd.sim.terrain import PLATFORM_HEIGHTS
 
@@ -44,6 +44,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--stand_at_goal", action=argparse.BooleanOptionalAction, default=None,
                    help="let the trot's swing height shrink to zero at the goal, so the robot ends standing (default: "
                         "the task's setting)")
+    p.add_argument("--reward_weights", default="",
+                   help="override reward weights as term=value[,term=value] (terms: forward, lane, heading, upright, "
+                        "height, feet, ang_vel; default: the task's)")
     p.add_argument("--out", default=None,
                    help="also write the JSON (with base paths and planning times) to this file, after every "
                         "platform; an existing one written with the same planner settings gains these backends (so "
@@ -80,10 +83,10 @@ def _backends(text: str) -> list[str]:
 
 
 _SETTINGS = ("task", "seed", "num_samples", "horizon", "iterations", "episode_s", "lookahead_in_stance",
-             "stand_at_goal", "device")
+             "stand_at_goal", "weights", "device")
 # files written before a setting was recorded ran with this value (none of them with another seed than 0: the
 # seed-100 runs of docs/results.md went to files of their own)
-_OLD_DEFAULTS = {"seed": 0, "lookahead_in_stance": True, "stand_at_goal": False}
+_OLD_DEFAULTS = {"seed": 0, "lookahead_in_stance": True, "stand_at_goal": False, "weights": ClimbPlanCfg().weights}
 
 
 def _earlier(path: Path | None, summary: dict) -> dict:
@@ -116,9 +119,25 @@ def _resumable(old: dict | None, checkpoint: str | None) -> dict[int, dict]:
     return {r["lane"]: r for r in old.get("per_platform", []) if "planning_ms" in r}
 
 
+def _weights(text: str, weights: dict[str, float]) -> dict[str, float]:
+    """`weights` with the overrides of --reward_weights "term=value[,term=value]"; anything else is a one-line error."""
+    out = dict(weights)
+    for item in (i for i in text.split(",") if i):
+        term, _, value = item.partition("=")
+        if term not in weights:
+            raise CLIError(f"--reward_weights: unknown term '{term}'; terms: {', '.join(weights)}")
+        try:
+            out[term] = float(value)
+        except ValueError as err:
+            raise CLIError(f"--reward_weights takes term=value[,term=value], got '{item}'") from err
+    return out
+
+
 def planning_cfg(args: argparse.Namespace):
-    """The task's `ClimbPlanCfg` with the command line's overrides (samples, horizon, iterations, episode, flags)."""
+    """The task's `ClimbPlanCfg` with the command line's overrides (samples, horizon, iterations, episode, flags,
+    reward weights)."""
     cfg = load_cfg_from_registry(args.task, "plan_cfg_entry_point")
+    cfg = dataclasses.replace(cfg, weights=_weights(getattr(args, "reward_weights", ""), cfg.weights))
     planner = dataclasses.replace(cfg.planner, **{k: v for k, v in (
         ("num_samples", args.num_samples), ("horizon", args.horizon), ("iterations", args.iterations)) if v})
     flags = {k: getattr(args, k) for k in ("compile", "lookahead_in_stance", "stand_at_goal")
@@ -158,7 +177,7 @@ def run(args: argparse.Namespace) -> dict:
     summary = {"task": args.task, "seed": args.seed, "num_samples": planner.num_samples, "horizon": planner.horizon,
                "iterations": planner.iterations, "episode_s": cfg.episode_s,
                "lookahead_in_stance": cfg.lookahead_in_stance, "stand_at_goal": cfg.stand_at_goal,
-               "threads": torch.get_num_threads(),
+               "weights": cfg.weights, "threads": torch.get_num_threads(),
                "device": args.device, "backends": {}}
     out = Path(args.out) if args.out else None
     earlier = _earlier(out, summary)
