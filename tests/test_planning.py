@@ -169,7 +169,7 @@ def test_plan_writes_after_every_platform_and_resumes_an_interrupted_run(tmp_pat
     assert [p["base_path"] for p in done["per_platform"]] == [p["base_path"] for p in ref["per_platform"]]
     assert main(["plan", *tiny, "--resume"]) == 2  # --resume needs --out: one-line error
     assert main(["plan", *tiny, "--seed", "3", "--out", str(cut)]) == 2  # another seed: refused before planning
-    assert main(["plan", *tiny, "--reward_weights", "lane=4", "--out", str(cut)]) == 2  # other reward weights too
+    assert main(["plan", *tiny, "--reward_weights", "lane=1", "--out", str(cut)]) == 2  # other reward weights too
     assert main(["plan", *tiny, "--reward_weights", "lane=x"]) == 2 and main(["plan", "--reward_weights", "yaw=1"]) == 2
     assert planned == [5]
 
@@ -179,16 +179,15 @@ def test_reward_weights_from_the_command_line_change_the_reward(anymal):
     import dataclasses
 
     from flashnerd.cli.plan import planning_cfg
-    from flashnerd.planning.climb import ClimbReward, lane_start
+    from flashnerd.planning.climb import ClimbPlanCfg, ClimbReward, lane_start
     from flashnerd.sim.scene import build_scene
 
     args = argparse.Namespace(task="FlashNeRD-Climb-Platform-Anymal-C-v0", num_samples=None, horizon=None,
                               iterations=None, episode_s=None, compile=False, lookahead_in_stance=None,
-                              stand_at_goal=None, reward_weights="lane=4")
+                              stand_at_goal=None, reward_weights="lane=9")
     cfg = planning_cfg(args)
-    base = dataclasses.replace(cfg, weights={**cfg.weights, "lane": 1.0})
-    assert cfg.weights["lane"] == 4.0 and {k: v for k, v in cfg.weights.items() if k != "lane"} == {
-        k: v for k, v in base.weights.items() if k != "lane"}
+    base = dataclasses.replace(cfg, weights=ClimbPlanCfg().weights)
+    assert cfg.weights == {**base.weights, "lane": 9.0}
     model = build_scene(anymal, "platforms")
     start, _ = lane_start(anymal, model, 1)
     off = start.clone()
@@ -196,7 +195,8 @@ def test_reward_weights_from_the_command_line_change_the_reward(anymal):
     qpos, qvel = torch.stack((start, off)), torch.zeros(2, model.nv)
     r4, r1 = (ClimbReward(c, anymal, model, 1)(qpos, qvel, 0.0) for c in (cfg, base))
     torch.testing.assert_close(r4[0], r1[0])  # on the lane centre the weight does not matter
-    torch.testing.assert_close(r1[1] - r4[1], torch.tensor(3.0 * 0.5**2))  # off it: 3 more times the squared offset
+    # off it: (9 - default) more times the squared offset
+    torch.testing.assert_close(r1[1] - r4[1], torch.tensor((9.0 - base.weights["lane"]) * 0.5**2))
 
 
 def test_planning_on_a_learned_model_records_its_samples_replayed_in_mujoco(tmp_path, anymal):

@@ -14,7 +14,7 @@ from tqdm import tqdm
 from flashnerd.cli.common import CLIError, check_device, check_positive, checkpoints_by_kind, write_json
 from flashnerd.dynamics.learned import CHECKPOINT_DIR
 from flashnerd.envs.registry import load_cfg_from_registry
-from flashnerd.planning.climb import ClimbPlanCfg, PlatformClimb, RolloutRecorder, climb_platform
+from flashnerd.planning.climb import LEGACY_WEIGHTS, PlatformClimb, RolloutRecorder, climb_platform
 from flashnerd.robots import get_robot
 from flashnerd.sim.terrain import PLATFORM_HEIGHTS
 
@@ -86,7 +86,7 @@ _SETTINGS = ("task", "seed", "num_samples", "horizon", "iterations", "episode_s"
              "stand_at_goal", "weights", "device")
 # files written before a setting was recorded ran with this value (none of them with another seed than 0: the
 # seed-100 runs of docs/results.md went to files of their own)
-_OLD_DEFAULTS = {"seed": 0, "lookahead_in_stance": True, "stand_at_goal": False, "weights": ClimbPlanCfg().weights}
+_OLD_DEFAULTS = {"seed": 0, "lookahead_in_stance": True, "stand_at_goal": False, "weights": LEGACY_WEIGHTS}
 
 
 def _earlier(path: Path | None, summary: dict) -> dict:

@@ -24,7 +24,7 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
-from flashnerd.planning.climb import ClimbPlanCfg
+from flashnerd.planning.climb import LEGACY_WEIGHTS, ClimbPlanCfg
 
 BLOCK = re.compile(r"(<!-- report:(?P<name>[\w.-]+) -->\n)(?P<body>.*?)(<!-- /report -->)", re.S)
 
@@ -263,7 +263,7 @@ def _climb(data: dict, name: str, folder: Path) -> str:
             f"step, {data['episode_s']:.0f} s per platform, {data['threads']} threads, device `{data['device']}`; "
             + ("" if data.get("lookahead_in_stance", True) else "feet reference looks ahead in swing only; ")
             + ("stands at the goal; " if data.get("stand_at_goal", False) else "")
-            + "".join(f"reward weight {k} {v:g}; " for k, v in data.get("weights", {}).items()
+            + "".join(f"reward weight {k} {v:g}; " for k, v in data.get("weights", LEGACY_WEIGHTS).items()
                       if v != ClimbPlanCfg().weights.get(k))
             + "every chosen action executed in MuJoCo.", "",
             f"| planning backend | climbs | median planning time per decision (ms) | vs `mujoco` | {heads} |",
