@@ -55,7 +55,7 @@ def test_an_incomplete_climb_run_renders_with_its_missing_platforms(tmp_path, ca
     """`flashnerd plan --out` writes after every platform: a backend that stopped early is marked, not misaligned."""
     folder = tmp_path / "results"
     folder.mkdir()
-    data = json.loads((ROOT / "docs" / "results" / "platform_climb.json").read_text())
+    data = json.loads((ROOT / "docs" / "results" / "platform_climb_before_fixes.json").read_text())
     nerd = data["backends"]["nerd"]
     nerd["per_platform"] = nerd["per_platform"][:2]
     nerd.update(platforms=2, climbs=sum(p["climbed"] for p in nerd["per_platform"]), complete=False)
