@@ -167,6 +167,9 @@ def test_plan_writes_after_every_platform_and_resumes_an_interrupted_run(tmp_pat
     done, ref = (json.loads(f.read_text())["backends"]["mujoco"] for f in (cut, whole))
     assert done["complete"] and [p["lane"] for p in done["per_platform"]] == [4, 5]
     assert [p["base_path"] for p in done["per_platform"]] == [p["base_path"] for p in ref["per_platform"]]
+    before = cut.read_text()
+    assert main(["plan", *tiny, "--platforms", "4", "--out", str(cut), "--resume"]) == 0  # all kept: nothing planned,
+    assert cut.read_text() == before  # and the file, which holds more platforms than were asked for, is left alone
     assert main(["plan", *tiny, "--resume"]) == 2  # --resume needs --out: one-line error
     assert main(["plan", *tiny, "--seed", "3", "--out", str(cut)]) == 2  # another seed: refused before planning
     assert main(["plan", *tiny, "--reward_weights", "lane=1", "--out", str(cut)]) == 2  # other reward weights too

@@ -21,23 +21,28 @@ from flashnerd.sim.terrain import PLATFORM_HEIGHTS
 PLANNING_BACKENDS = ("mujoco", "mjwarp", "flashnerd", "nerd", "rwm")
 
 
+def _add_planner_args(p: argparse.ArgumentParser) -> None:
+    """The arguments `plan` and `bench plan` share: learned checkpoints, planner settings, seed, device, compile."""
+    p.add_argument("--dynamics_checkpoint", default="",
+                   help="learned checkpoints as kind=path[,kind=path] (default: the task's shipped platform models)")
+    p.add_argument("--num_samples", type=int, default=None, help="samples per planning iteration")
+    p.add_argument("--horizon", type=int, default=None, help="control steps per plan")
+    p.add_argument("--iterations", type=int, default=None, help="annealing iterations per control step")
+    p.add_argument("--seed", type=int, default=0, help="random seed of the planner")
+    p.add_argument("--device", default="cpu", help="torch device of the planning backends")
+    p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
+                   help="torch.compile the reward's kinematics and a learned backend's contact features (default: "
+                        "the task's setting, on; the first decision then takes seconds longer)")
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("plan", help="climb platforms with DIAL-MPC on a chosen dynamics backend (JSON)")
     p.add_argument("--task", default="FlashNeRD-Climb-Platform-Anymal-C-v0", help="a task with a plan_cfg_entry_point")
     p.add_argument("--dynamics", default="flashnerd",
                    help=f"backend(s) the planner rolls out on, comma-separated: {', '.join(PLANNING_BACKENDS)}")
-    p.add_argument("--dynamics_checkpoint", default="",
-                   help="learned checkpoints as kind=path[,kind=path] (default: the task's shipped platform models)")
     p.add_argument("--platforms", default="0,1,2,3,4,5", help="comma-separated platform lanes (0-5, lowest first)")
-    p.add_argument("--num_samples", type=int, default=None, help="samples per planning iteration")
-    p.add_argument("--horizon", type=int, default=None, help="control steps per plan")
-    p.add_argument("--iterations", type=int, default=None, help="annealing iterations per control step")
     p.add_argument("--episode_s", type=float, default=None, help="seconds per platform")
-    p.add_argument("--seed", type=int, default=0, help="random seed of the planner")
-    p.add_argument("--device", default="cpu", help="torch device of the planning backend")
-    p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
-                   help="torch.compile the reward's kinematics and a learned backend's contact features (default: "
-                        "the task's setting, on; the first decision then takes seconds longer)")
+    _add_planner_args(p)
     p.add_argument("--lookahead_in_stance", action=argparse.BooleanOptionalAction, default=None,
                    help="ask a foot in stance too to stand at the height of the surface just ahead of it (default: "
                         "the task's setting); --no-lookahead_in_stance keeps the lookahead to swinging feet")
@@ -197,9 +202,8 @@ def run(args: argparse.Namespace) -> dict:
             summary["backends"][backend] = _backend_result(checkpoints.get(backend), results, lanes)
             if out is not None:  # after every platform: an interrupted run loses one platform at most
                 write_json(out, {**summary, "backends": {**earlier, **summary["backends"]}})
+        # platforms all kept by --resume: the entry for the printout; the file already holds them, so no write
         summary["backends"][backend] = _backend_result(checkpoints.get(backend), results, lanes)
-    if out is not None:
-        write_json(out, {**summary, "backends": {**earlier, **summary["backends"]}})
     drop = ("base_path", "planning_ms")
     brief = {**summary, "backends": {b: {**r, "per_platform": [{k: v for k, v in p.items() if k not in drop}
                                                                for p in r["per_platform"]]}
@@ -218,19 +222,11 @@ def add_bench_parser(bsub: argparse._SubParsersAction) -> None:
     p.add_argument("--task", default="FlashNeRD-Climb-Platform-Anymal-C-v0", help="a task with a plan_cfg_entry_point")
     p.add_argument("--dynamics", default="mujoco,flashnerd",
                    help="comma-separated planning backends; ratios are to the first")
-    p.add_argument("--dynamics_checkpoint", default="",
-                   help="learned checkpoints as kind=path[,kind=path] (default: the task's shipped platform models)")
     p.add_argument("--platform", type=int, default=3, help="platform lane (0-5)")
     p.add_argument("--decisions", type=int, default=60, help="timed decisions per backend")
     p.add_argument("--turns", type=int, default=6, help="the timed decisions are made in this many turns per backend")
     p.add_argument("--warmup", type=int, default=3, help="untimed decisions per backend first (compiling, caches)")
-    p.add_argument("--num_samples", type=int, default=None, help="samples per planning iteration")
-    p.add_argument("--horizon", type=int, default=None, help="control steps per plan")
-    p.add_argument("--iterations", type=int, default=None, help="annealing iterations per control step")
-    p.add_argument("--seed", type=int, default=0, help="random seed of the planner")
-    p.add_argument("--device", default="cpu", help="torch device of the planning backends")
-    p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
-                   help="torch.compile the reward's kinematics and learned contact features (default: the task's)")
+    _add_planner_args(p)
     p.set_defaults(func=run_bench, episode_s=None)
 
 
