@@ -136,7 +136,7 @@ def test_flashnerd_plan_runs_one_platform_end_to_end(tmp_path):
     assert main(["plan", "--platforms", "7"]) == 2  # a lane that does not exist: one-line error
 
 
-def test_plan_writes_after_every_platform_and_resumes_an_interrupted_run(tmp_path, monkeypatch):
+def test_plan_writes_after_every_platform_and_resumes_an_interrupted_run(tmp_path, monkeypatch, capsys):
     """An interrupted run keeps the platforms it finished in --out; --resume plans only the others, and the result
     equals an uninterrupted run's (the planner's seed is per platform)."""
     import json
@@ -162,8 +162,11 @@ def test_plan_writes_after_every_platform_and_resumes_an_interrupted_run(tmp_pat
 
     planned = []
     monkeypatch.setattr(plan_cli, "climb_platform", lambda *a, **kw: planned.append(a[3]) or real(*a, **kw))
+    capsys.readouterr()
     assert main(["plan", *tiny, "--out", str(cut), "--resume"]) == 0
     assert planned == [5]  # lane 4 was kept
+    err = capsys.readouterr().err  # a line per platform planned on stderr, none for a kept one
+    assert "mujoco platform 5 (0.181 m):" in err and "platform 4" not in err
     done, ref = (json.loads(f.read_text())["backends"]["mujoco"] for f in (cut, whole))
     assert done["complete"] and [p["lane"] for p in done["per_platform"]] == [4, 5]
     assert [p["base_path"] for p in done["per_platform"]] == [p["base_path"] for p in ref["per_platform"]]

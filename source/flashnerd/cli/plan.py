@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -199,6 +200,10 @@ def run(args: argparse.Namespace) -> dict:
                 results.append(climb_platform(cfg, robot, backend, lane, seed=args.seed + lane, dynamics_kwargs=kwargs,
                                               device=args.device, progress=lambda k, _: bar.update(k - bar.n),
                                               recorder=recorder))
+            done = results[-1]  # one line per platform on stderr: a run in the background (no progress bar) shows it
+            verdict = "climbed" if done["climbed"] else "not climbed"
+            print(f"{backend} platform {lane} ({done['height']:.3f} m): {verdict}, median "
+                  f"{done['median_planning_ms']:.0f} ms per decision", file=sys.stderr, flush=True)
             summary["backends"][backend] = _backend_result(checkpoints.get(backend), results, lanes)
             if out is not None:  # after every platform: an interrupted run loses one platform at most
                 write_json(out, {**summary, "backends": {**earlier, **summary["backends"]}})
