@@ -204,10 +204,10 @@ def run(args: argparse.Namespace) -> dict:
             verdict = "climbed" if done["climbed"] else "not climbed"
             print(f"{backend} platform {lane} ({done['height']:.3f} m): {verdict}, median "
                   f"{done['median_planning_ms']:.0f} ms per decision", file=sys.stderr, flush=True)
-            summary["backends"][backend] = _backend_result(checkpoints.get(backend), results, lanes)
             if out is not None:  # after every platform: an interrupted run loses one platform at most
-                write_json(out, {**summary, "backends": {**earlier, **summary["backends"]}})
-        # platforms all kept by --resume: the entry for the printout; the file already holds them, so no write
+                entry = _backend_result(checkpoints.get(backend), results, lanes)
+                write_json(out, {**summary, "backends": {**earlier, **summary["backends"], backend: entry}})
+        # platforms all kept by --resume are not written: the file already holds them (and maybe more)
         summary["backends"][backend] = _backend_result(checkpoints.get(backend), results, lanes)
     drop = ("base_path", "planning_ms")
     brief = {**summary, "backends": {b: {**r, "per_platform": [{k: v for k, v in p.items() if k not in drop}
