@@ -19,6 +19,7 @@ setup(
         "flashnerd.dynamics",
         "flashnerd.envs",
         "flashnerd.cli",
+        "flashnerd.cli.bench",
         "flashnerd.utils",
         "flashnerd.models",
         "flashnerd.contacts",

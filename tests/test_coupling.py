@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 import torch
 
+from flashnerd.dynamics import make_dynamics
+from flashnerd.dynamics.coupled import CoupledDynamics, OracleFreeMotion
 from flashnerd.robots import get_robot
-from flashnerd.sim.coupled_backend import CoupledDynamics, OracleFreeMotion
 
 HAND = get_robot("allegro")
 CURL = torch.tensor([0.0, 0.5, 0.6, 0.6] * 3 + [1.2, 0.9, 0.6, 0.6])  # fingers and thumb close over the cube
@@ -49,10 +50,10 @@ def test_oracle_coupling_reproduces_the_analytical_simulator():
     1e-8, rounding-level differences change where the solver stops, and the runs part by ~6e-6 over 1000 steps.
     """
     num_worlds, control_steps = 2, 125  # 125 x 8 = 1000 physics steps
-    coupled = CoupledDynamics(HAND, num_worlds, free_motion=OracleFreeMotion(HAND, num_worlds), nthread=2)
-    assert coupled.model.opt.integrator == mujoco.mjtIntegrator.mjINT_EULER
+    coupled = make_dynamics("coupled", HAND, num_worlds, free_motion=OracleFreeMotion(HAND, num_worlds), nthread=2)
+    assert coupled.scene.opt.integrator == mujoco.mjtIntegrator.mjINT_EULER
     plain_model = CoupledDynamics._build_model(HAND, "euler")  # same scene, actuators enabled
-    coupled.model.opt.tolerance = plain_model.opt.tolerance = 0.0
+    coupled.scene.opt.tolerance = plain_model.opt.tolerance = 0.0
     targets = _targets(control_steps, num_worlds)
     truth = _plain_mujoco(plain_model, coupled.qpos0, targets)  # (T, N, nq)
     got = []
@@ -68,7 +69,7 @@ def test_oracle_coupling_reproduces_the_analytical_simulator():
 
 def _press(mode: str) -> float:
     """Curl the middle finger into a heavy cube lying over it; returns the finger's final flexion (joints 1-3)."""
-    dyn = CoupledDynamics(HAND, 1, mode=mode, free_motion=OracleFreeMotion(HAND, 1), nthread=1, cube_mass=20.0)
+    dyn = make_dynamics(mode, HAND, 1, free_motion=OracleFreeMotion(HAND, 1), nthread=1, cube_mass=20.0)
     target = torch.tensor(HAND.default_joint_pos)[None].clone()
     target[0, 5:8] = torch.tensor([1.6, 1.7, 1.6])  # the middle finger curls up into the cube's underside
     for _ in range(50):
@@ -89,7 +90,7 @@ def test_worlds_are_independent():
     targets = _targets(steps, 3)
     runs = []
     for reset_world_0 in (False, True):
-        dyn = CoupledDynamics(HAND, 3, free_motion=OracleFreeMotion(HAND, 3), nthread=2)
+        dyn = make_dynamics("coupled", HAND, 3, free_motion=OracleFreeMotion(HAND, 3), nthread=2)
         for t in range(steps):
             if reset_world_0 and t == 10:
                 dyn.reset(torch.tensor([0]), torch.zeros(1, 16), torch.zeros(1, 16))
@@ -102,12 +103,12 @@ def test_worlds_are_independent():
 
 
 def test_coupled_refuses_nan_targets_and_floating_robots():
-    dyn = CoupledDynamics(HAND, 1, free_motion=OracleFreeMotion(HAND, 1), nthread=1)
+    dyn = make_dynamics("coupled", HAND, 1, free_motion=OracleFreeMotion(HAND, 1), nthread=1)
     with pytest.raises(ValueError, match="NaN"):
         dyn.step(torch.full((1, 16), float("nan")))
     dyn.close()
     with pytest.raises(ValueError, match="fixed-base"):
-        CoupledDynamics(get_robot("anymal_c"), 1, free_motion=OracleFreeMotion(HAND, 1))
+        make_dynamics("coupled", get_robot("anymal_c"), 1, free_motion=OracleFreeMotion(HAND, 1))
 
 
 def test_bench_coupled_prints_all_three_backends(capsys):

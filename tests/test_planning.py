@@ -184,7 +184,7 @@ def test_reward_weights_from_the_command_line_change_the_reward(anymal):
     import argparse
     import dataclasses
 
-    from flashnerd.cli.plan import planning_cfg
+    from flashnerd.cli.plan_args import planning_cfg
     from flashnerd.planning.climb import ClimbPlanCfg, ClimbReward, lane_start
     from flashnerd.sim.scene import build_scene
 

@@ -12,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from flashnerd.contacts import ProbeFeatures
-from flashnerd.dynamics.representation import Normalizer, StateRepresentation, quat_to_rotvec, rotvec_to_quat
+from flashnerd.dynamics.representation import StateRepresentation, quat_to_rotvec, rotvec_to_quat
+from flashnerd.models.normalizer import Normalizer
 from flashnerd.robots.kinematics import TorchKinematics
 from flashnerd.sim.scene import build_scene
 from flashnerd.training.evaluate import nrmse

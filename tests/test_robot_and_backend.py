@@ -49,8 +49,8 @@ def test_stands_under_default_pd_targets_for_two_seconds(anymal, mujoco_dyn):
 
 def test_collapses_without_actuation(anymal):
     dyn = make_dynamics("mujoco", anymal, num_worlds=2)
-    dyn.model.actuator_gainprm[:, 0] = 0.0
-    dyn.model.actuator_biasprm[:, :3] = 0.0
+    dyn.scene.actuator_gainprm[:, 0] = 0.0
+    dyn.scene.actuator_biasprm[:, :3] = 0.0
     for _ in range(100):
         dyn.step(default_ctrl(anymal, 2))
     assert dyn.state().root_pos_w[:, 2].max() < 0.3

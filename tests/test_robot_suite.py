@@ -16,7 +16,8 @@ from flashnerd.dynamics import make_dynamics
 from flashnerd.dynamics.representation import StateRepresentation
 from flashnerd.robots import get_robot
 from flashnerd.sim.scene import build_scene, default_qpos
-from flashnerd.training.suite import SuiteConfig, run_suite, write_outputs
+from flashnerd.training.suite import SuiteConfig, run_suite
+from flashnerd.viz.suite import write_outputs
 
 SUITE_ROBOTS = ("cartpole", "franka", "g1")
 
@@ -169,7 +170,7 @@ def test_shipped_suite_checkpoints_load_and_reproduce_mujoco(name, tmp_path):
     as long as the card's evaluation set, so that NRMSE is normalized alike) lands near its card's NRMSE at H=15 and
     below predicting that nothing moves (FlashNeRD: at most half of that)."""
     from flashnerd.dynamics.learned import default_checkpoint
-    from flashnerd.training.checkpoint import read_checkpoint
+    from flashnerd.models.checkpoint import read_checkpoint
     from flashnerd.training.evaluate import nrmse, rollout_errors
 
     robot = get_robot(name)

@@ -9,7 +9,7 @@ from flashnerd.data.dataset import load_dataset
 from flashnerd.data.record import record
 from flashnerd.dynamics import make_dynamics
 from flashnerd.dynamics.learned import default_checkpoint
-from flashnerd.training.checkpoint import read_checkpoint
+from flashnerd.models.checkpoint import read_checkpoint
 from flashnerd.training.evaluate import nrmse, rollout_errors
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import re
@@ -14,7 +15,9 @@ import torch
 import yaml
 
 from flashnerd.envs.config import cfg_to_dict
-from flashnerd.envs.registry import load_cfg_from_registry, task_spec
+from flashnerd.envs.registry import task_cfgs, task_spec
+from flashnerd.envs.rsl_rl import make_runner
+from flashnerd.robots import get_robot
 
 
 class CLIError(ValueError):
@@ -55,42 +58,16 @@ def check_device(device: str) -> None:
 
 
 def load_task_cfgs(args: argparse.Namespace):
-    """(env_cfg, agent_cfg) of `args.task` with the CLI overrides applied."""
+    """(env_cfg, agent_cfg) of `args.task` with the CLI overrides applied (checked first, each a one-line error)."""
     task_spec(args.task)  # one-line error for an unknown id
     check_positive("num_envs", getattr(args, "num_envs", None))
     check_device(args.device)
-    env_cfg = load_cfg_from_registry(args.task, "env_cfg_entry_point")
-    agent_cfg = load_cfg_from_registry(args.task, "rsl_rl_cfg_entry_point")
-    if args.num_envs is not None:
-        env_cfg.num_envs = args.num_envs
-    if args.seed is not None:
-        env_cfg.seed = args.seed
-        agent_cfg.seed = args.seed
-    if args.dynamics is not None:
-        env_cfg.dynamics = args.dynamics
-    if getattr(args, "dynamics_checkpoint", None):
-        if env_cfg.dynamics == "mujoco":
-            raise CLIError("--dynamics_checkpoint applies to learned backends; add --dynamics flashnerd or nerd")
-        env_cfg.dynamics_kwargs = {**env_cfg.dynamics_kwargs, "checkpoint": args.dynamics_checkpoint}
-    env_cfg.device = args.device
-    agent_cfg.device = args.device
-    if getattr(args, "experiment_name", None):
-        agent_cfg.experiment_name = args.experiment_name
-    return env_cfg, agent_cfg
-
-
-def play_variant(task: str, env_cfg):
-    """(task id, env config) to evaluate a policy of `task` with: the registered `...-Play-vN` variant if there is
-    one (Isaac Lab's naming; e.g. no mid-roll starts, no observation noise), on `env_cfg`'s device and seed."""
-    from flashnerd.envs.registry import registered_tasks
-
-    base, _, version = task.rpartition("-v")
-    play = f"{base}-Play-v{version}"
-    if not base or play not in registered_tasks():
-        return task, env_cfg
-    cfg = load_cfg_from_registry(play, "env_cfg_entry_point")
-    cfg.device, cfg.seed = env_cfg.device, env_cfg.seed
-    return play, cfg
+    try:
+        return task_cfgs(args.task, num_envs=args.num_envs, seed=args.seed, device=args.device,
+                         dynamics=args.dynamics, dynamics_checkpoint=getattr(args, "dynamics_checkpoint", None),
+                         experiment_name=getattr(args, "experiment_name", None))
+    except ValueError as err:
+        raise CLIError(str(err)) from err
 
 
 def make_env(task: str, env_cfg) -> gym.Env:
@@ -101,10 +78,6 @@ def make_env(task: str, env_cfg) -> gym.Env:
 def uninterrupted_cfg(env_cfg, steps: int):
     """The task config for one unbroken rollout of `steps` control steps: no time-out inside it and no interval events
     (a push between two steps is a velocity jump that no action explains). Terminations are kept."""
-    import dataclasses
-
-    from flashnerd.robots import get_robot
-
     control_dt = get_robot(env_cfg.robot).control_dt
     return dataclasses.replace(env_cfg, episode_length_s=max(env_cfg.episode_length_s, (steps + 1) * control_dt),
                                events={k: e for k, e in env_cfg.events.items() if e.mode != "interval"})
@@ -183,10 +156,7 @@ def load_policy(runner, path: Path, device: str):
 
 def env_and_policy(args: argparse.Namespace):
     """For play/eval: (wrapped env, runner, inference policy, checkpoint path, env_cfg) of `args`."""
-    from flashnerd.envs.rsl_rl import FlashNeRDRunner, RslRlVecEnvWrapper
-
     env_cfg, agent_cfg = load_task_cfgs(args)
     path = resolve_checkpoint(args.log_root, agent_cfg.experiment_name, args.load_run, args.checkpoint)
-    env = RslRlVecEnvWrapper(make_env(args.task, env_cfg), clip_actions=agent_cfg.clip_actions)
-    runner = FlashNeRDRunner(env, agent_cfg.to_rsl_rl_dict(), None, device=agent_cfg.device)
+    env, runner = make_runner(args.task, env_cfg, agent_cfg)
     return env, runner, load_policy(runner, path, agent_cfg.device), path, env_cfg

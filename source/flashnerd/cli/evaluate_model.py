@@ -7,9 +7,9 @@ import json
 
 from flashnerd.cli.common import check_device, check_positive
 from flashnerd.data.dataset import load_dataset
-from flashnerd.dynamics.learned import LearnedDynamics
+from flashnerd.dynamics import make_dynamics
+from flashnerd.models.checkpoint import read_checkpoint
 from flashnerd.robots import get_robot
-from flashnerd.training.checkpoint import read_checkpoint
 from flashnerd.training.evaluate import HORIZONS, rollout_errors
 
 
@@ -32,8 +32,8 @@ def run(args: argparse.Namespace) -> dict:
     n = min(args.num_rollouts, data.num_trajectories)
     data = type(data)(data.qpos[:n], data.qvel[:n], data.ctrl[:n], data.attrs)
     # the model rolls out in the scene the data was recorded in (a contact-rows model sees its terrain)
-    dyn = LearnedDynamics(robot, n, device=args.device, kind=ckpt["kind"], checkpoint=args.checkpoint,
-                          terrain=str(data.attrs.get("terrain", "flat")))
+    dyn = make_dynamics(ckpt["kind"], robot, n, device=args.device, terrain=str(data.attrs.get("terrain", "flat")),
+                        checkpoint=args.checkpoint)
     horizons = [int(h) for h in args.horizons.split(",")]
     errors = rollout_errors(dyn, data, horizons)
     result = {"checkpoint": args.checkpoint, "model": ckpt["kind"], "rollouts": n,

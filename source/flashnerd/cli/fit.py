@@ -8,7 +8,9 @@ import json
 from pathlib import Path
 
 from flashnerd.cli.common import CLIError, check_device, check_positive
-from flashnerd.training.checkpoint import export_for_inference
+from flashnerd.contacts import CONTACT_MODES
+from flashnerd.models import MODEL_KINDS
+from flashnerd.models.checkpoint import export_for_inference
 from flashnerd.training.fit import FitConfig, Fitter
 from flashnerd.utils.distributed import init_distributed, shutdown
 
@@ -16,7 +18,7 @@ from flashnerd.utils.distributed import init_distributed, shutdown
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("fit", help="fit a learned dynamics model")
     p.add_argument("--data", required=True, nargs="+", help="one or more datasets written by `flashnerd record`")
-    p.add_argument("--model", default="flashnerd", choices=["flashnerd", "nerd", "rwm"], help="model kind")
+    p.add_argument("--model", default=FitConfig.model, choices=MODEL_KINDS, help="model kind")
     p.add_argument("--out", required=True, help="checkpoint path (.pt)")
     p.add_argument("--size", default="cpu", help="size class: cpu, paper_small, paper")
     p.add_argument("--max_steps", type=int, default=FitConfig.max_steps, help="optimizer steps")
@@ -27,7 +29,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--lr", type=float, default=FitConfig.lr, help="peak learning rate")
     p.add_argument("--ar_weight", type=float, default=FitConfig.ar_weight, help="weight of the autoregressive loss")
     p.add_argument("--seed", type=int, default=0, help="random seed")
-    p.add_argument("--contacts", default=FitConfig.contacts, choices=["probes", "rows"],
+    p.add_argument("--contacts", default=FitConfig.contacts, choices=CONTACT_MODES,
                    help="contact input: fixed ground probes (NeRD) or variable contact rows (flashnerd only)")
     p.add_argument("--max_rows", type=int, default=FitConfig.max_rows, help="contact rows per frame (--contacts rows)")
     p.add_argument("--device", default="cpu", help="torch device")

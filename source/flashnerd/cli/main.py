@@ -9,11 +9,10 @@ import sys
 
 from flashnerd.cli import bench, eval, evaluate_model, fit, plan, play, record, report, train, video
 from flashnerd.cli.common import CLIError
+from flashnerd.envs.registry import registered_tasks, task_spec
 
 
 def _list_envs(args: argparse.Namespace) -> list[dict]:
-    from flashnerd.envs.registry import registered_tasks, task_spec
-
     rows = []
     for task in registered_tasks():
         kw = task_spec(task).kwargs

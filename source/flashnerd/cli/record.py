@@ -16,11 +16,13 @@ from flashnerd.cli.common import (
     check_device,
     check_positive,
     load_policy,
-    make_env,
     resolve_checkpoint,
     uninterrupted_cfg,
 )
-from flashnerd.data.record import ANALYTICAL, PolicySource, merge_recordings, record
+from flashnerd.data.record import PolicySource, merge_recordings, record
+from flashnerd.dynamics import REFERENCE_BACKEND, backend_names
+from flashnerd.envs.registry import task_cfgs
+from flashnerd.envs.rsl_rl import make_runner
 from flashnerd.robots import get_robot
 from flashnerd.sim.terrain import TERRAINS
 from flashnerd.utils.distributed import barrier, dist_info, init_distributed, shutdown
@@ -34,7 +36,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--traj_len", type=int, default=100, help="control steps per trajectory")
     p.add_argument("--seed", type=int, default=0, help="random seed")
     p.add_argument("--out", required=True, help="output .h5 file (written to <out>.tmp, then renamed)")
-    p.add_argument("--dynamics", default="mujoco", choices=ANALYTICAL, help="analytical backend to record")
+    p.add_argument("--dynamics", default=REFERENCE_BACKEND, choices=backend_names(analytical=True),
+                   help="analytical backend to record")
     p.add_argument("--device", default="cpu", help="torch device (mjwarp runs on cuda; mujoco computes on the CPU)")
     p.add_argument("--terrain", default=None, choices=list(TERRAINS),
                    help="terrain to record on (default flat; with --task, the task's terrain unless given)")
@@ -52,12 +55,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def _policy_source(args: argparse.Namespace, gen: torch.Generator) -> PolicySource:
     """Task env on the mujoco backend (no time-outs, no interval pushes) driven by the loaded policy."""
-    from flashnerd.envs.registry import load_cfg_from_registry, task_spec
-    from flashnerd.envs.rsl_rl import FlashNeRDRunner, RslRlVecEnvWrapper
-
-    task_spec(args.task)
-    env_cfg = load_cfg_from_registry(args.task, "env_cfg_entry_point")
-    agent_cfg = load_cfg_from_registry(args.task, "rsl_rl_cfg_entry_point")
+    env_cfg, agent_cfg = task_cfgs(args.task, device=args.device)
     if args.robot is not None and args.robot != env_cfg.robot:
         raise CLIError(f"--robot {args.robot} does not match task '{args.task}' (robot '{env_cfg.robot}')")
     path = resolve_checkpoint(args.log_root, agent_cfg.experiment_name, args.load_run, args.checkpoint)
@@ -65,8 +63,7 @@ def _policy_source(args: argparse.Namespace, gen: torch.Generator) -> PolicySour
     env_cfg = dataclasses.replace(uninterrupted_cfg(env_cfg, args.steps + args.traj_len), dynamics=args.dynamics,
                                   num_envs=args.num_worlds, seed=args.seed, device=args.device,
                                   terrain=args.terrain or env_cfg.terrain)
-    wrapped = RslRlVecEnvWrapper(make_env(args.task, env_cfg), clip_actions=agent_cfg.clip_actions)
-    runner = FlashNeRDRunner(wrapped, agent_cfg.to_rsl_rl_dict(), None, device=args.device)
+    wrapped, runner = make_runner(args.task, env_cfg, agent_cfg)
     policy = load_policy(runner, path, args.device)
     clip = agent_cfg.clip_actions
 

@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
-import random
 import sys
 import time
 
-import numpy as np
 import torch
 
 from flashnerd.cli.common import (
@@ -19,14 +16,14 @@ from flashnerd.cli.common import (
     check_positive,
     dump_yaml,
     load_task_cfgs,
-    make_env,
     new_log_dir,
     resolve_checkpoint,
     write_json,
 )
-from flashnerd.envs.evaluate import evaluate_policy
-from flashnerd.envs.rsl_rl import FlashNeRDRunner, RslRlVecEnvWrapper
+from flashnerd.envs.evaluate import evaluate_on_backends
+from flashnerd.envs.rsl_rl import make_runner
 from flashnerd.utils.distributed import dist_info, shutdown
+from flashnerd.utils.seeding import seed_everything
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -43,13 +40,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--eval_episodes", type=int, default=64,
                    help="after training, evaluate this many episodes on the training backend and in MuJoCo (0: skip)")
     p.set_defaults(func=run)
-
-
-def seed_everything(seed: int) -> None:
-    """Seed Python, numpy and torch so that a seeded run is repeatable."""
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -78,13 +68,12 @@ def run(args: argparse.Namespace) -> dict:
         agent_cfg.seed += info.rank
 
     seed_everything(agent_cfg.seed)
-    env = RslRlVecEnvWrapper(make_env(args.task, env_cfg), clip_actions=agent_cfg.clip_actions)
     log_dir = new_log_dir(args.log_root, agent_cfg.experiment_name, agent_cfg.run_name)
+    env, runner = make_runner(args.task, env_cfg, agent_cfg, str(log_dir) if info.is_main else None,
+                              verbose=info.is_main)
     if info.is_main:
         dump_yaml(log_dir / "params" / "env.yaml", env_cfg)
         dump_yaml(log_dir / "params" / "agent.yaml", agent_cfg)
-    runner = FlashNeRDRunner(env, agent_cfg.to_rsl_rl_dict(), str(log_dir) if info.is_main else None,
-                             device=agent_cfg.device, verbose=info.is_main)
     remaining = agent_cfg.max_iterations
     if resume_path is not None:
         runner.load(str(resume_path), map_location=agent_cfg.device)
@@ -145,16 +134,4 @@ def print_comparison(evaluation: dict, trained_on: str, episodes: int) -> None:
     print("\n".join(lines), file=sys.stderr)
 
 
-def evaluate_on_backends(task: str, env_cfg, policy, episodes: int, backends: list[str] | None = None) -> dict:
-    """Evaluate `policy` on `backends` (default: the training backend and MuJoCo), same task config otherwise."""
-    results = {}
-    for backend in dict.fromkeys(backends or [env_cfg.dynamics, "mujoco"]):
-        kwargs = env_cfg.dynamics_kwargs if backend == env_cfg.dynamics else {}
-        cfg = dataclasses.replace(env_cfg, dynamics=backend, num_envs=episodes, dynamics_kwargs=kwargs)
-        env = RslRlVecEnvWrapper(make_env(task, cfg))
-        results[backend] = evaluate_policy(env.unwrapped, lambda obs, env=env: policy(env.to_tensordict(obs)))
-        env.close()
-    return results
-
-
-__all__ = ["CLIError", "add_parser", "evaluate_on_backends", "run"]
+__all__ = ["add_parser", "print_comparison", "run"]

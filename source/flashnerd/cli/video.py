@@ -21,7 +21,9 @@ from flashnerd.cli.common import (
     make_env,
     uninterrupted_cfg,
 )
+from flashnerd.dynamics import REFERENCE_BACKEND, backend_info
 from flashnerd.envs.rsl_rl import RslRlVecEnvWrapper
+from flashnerd.viz import RobotRenderer, VideoWriter, label_frame, side_by_side
 
 
 def add_video_args(p: argparse.ArgumentParser, length: int) -> None:
@@ -42,12 +44,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run_compare(args: argparse.Namespace) -> dict:
     """Roll the policy in the analytical env; feed the same actions to the learned env; render both."""
-    from flashnerd.viz import RobotRenderer, VideoWriter, label_frame, side_by_side
-
     for name in ("video_length", "video_width", "video_height"):
         check_positive(name, getattr(args, name))
     learned = args.dynamics
-    args.dynamics = "mujoco"  # env_and_policy builds the analytical side
+    args.dynamics = REFERENCE_BACKEND  # env_and_policy builds the analytical side
     checkpoint = args.dynamics_checkpoint
     args.dynamics_checkpoint = None
     env, _, policy, path, env_cfg = env_and_policy(args)
@@ -62,7 +62,7 @@ def run_compare(args: argparse.Namespace) -> dict:
 
     out = Path(args.out) if args.out else Path(path).parent / "videos" / f"compare_{learned}.mp4"
     renderer = RobotRenderer(sim.unwrapped.robot, args.video_width, args.video_height)
-    names = {"mujoco": "MuJoCo", "flashnerd": "FlashNeRD", "nerd": "NeRD", "mjwarp": "MuJoCo Warp"}
+    labels = (backend_info(REFERENCE_BACKEND).label, backend_info(learned).label)
     dt = sim.unwrapped.step_dt
     drift = []
     with VideoWriter(out, fps=round(1 / dt)) as video, torch.inference_mode():
@@ -75,8 +75,8 @@ def run_compare(args: argparse.Namespace) -> dict:
             q_model = model.unwrapped.state.qpos[0].cpu().numpy().astype(np.float64)
             drift.append(float(np.linalg.norm(q_sim[:3] - q_model[:3])))
             stamp = f"t = {(t + 1) * dt:5.2f} s"
-            video.append(side_by_side(label_frame(renderer.render(q_sim), f"{names['mujoco']}  {stamp}"),
-                                      label_frame(renderer.render(q_model), f"{names.get(learned, learned)}  {stamp}")))
+            video.append(side_by_side(label_frame(renderer.render(q_sim), f"{labels[0]}  {stamp}"),
+                                      label_frame(renderer.render(q_model), f"{labels[1]}  {stamp}")))
     renderer.close()
     sim.close()
     model.close()
@@ -88,8 +88,6 @@ def run_compare(args: argparse.Namespace) -> dict:
 
 def record_play_video(env, policy, out: Path, length: int, width: int, height: int) -> dict:
     """Roll `policy` for `length` steps in `env` (an RslRlVecEnvWrapper) and render world 0 to `out`."""
-    from flashnerd.viz import RobotRenderer, VideoWriter, label_frame
-
     renderer = RobotRenderer(env.unwrapped.robot, width, height)
     dt = env.unwrapped.step_dt
     total = torch.zeros(env.num_envs, device=env.device)

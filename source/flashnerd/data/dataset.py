@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,6 +11,7 @@ from pathlib import Path
 import h5py
 import torch
 
+import flashnerd
 from flashnerd.robots import RobotSpec
 
 REQUIRED = ("qpos", "qvel", "ctrl")
@@ -118,10 +120,6 @@ def write_dataset(path: str | Path, robot: RobotSpec, qpos: torch.Tensor, qvel: 
                   **attrs) -> dict:
     """Write trajectories qpos (M, T+1, nq), qvel (M, T+1, nv), ctrl (M, T, nu) in `flashnerd record`'s format
     (through a temporary file, then renamed); `attrs` are added to the file's attributes (terrain, source, ...)."""
-    import os
-
-    import flashnerd
-
     path = Path(path)
     if qpos.shape[:2] != qvel.shape[:2] or qpos.shape[1] != ctrl.shape[1] + 1 or qpos.shape[0] != ctrl.shape[0]:
         raise ValueError(f"inconsistent shapes qpos {tuple(qpos.shape)}, qvel {tuple(qvel.shape)}, "

@@ -33,14 +33,13 @@ from tqdm import tqdm
 import flashnerd
 from flashnerd.contacts import contact_features
 from flashnerd.data.dataset import DATASET_FORMAT_VERSION, plain_attr
-from flashnerd.dynamics import make_dynamics
+from flashnerd.dynamics import REFERENCE_BACKEND, backend_info, check_backend, make_dynamics
 from flashnerd.dynamics.representation import StateRepresentation
 from flashnerd.robots import RobotSpec
 from flashnerd.sim.scene import actuator_ctrl_limits
 from flashnerd.sim.terrain import sample_spawn_xy, surface_height, terrain_boxes
 from flashnerd.utils.math import quat_from_euler_xyz
 
-ANALYTICAL = ("mujoco", "mjwarp")  # backends that data may be recorded from
 HUGE = 1e5  # NeRD drops trajectories with |x| above this
 
 
@@ -93,20 +92,19 @@ class ExplorationController:
 
 
 class ExplorationSource:
-    """Random initial states and `ExplorationController` targets on a `mujoco` backend of `num_worlds` worlds."""
+    """Random initial states and `ExplorationController` targets on an analytical backend of `num_worlds` worlds."""
 
     kind = "exploration"
 
     def __init__(self, robot: RobotSpec, num_worlds: int, gen: torch.Generator, nthread: int | None = None,
-                 backend: str = "mujoco", device: str = "cpu", terrain: str = "flat") -> None:
-        if backend not in ANALYTICAL:
-            raise ValueError(f"recording needs an analytical backend ({', '.join(ANALYTICAL)}), got '{backend}'")
+                 backend: str = REFERENCE_BACKEND, device: str = "cpu", terrain: str = "flat") -> None:
+        check_backend(backend, what="recording", analytical=True)
         if terrain != "flat" and not robot.floating_base:
             raise ValueError(f"robot '{robot.name}' has a fixed base; record it on the flat terrain")
-        kwargs = {"nthread": nthread} if backend == "mujoco" else {}
+        kwargs = {"nthread": nthread} if "nthread" in backend_info(backend).options() else {}
         self.dyn = make_dynamics(backend, robot, num_worlds, device=device, terrain=terrain, **kwargs)
         self.terrain, self.boxes = terrain, terrain_boxes(terrain)
-        ctrl_range = torch.as_tensor(actuator_ctrl_limits(self.dyn.model), dtype=torch.float32)  # (nu, 2)
+        ctrl_range = torch.as_tensor(actuator_ctrl_limits(self.dyn.scene), dtype=torch.float32)  # (nu, 2)
         self.controller = ExplorationController(robot, num_worlds, gen, ctrl_range)
         self.n, self.gen = num_worlds, gen
 
@@ -173,7 +171,7 @@ def _chunk_seed(seed: int, chunk: int) -> int:
 
 def record(robot: RobotSpec, num_worlds: int, steps: int, out: str | Path, traj_len: int = 100, seed: int = 0,
            nthread: int | None = None, progress: bool = True, source=None, resume: bool = False,
-           backend: str = "mujoco", device: str = "cpu", terrain: str = "flat") -> dict:
+           backend: str = REFERENCE_BACKEND, device: str = "cpu", terrain: str = "flat") -> dict:
     """Record `num_worlds` worlds for `steps` control steps each, cut into `traj_len`-step trajectories.
 
     `source` supplies the controls (default: `ExplorationSource` on `backend`/`device`/`terrain`); it is closed when
@@ -194,8 +192,8 @@ def record(robot: RobotSpec, num_worlds: int, steps: int, out: str | Path, traj_
         source = ExplorationSource(robot, num_worlds, gen, nthread=nthread, backend=backend, device=device,
                                    terrain=terrain)
     dyn = source.dyn
-    probes = contact_features(robot, dyn.model)
-    rep = StateRepresentation.for_robot(robot, dyn.model, probes.dim)
+    probes = contact_features(robot, dyn.scene)
+    rep = StateRepresentation.for_robot(robot, dyn.scene, probes.dim)
     n_chunks = math.ceil(steps / traj_len)
     nq, nv, nu, nb, npb = dyn.nq, dyn.nv, dyn.nu, len(robot.all_contact_bodies), probes.num_probes
     identity = {"robot": robot.name, "model_hash": robot.model_hash(), "num_worlds": num_worlds, "steps": steps,

@@ -10,17 +10,18 @@ mode).
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from flashnerd.contacts import contact_features
-from flashnerd.dynamics.base import RobotState
 from flashnerd.dynamics.representation import StateRepresentation
+from flashnerd.models.checkpoint import model_from_checkpoint, read_checkpoint
 from flashnerd.robots import RobotSpec
 from flashnerd.sim.scene import build_scene, default_qpos
-from flashnerd.training.checkpoint import model_from_checkpoint, read_checkpoint
+from flashnerd.types import RobotState
 
 # Shipped checkpoints live in the repository's checkpoints/ folder (editable installs); FLASHNERD_CHECKPOINTS
 # points elsewhere, e.g. for a copy of that folder next to a non-editable install.
@@ -34,16 +35,27 @@ def default_checkpoint(robot: RobotSpec, kind: str) -> Path:
     return CHECKPOINT_DIR / robot.name / f"{kind}.pt"
 
 
-class LearnedDynamics:
-    """A learned model stepping `num_worlds` worlds of `robot` behind the `Dynamics` interface. `compile=True` runs
-    the contact features through `torch.compile` (planning: many steps at one batch size)."""
+@dataclass(frozen=True)
+class LearnedConfig:
+    """Options of the learned backends (`flashnerd`, `nerd`, `rwm`)."""
 
-    def __init__(self, robot: RobotSpec, num_worlds: int, device: str | torch.device = "cpu", kind: str = "flashnerd",
-                 checkpoint: str | Path | None = None, terrain: str = "flat", compile: bool = False,
-                 **_: object) -> None:
+    checkpoint: str | Path | None = None  # a `flashnerd fit` checkpoint (default: the shipped one of the robot)
+    compile: bool = False  # torch.compile the contact features (planning: many steps at one batch size)
+
+
+class LearnedDynamics:
+    """A learned model of `kind` stepping `num_worlds` worlds of `robot` behind the `Dynamics` interface.
+
+    Besides the seam it exposes what model-level tools need: `network` (the `nn.Module`), `rep` (its state
+    representation), `checkpoint_path`, and `set_state` / `reset_history` for a solver that resolves the state
+    between model steps (two-way coupling)."""
+
+    def __init__(self, robot: RobotSpec, num_worlds: int, device: str | torch.device = "cpu", terrain: str = "flat",
+                 config: LearnedConfig | None = None, kind: str = "flashnerd") -> None:
+        config = config or LearnedConfig()
         self.robot, self.num_worlds, self.device = robot, num_worlds, torch.device(device)
         self.control_dt = robot.control_dt
-        path = Path(checkpoint) if checkpoint else default_checkpoint(robot, kind)
+        path = Path(config.checkpoint) if config.checkpoint else default_checkpoint(robot, kind)
         ckpt = read_checkpoint(path, robot)
         if ckpt["kind"] != kind:
             raise ValueError(f"checkpoint '{path}' holds a '{ckpt['kind']}' model; the '{kind}' backend needs a "
@@ -51,20 +63,20 @@ class LearnedDynamics:
         if abs(ckpt["control_dt"] - robot.control_dt) > 1e-9:
             raise ValueError(f"checkpoint '{path}' was fitted at control dt {ckpt['control_dt']}, the robot steps at "
                              f"{robot.control_dt}")
-        self.model, self.x_norm, self.y_norm = model_from_checkpoint(ckpt, self.device)
+        self.network, self.x_norm, self.y_norm = model_from_checkpoint(ckpt, self.device)
         self.model_kind = kind
         self.checkpoint_path = path
-        self.mj_model = build_scene(robot, terrain)
+        self.scene = build_scene(robot, terrain)
         rep_info = ckpt["representation"]
         # fixed probes see the ground plane only; variable rows see this scene's terrain, whatever it was fitted on
         self.contact_mode = rep_info.get("contact", "probes")
-        self.probes = contact_features(robot, self.mj_model, self.device, mode=self.contact_mode,
-                                       max_rows=rep_info.get("max_rows", 16), compile=compile)
-        self.rep = StateRepresentation.for_robot(robot, self.mj_model, self.probes.dim)
+        self.probes = contact_features(robot, self.scene, self.device, mode=self.contact_mode,
+                                       max_rows=rep_info.get("max_rows", 16), compile=config.compile)
+        self.rep = StateRepresentation.for_robot(robot, self.scene, self.probes.dim)
         if rep_info["layout"] != self.rep.layout():
             raise ValueError(f"checkpoint '{path}' uses another state layout than this flashnerd; fit it again")
-        self.nq, self.nv, self.nu = self.mj_model.nq, self.mj_model.nv, self.mj_model.nu
-        self.cache = self.model.init_cache(num_worlds, device=self.device)
+        self.nq, self.nv, self.nu = self.scene.nq, self.scene.nv, self.scene.nu
+        self.cache = self.network.init_cache(num_worlds, device=self.device)
 
         # Which probes belong to which contact body of the contact summary (probes on other bodies are ignored).
         bodies = list(robot.all_contact_bodies)
@@ -74,9 +86,9 @@ class LearnedDynamics:
                 owner[i, bodies.index(p.body)] = 1.0
         self._probe_owner = owner
         self._nb = len(bodies)
-        self._kp = torch.as_tensor(self.mj_model.actuator_gainprm[:, 0], dtype=torch.float32, device=self.device)
-        self._kd = torch.as_tensor(-self.mj_model.actuator_biasprm[:, 2], dtype=torch.float32, device=self.device)
-        limit = np.where(self.mj_model.actuator_forcelimited, np.abs(self.mj_model.actuator_forcerange).max(1), np.inf)
+        self._kp = torch.as_tensor(self.scene.actuator_gainprm[:, 0], dtype=torch.float32, device=self.device)
+        self._kd = torch.as_tensor(-self.scene.actuator_biasprm[:, 2], dtype=torch.float32, device=self.device)
+        limit = np.where(self.scene.actuator_forcelimited, np.abs(self.scene.actuator_forcerange).max(1), np.inf)
         self._effort = torch.as_tensor(limit, dtype=torch.float32, device=self.device)  # (nu,) per-actuator limit
 
         f32 = dict(dtype=torch.float32, device=self.device)
@@ -91,7 +103,7 @@ class LearnedDynamics:
 
     def default_qpos(self) -> np.ndarray:
         """The standing configuration (same as the analytical backend's)."""
-        return default_qpos(self.robot, self.mj_model)
+        return default_qpos(self.robot, self.scene)
 
     def reset(self, world_ids: torch.Tensor, qpos: torch.Tensor, qvel: torch.Tensor) -> None:
         """Write the state of `world_ids` and forget their history only."""
@@ -99,7 +111,7 @@ class LearnedDynamics:
         self._qpos[ids] = qpos.to(self._qpos)
         self._qvel[ids] = qvel.to(self._qvel)
         self._torque[ids] = 0.0
-        self.model.reset_cache(self.cache, ids)
+        self.network.reset_cache(self.cache, ids)
         self._refresh_contacts()
 
     def set_qvel(self, world_ids: torch.Tensor, qvel: torch.Tensor) -> None:
@@ -107,13 +119,23 @@ class LearnedDynamics:
         self._qvel[world_ids.to(self.device)] = qvel.to(self._qvel)
         self._refresh_contacts()  # contact rows carry velocities
 
+    def set_state(self, qpos: torch.Tensor, qvel: torch.Tensor) -> None:
+        """Overwrite every world's state (N, nq), (N, nv) keeping the history: the next step starts from it."""
+        self._qpos.copy_(qpos)
+        self._qvel.copy_(qvel)
+        self._refresh_contacts()
+
+    def reset_history(self, world_ids: torch.Tensor) -> None:
+        """Forget the history of `world_ids` (k,) only, keeping their state."""
+        self.network.reset_cache(self.cache, world_ids.to(self.device))
+
     @torch.no_grad()
     def step(self, ctrl: torch.Tensor) -> None:
         """One model call for all worlds: frame features -> normalized increment -> next state."""
         ctrl = ctrl.to(self._qpos)
         # contact features of the current state: (N, P*8) probes or (N, R*(F+1)) packed rows, from _refresh_contacts
         x = self.x_norm.normalize(self.rep.inputs(self._qpos, self._qvel, ctrl, self._features))  # (N, I)
-        delta = self.y_norm.denormalize(self.model.step(x, self.cache))  # (N, O)
+        delta = self.y_norm.denormalize(self.network.step(x, self.cache))  # (N, O)
         qpos, qvel = self.rep.apply(self._qpos, self._qvel, delta)
         # PD torque where the analytical backend reports it: at its last substep, (dec-1)/dec of the way from this
         # state to the next. The start-of-step torque overstates sum(tau^2) by 1.9x on walking data (measured), and
@@ -141,4 +163,4 @@ class LearnedDynamics:
         return self._state
 
     def close(self) -> None:
-        pass
+        """Nothing to release: the model and its caches are freed with the object."""

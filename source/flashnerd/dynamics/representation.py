@@ -1,4 +1,4 @@
-"""The state representation every learned model shares: robot-centric inputs, increment targets, normalizers.
+"""The state representation every learned model shares: robot-centric inputs and increment targets.
 
 Inputs of a frame (floating base; a fixed base keeps the joint terms only): base height, gravity direction in the
 base frame, base linear and angular velocity in the base frame, joint positions and velocities, the control as
@@ -13,7 +13,6 @@ as a rotation vector (composed onto the current quaternion), velocity deltas, jo
 from __future__ import annotations
 
 import torch
-from torch import nn
 
 from flashnerd.utils.math import (
     quat_apply,
@@ -24,7 +23,7 @@ from flashnerd.utils.math import (
     rotvec_to_quat,
 )
 
-__all__ = ["Normalizer", "StateRepresentation", "quat_to_rotvec", "rotvec_to_quat"]
+__all__ = ["StateRepresentation", "quat_to_rotvec", "rotvec_to_quat"]
 
 
 class StateRepresentation:
@@ -153,32 +152,3 @@ class StateRepresentation:
         lin = qvel[..., 0:3] + quat_apply(q0, delta[..., 6:9])
         ang = qvel[..., 3:6] + delta[..., 9:12]
         return torch.cat((pos, quat, joints), dim=-1), torch.cat((lin, ang, joint_vel), dim=-1)
-
-
-class Normalizer(nn.Module):
-    """Per-dimension mean/std fitted once on the training set; saved in the checkpoint's state_dict."""
-
-    def __init__(self, dim: int, eps: float = 1e-6) -> None:
-        super().__init__()
-        self.register_buffer("mean", torch.zeros(dim))
-        self.register_buffer("std", torch.ones(dim))
-        self.eps = eps
-
-    @torch.no_grad()
-    def fit(self, x: torch.Tensor, identity_tail: int = 0) -> Normalizer:
-        """Set mean and std from samples x (..., dim); constant dimensions keep std 1, and the last `identity_tail`
-        dimensions (pre-scaled features) keep mean 0 and std 1."""
-        flat = x.reshape(-1, x.shape[-1]).double()
-        self.mean.copy_(flat.mean(0).float())
-        std = flat.std(0).float()
-        self.std.copy_(torch.where(std > self.eps, std, torch.ones_like(std)))
-        if identity_tail:
-            self.mean[-identity_tail:] = 0.0
-            self.std[-identity_tail:] = 1.0
-        return self
-
-    def normalize(self, x: torch.Tensor) -> torch.Tensor:
-        return (x - self.mean) / self.std
-
-    def denormalize(self, x: torch.Tensor) -> torch.Tensor:
-        return x * self.std + self.mean

@@ -10,6 +10,8 @@ from typing import Any
 
 import torch
 
+from flashnerd.dynamics import REFERENCE_BACKEND
+
 
 @dataclass
 class ObsTerm:
@@ -111,7 +113,7 @@ class EnvCfg:
     action_mode: str = "offset"
     action_ema_alpha: float = 0.95
     seed: int = 42
-    dynamics: str = "mujoco"
+    dynamics: str = REFERENCE_BACKEND
     dynamics_kwargs: dict[str, Any] = field(default_factory=dict)
     device: str = "cpu"
 

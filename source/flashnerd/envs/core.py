@@ -15,8 +15,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from flashnerd.dynamics import make_dynamics
-from flashnerd.dynamics.base import simulates_objects
+from flashnerd.dynamics import backend_info, backend_names, make_dynamics
 from flashnerd.envs.commands import OrientationGoal, VelocityCommand
 from flashnerd.envs.config import EnvCfg
 from flashnerd.envs.registry import load_entry_point
@@ -97,9 +96,9 @@ class FlashNeRDEnv(gym.Env):
 
         if cfg.action_mode not in ("offset", "ema_limits"):
             raise ValueError(f"unknown action_mode '{cfg.action_mode}'; choose offset or ema_limits")
-        if cfg.objects and not simulates_objects(cfg.dynamics):
+        if cfg.objects and not backend_info(cfg.dynamics).objects:
             raise ValueError(f"backend '{cfg.dynamics}' simulates the robot alone, and this task needs "
-                             f"{', '.join(cfg.objects)}; use mujoco, mjwarp, coupled or oneway")
+                             f"{', '.join(cfg.objects)}; use one of: {', '.join(backend_names(objects=True))}")
         scene = {"objects": tuple(cfg.objects)} if cfg.objects else {}
         self.dyn = make_dynamics(cfg.dynamics, self.robot, cfg.num_envs, device=self.device,
                                  terrain=cfg.terrain, **scene, **cfg.dynamics_kwargs)
@@ -223,9 +222,8 @@ class FlashNeRDEnv(gym.Env):
         return self._obs
 
     def close(self) -> None:
-        close = getattr(self.dyn, "close", None)
-        if close is not None:
-            close()
+        """Release the backend's threads and buffers."""
+        self.dyn.close()
 
     # --- internals ----------------------------------------------------------------------------------------------
 

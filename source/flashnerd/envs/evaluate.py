@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
+import gymnasium as gym
 import torch
 from tqdm import tqdm
 
+from flashnerd.dynamics import REFERENCE_BACKEND
 from flashnerd.envs.core import FlashNeRDEnv
+from flashnerd.envs.rsl_rl import RslRlVecEnvWrapper
 
 
 @torch.inference_mode()
@@ -77,3 +81,16 @@ def evaluate_policy(
             "step_dt": env.step_dt} if env.goal is not None else {}),
         **({"success_rate": succeeded.float().mean().item()} if outcome else {}),
     }
+
+
+def evaluate_on_backends(task: str, env_cfg, policy, episodes: int, backends: list[str] | None = None) -> dict:
+    """Evaluate `policy` (an rsl_rl inference policy, on TensorDict observations) for `episodes` episodes on each of
+    `backends` (default: the training backend and the reference simulator), same task config otherwise."""
+    results = {}
+    for backend in dict.fromkeys(backends or [env_cfg.dynamics, REFERENCE_BACKEND]):
+        kwargs = env_cfg.dynamics_kwargs if backend == env_cfg.dynamics else {}
+        cfg = dataclasses.replace(env_cfg, dynamics=backend, num_envs=episodes, dynamics_kwargs=kwargs)
+        env = RslRlVecEnvWrapper(gym.make(task, cfg=cfg))
+        results[backend] = evaluate_policy(env.unwrapped, lambda obs, env=env: policy(env.to_tensordict(obs)))
+        env.close()
+    return results

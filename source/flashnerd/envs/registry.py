@@ -7,6 +7,8 @@ from typing import Any
 
 import gymnasium as gym
 
+from flashnerd.dynamics import backend_info, backend_names
+
 
 def load_entry_point(entry: Any) -> Any:
     """Resolve 'package.module:Attr' to the attribute; callables and objects pass through unchanged."""
@@ -19,7 +21,8 @@ def load_entry_point(entry: Any) -> Any:
 
 def registered_tasks() -> list[str]:
     """Ids of every FlashNeRD task known to gymnasium (after `import flashnerd_tasks`)."""
-    import flashnerd_tasks  # noqa: F401  (registers the ids)
+    # The one upward import: the task package (above this layer) registers its ids with gymnasium when imported.
+    import flashnerd_tasks  # noqa: F401
 
     return sorted(k for k in gym.registry if k.startswith("FlashNeRD-"))
 
@@ -38,3 +41,39 @@ def load_cfg_from_registry(task: str, key: str) -> Any:
     if entry is None:
         raise ValueError(f"task '{task}' has no '{key}' in its registry entry")
     return load_entry_point(entry)()
+
+
+def task_cfgs(task: str, num_envs: int | None = None, seed: int | None = None, device: str = "cpu",
+              dynamics: str | None = None, dynamics_checkpoint: str | None = None,
+              experiment_name: str | None = None) -> tuple[Any, Any]:
+    """(env_cfg, agent_cfg) of `task` with the given overrides (None keeps the task's value); a checkpoint for a
+    backend that takes none is a one-line error."""
+    env_cfg = load_cfg_from_registry(task, "env_cfg_entry_point")
+    agent_cfg = load_cfg_from_registry(task, "rsl_rl_cfg_entry_point")
+    if num_envs is not None:
+        env_cfg.num_envs = num_envs
+    if seed is not None:
+        env_cfg.seed = agent_cfg.seed = seed
+    if dynamics is not None:
+        env_cfg.dynamics = dynamics
+    if dynamics_checkpoint:
+        if not backend_info(env_cfg.dynamics).checkpoint:
+            raise ValueError(f"--dynamics_checkpoint applies to the backends that take a checkpoint "
+                             f"({', '.join(backend_names(checkpoint=True))}), not '{env_cfg.dynamics}'")
+        env_cfg.dynamics_kwargs = {**env_cfg.dynamics_kwargs, "checkpoint": dynamics_checkpoint}
+    env_cfg.device = agent_cfg.device = device
+    if experiment_name:
+        agent_cfg.experiment_name = experiment_name
+    return env_cfg, agent_cfg
+
+
+def play_variant(task: str, env_cfg: Any) -> tuple[str, Any]:
+    """(task id, env config) to evaluate a policy of `task` with: the registered `...-Play-vN` variant if there is
+    one (Isaac Lab's naming; e.g. no mid-roll starts, no observation noise), on `env_cfg`'s device and seed."""
+    base, _, version = task.rpartition("-v")
+    play = f"{base}-Play-v{version}"
+    if not base or play not in registered_tasks():
+        return task, env_cfg
+    cfg = load_cfg_from_registry(play, "env_cfg_entry_point")
+    cfg.device, cfg.seed = env_cfg.device, env_cfg.seed
+    return play, cfg

@@ -7,6 +7,7 @@ import io
 import os
 import statistics
 import sys
+import time
 
 import gymnasium as gym
 import torch
@@ -16,6 +17,7 @@ from tensordict import TensorDict
 
 from flashnerd.envs.core import FlashNeRDEnv
 from flashnerd.utils.distributed import dist_info, init_distributed
+from flashnerd.utils.seeding import seed_everything
 
 
 class RslRlVecEnvWrapper(VecEnv):
@@ -112,3 +114,28 @@ class FlashNeRDRunner(OnPolicyRunner):
         tmp = f"{path}.tmp"
         super().save(tmp, infos)
         os.replace(tmp, path)
+
+
+def make_runner(task: str, env_cfg, agent_cfg, log_dir: str | None = None,
+                verbose: bool = False) -> tuple[RslRlVecEnvWrapper, FlashNeRDRunner]:
+    """The wrapped env of `task` on `env_cfg` and a PPO runner with `agent_cfg` that logs to `log_dir` (None: no
+    logs), as `flashnerd train`, `eval`, `play` and the benchmarks build them."""
+    env = RslRlVecEnvWrapper(gym.make(task, cfg=env_cfg), clip_actions=agent_cfg.clip_actions)
+    runner = FlashNeRDRunner(env, agent_cfg.to_rsl_rl_dict(), log_dir, device=agent_cfg.device, verbose=verbose)
+    return env, runner
+
+
+def train_policy(task: str, env_cfg, agent_cfg, log_dir: str | None, iterations: int,
+                 init: str | None = None) -> tuple[FlashNeRDRunner, float]:
+    """Seeded PPO on `task`: `iterations` iterations of `agent_cfg` (from the policy checkpoint `init`, counted from
+    zero, when given). Returns the runner (its env closed) and the wall time of the iterations in seconds."""
+    seed_everything(agent_cfg.seed)
+    env, runner = make_runner(task, env_cfg, agent_cfg, log_dir)
+    if init is not None:
+        runner.load(init, map_location=agent_cfg.device)
+        runner.current_learning_iteration = 0
+    start = time.perf_counter()
+    runner.learn(num_learning_iterations=iterations, init_at_random_ep_len=True)
+    wall = time.perf_counter() - start
+    env.close()
+    return runner, wall

@@ -2,18 +2,27 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch.nn as nn
 
+from flashnerd.models.base import DynamicsModel
 from flashnerd.models.flashnerd import FLASHNERD_SIZES, FlashNeRD, FlashNeRDCache, FlashNeRDConfig
 from flashnerd.models.nerd import NERD_SIZES, NeRD, NeRDCache, NeRDConfig
 from flashnerd.models.rwm import RWM, RWM_SIZES, RWMCache, RWMConfig
 
 __all__ = [
+    "DynamicsModel",
     "FLASHNERD_SIZES",
     "NERD_SIZES",
     "FlashNeRD",
     "FlashNeRDCache",
+    "FLASHNERD",
     "FlashNeRDConfig",
+    "MODEL_KINDS",
+    "MODEL_LABELS",
+    "NERD",
+    "RWM",
     "NeRD",
     "NeRDCache",
     "NeRDConfig",
@@ -23,6 +32,7 @@ __all__ = [
     "RWM_SIZES",
     "build_model",
     "num_params",
+    "takes_contact_rows",
 ]
 
 _MODELS = {
@@ -30,9 +40,12 @@ _MODELS = {
     "nerd": (NeRD, NeRDConfig, NERD_SIZES),
     "rwm": (RWM, RWMConfig, RWM_SIZES),
 }
+MODEL_KINDS: tuple[str, ...] = tuple(_MODELS)  # every learned model; each has a learned backend of the same name
+FLASHNERD, NERD, RWM = MODEL_KINDS  # the streaming model, and the baselines it is compared with
+MODEL_LABELS = {"flashnerd": "FlashNeRD", "nerd": "NeRD", "rwm": "RWM"}  # how plots and tables name them
 
 
-def build_model(kind: str, input_dim: int, output_dim: int, size: str = "cpu", **overrides) -> FlashNeRD | NeRD | RWM:
+def build_model(kind: str, input_dim: int, output_dim: int, size: str = "cpu", **overrides) -> DynamicsModel:
     """Build a model of `kind` ('flashnerd', 'nerd' or 'rwm') from a size preset; kwargs override config fields."""
     if kind not in _MODELS:
         raise ValueError(f"unknown model '{kind}'; choose one of: {', '.join(_MODELS)}")
@@ -40,6 +53,11 @@ def build_model(kind: str, input_dim: int, output_dim: int, size: str = "cpu", *
     if size not in sizes:
         raise ValueError(f"unknown size '{size}' for {kind}; choose one of: {', '.join(sizes)}")
     return model_cls(config_cls(input_dim=input_dim, output_dim=output_dim, **{**sizes[size], **overrides}))
+
+
+def takes_contact_rows(kind: str) -> bool:
+    """Whether models of `kind` read variable contact rows (a `contact_rows` size in their config)."""
+    return kind in _MODELS and "contact_rows" in {f.name for f in dataclasses.fields(_MODELS[kind][1])}
 
 
 def num_params(model: nn.Module) -> int:

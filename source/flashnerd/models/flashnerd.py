@@ -21,6 +21,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from flashnerd.models.base import DynamicsModel
 from flashnerd.models.contact_encoder import ContactEncoder
 
 
@@ -124,13 +125,14 @@ class FlashBlock(nn.Module):
         return self._combine(h[:, None], y, ff)[:, 0]  # (B, C)
 
 
-class FlashNeRD(nn.Module):
+class FlashNeRD(DynamicsModel):
     """Streaming dynamics transformer: per-frame features (normalized) -> per-frame normalized state increment."""
 
     def __init__(self, config: FlashNeRDConfig):
         super().__init__()
         assert config.span >= 1, "span must be at least 1 frame"
         self.config = config
+        self.receptive_field = config.span * config.n_layer  # each block looks `span` frames further back
         frame_dim = config.input_dim - config.packed_contact_dim  # state, control (and fixed probes) columns
         self.embed = nn.Linear(frame_dim, config.n_embd)
         self.contact = (ContactEncoder(config.contact_row_dim, config.n_embd, config.contact_slots)

@@ -15,6 +15,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from flashnerd.models.base import DynamicsModel
+
 
 @dataclass
 class NeRDConfig:
@@ -80,12 +82,13 @@ class Block(nn.Module):
         return x + self.mlp(self.ln_2(x))  # (B, T, C)
 
 
-class NeRD(nn.Module):
+class NeRD(DynamicsModel):
     """Causal GPT over the last `window` frames: per-frame features -> per-frame prediction."""
 
     def __init__(self, config: NeRDConfig):
         super().__init__()
         self.config = config
+        self.context = self.receptive_field = config.window  # absolute positions exist for `window` frames only
         C, W = config.n_embd, config.window
         self.embed = nn.Linear(config.input_dim, C, bias=False)
         self.wpe = nn.Embedding(W, C)  # learned absolute positions

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
+from flashnerd.models.base import DynamicsModel
+
 LOG_STD_MIN, LOG_STD_MAX = -7.0, 2.0
 
 
@@ -45,7 +47,7 @@ class RWMCache:
     h: torch.Tensor  # (L, B, C)
 
 
-class RWM(nn.Module):
+class RWM(DynamicsModel):
     """Stacked GRU over frames -> Gaussian next-state increment, contact logits, termination logit."""
 
     def __init__(self, config: RWMConfig):
@@ -77,6 +79,20 @@ class RWM(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x (B, T, I) -> predicted mean increment at every frame (B, T, O), like the other models."""
         return self.forward_dist(x)[0]["mean"]
+
+    def loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Negative log-likelihood of the normalized increments y (B, T, O) under the predicted Gaussians."""
+        out = self.forward_dist(x)[0]
+        z = (y - out["mean"]) * torch.exp(-out["log_std"])  # (B, T, O) standardized error
+        return (0.5 * z.square() + out["log_std"]).mean()
+
+    def forecast(self, window: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+        """A sample (B, O) of the Gaussian at the newest frame of window (B, T, I), reparameterized so the loss
+        reaches the std head, as published."""
+        out = self.forward_dist(window)[0]
+        mean, log_std = out["mean"][:, -1], out["log_std"][:, -1]  # (B, O)
+        eps = torch.randn(mean.shape, device=mean.device, generator=generator)  # (B, O)
+        return mean + torch.exp(log_std) * eps
 
     def init_cache(
         self, batch_size: int, device: torch.device | str | None = None, dtype: torch.dtype | None = None

@@ -22,12 +22,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from flashnerd.data.record import ANALYTICAL
-from flashnerd.dynamics import make_dynamics
+from flashnerd.data.dataset import write_dataset
+from flashnerd.dynamics import REFERENCE_BACKEND, backend_info, make_dynamics
 from flashnerd.planning.dial_mpc import DialMPC, DialMPCConfig, rollout_returns
 from flashnerd.robots import RobotSpec
 from flashnerd.robots.kinematics import TorchKinematics
-from flashnerd.sim.scene import build_scene
+from flashnerd.sim.scene import build_scene, default_qpos
 from flashnerd.sim.terrain import LANE_GAP, PLATFORM_EDGE, PLATFORM_HEIGHTS, PLATFORM_SIZE
 from flashnerd.utils.math import quat_apply_inverse, yaw_from_quat
 
@@ -141,8 +141,6 @@ def passed(checks: dict) -> bool:
 
 def lane_start(robot: RobotSpec, model, lane: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Standing pose (nq,) at the start of `lane`, facing +x, and zero velocity (nv,)."""
-    from flashnerd.sim.scene import default_qpos
-
     qpos = torch.as_tensor(default_qpos(robot, model), dtype=torch.float32)
     qpos[1] = lane * LANE_GAP
     return qpos, torch.zeros(model.nv)
@@ -182,8 +180,6 @@ class RolloutRecorder:
         self.add(torch.stack(qpos, 1), torch.stack(qvel, 1), ctrl)
 
     def write(self, path, robot: RobotSpec, terrain: str, attrs: dict | None = None) -> dict:
-        from flashnerd.data.dataset import write_dataset
-
         qpos, qvel, ctrl = torch.cat(self.qpos), torch.cat(self.qvel), torch.cat(self.ctrl)
         return write_dataset(path, robot, qpos, qvel, ctrl, terrain=terrain, source="plan", **(attrs or {}))
 
@@ -200,14 +196,15 @@ class PlatformClimb:
                  recorder: RolloutRecorder | None = None) -> None:
         p = cfg.planner
         self.cfg, self.robot, self.lane = cfg, robot, lane
-        learned = {"compile": cfg.compile} if dynamics not in ANALYTICAL else {}
+        learned = backend_info(dynamics).learned
+        compiled = {"compile": cfg.compile} if "compile" in backend_info(dynamics).options() else {}
         self.plan_dyn = make_dynamics(dynamics, robot, p.num_samples, device=device, terrain="platforms",
-                                      **learned, **(dynamics_kwargs or {}))
-        self.sim = make_dynamics("mujoco", robot, 1, terrain="platforms", nthread=1)
+                                      **compiled, **(dynamics_kwargs or {}))
+        self.sim = make_dynamics(REFERENCE_BACKEND, robot, 1, terrain="platforms", nthread=1)
         model = build_scene(robot, "platforms")
         # a learned planning backend's kept samples are replayed in MuJoCo to record ground truth
-        self.truth = (make_dynamics("mujoco", robot, min(recorder.per_call, p.num_samples), terrain="platforms",
-                                    nthread=1) if recorder is not None and dynamics not in ANALYTICAL else None)
+        self.truth = (make_dynamics(REFERENCE_BACKEND, robot, min(recorder.per_call, p.num_samples),
+                                    terrain="platforms", nthread=1) if recorder is not None and learned else None)
         self.recorder = recorder
         self.reward = ClimbReward(cfg, robot, model, lane, device=self.plan_dyn.device)
         qpos, qvel = lane_start(robot, model, lane)

@@ -13,9 +13,10 @@ import numpy as np
 import torch
 import warp as wp
 
-from flashnerd.dynamics.base import RobotState
 from flashnerd.robots import RobotSpec
-from flashnerd.sim.scene import CUBE_MASS, build_scene, check_actuators, default_qpos, robot_columns, sensor_address
+from flashnerd.sim.config import MjwarpConfig
+from flashnerd.sim.scene import build_scene, check_actuators, default_qpos, robot_columns, sensor_address
+from flashnerd.types import RobotState
 
 try:
     import mujoco_warp as mjw
@@ -44,26 +45,18 @@ class MjwarpDynamics:
     that needs more loses the excess rows, which `overflow()` reports.
     """
 
-    def __init__(
-        self,
-        robot: RobotSpec,
-        num_worlds: int,
-        device: str | torch.device = "cpu",
-        terrain: str = "flat",
-        nconmax: int = 48,
-        njmax: int | None = None,
-        graph: bool | None = None,
-        objects: tuple[str, ...] = (),
-        cube_mass: float = CUBE_MASS,
-    ) -> None:
+    def __init__(self, robot: RobotSpec, num_worlds: int, device: str | torch.device = "cpu", terrain: str = "flat",
+                 config: MjwarpConfig | None = None) -> None:
+        config = config or MjwarpConfig()
+        objects, nconmax, njmax, graph = config.objects, config.nconmax, config.njmax, config.graph
         self.robot = robot
         self.num_worlds = num_worlds
         self.device = torch.device(device)
         if self.device.type == "cuda" and self.device.index is None:
             self.device = torch.device("cuda", torch.cuda.current_device())
         self.control_dt = robot.control_dt
-        self.model = build_scene(robot, terrain, objects, cube_mass)
-        m = self.model
+        self.scene = build_scene(robot, terrain, objects, config.cube_mass)
+        m = self.scene
         self.nq, self.nv, self.nu = m.nq, m.nv, m.nu
         self.nq_r, self.nv_r = robot_columns(robot, m)  # the robot's leading columns; objects follow
         check_actuators(robot, m)
@@ -110,11 +103,11 @@ class MjwarpDynamics:
             self._capture()
 
     def _sensor_adr(self, name: str) -> int:
-        return sensor_address(self.model, self.robot, name)
+        return sensor_address(self.scene, self.robot, name)
 
     def default_qpos(self) -> np.ndarray:
         """The standing configuration: base at the spawn height, identity orientation, default joint angles."""
-        return default_qpos(self.robot, self.model)
+        return default_qpos(self.robot, self.scene)
 
     # --- Dynamics interface -------------------------------------------------------------------------------------
 

@@ -9,9 +9,10 @@ import numpy as np
 import torch
 from mujoco import rollout
 
-from flashnerd.dynamics.base import RobotState
 from flashnerd.robots import RobotSpec
-from flashnerd.sim.scene import CUBE_MASS, build_scene, check_actuators, default_qpos, robot_columns, sensor_address
+from flashnerd.sim.config import MujocoConfig
+from flashnerd.sim.scene import build_scene, check_actuators, default_qpos, robot_columns, sensor_address
+from flashnerd.types import RobotState
 
 _STATE_SPEC = mujoco.mjtState.mjSTATE_FULLPHYSICS
 
@@ -23,22 +24,16 @@ class MujocoDynamics:
     torch views of it are refreshed into preallocated float32 buffers on `device` after every step.
     """
 
-    def __init__(
-        self,
-        robot: RobotSpec,
-        num_worlds: int,
-        device: str | torch.device = "cpu",
-        nthread: int | None = None,
-        terrain: str = "flat",
-        objects: tuple[str, ...] = (),
-        cube_mass: float = CUBE_MASS,
-    ) -> None:
+    def __init__(self, robot: RobotSpec, num_worlds: int, device: str | torch.device = "cpu", terrain: str = "flat",
+                 config: MujocoConfig | None = None) -> None:
+        config = config or MujocoConfig()
+        objects, nthread = config.objects, config.nthread
         self.robot = robot
         self.num_worlds = num_worlds
         self.device = torch.device(device)
         self.control_dt = robot.control_dt
-        self.model = build_scene(robot, terrain, objects, cube_mass)
-        m = self.model
+        self.scene = build_scene(robot, terrain, objects, config.cube_mass)
+        m = self.scene
         self.nq, self.nv, self.nu = m.nq, m.nv, m.nu
         self.nq_r, self.nv_r = robot_columns(robot, m)  # the robot's leading columns; objects follow
         self._robot_qvel = slice(1 + self.nq, 1 + self.nq + self.nv_r)
@@ -79,11 +74,11 @@ class MujocoDynamics:
         self._refresh_torch()
 
     def _sensor_adr(self, name: str) -> int:
-        return sensor_address(self.model, self.robot, name)
+        return sensor_address(self.scene, self.robot, name)
 
     def default_qpos(self) -> np.ndarray:
         """The standing configuration: base at the spawn height, identity orientation, default joint angles."""
-        return default_qpos(self.robot, self.model)
+        return default_qpos(self.robot, self.scene)
 
     # --- Dynamics interface -------------------------------------------------------------------------------------
 

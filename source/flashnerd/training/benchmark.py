@@ -17,9 +17,7 @@ def model_steps_per_second(kind: str, input_dim: int, output_dim: int, batch: in
     model = build_model(kind, input_dim, output_dim, size=size).to(dev).eval()
     cache = model.init_cache(batch, device=dev)
     x = torch.randn(batch, input_dim, device=dev)  # (B, I) inputs do not change the cost
-    cfg = model.config  # NeRD reads a window of frames, FlashNeRD span x layers; RWM's GRU carries one state
-    history = getattr(cfg, "window", None) or getattr(cfg, "span", 1) * getattr(cfg, "n_layer", 1)
-    for _ in range(history + 1):  # fill the history so the timed steps are the steady state
+    for _ in range(model.receptive_field + 1):  # fill the history so the timed steps are the steady state
         model.step(x, cache)
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda *a: None)
     sync()

@@ -23,11 +23,12 @@ from tqdm import tqdm
 
 from flashnerd.contacts import contact_features
 from flashnerd.data.dataset import TrajectoryData, check_robot, load_datasets
-from flashnerd.dynamics.representation import Normalizer, StateRepresentation
-from flashnerd.models import build_model, num_params
+from flashnerd.dynamics.representation import StateRepresentation
+from flashnerd.models import MODEL_KINDS, build_model, num_params, takes_contact_rows
+from flashnerd.models.checkpoint import config_dict, read_checkpoint, save_checkpoint
+from flashnerd.models.normalizer import Normalizer
 from flashnerd.robots import get_robot
 from flashnerd.sim.scene import build_scene
-from flashnerd.training.checkpoint import config_dict, read_checkpoint, save_checkpoint
 from flashnerd.training.features import trajectory_tensors
 from flashnerd.utils.distributed import DistInfo, all_reduce_max
 
@@ -87,8 +88,9 @@ class Fitter:
             raise ValueError(f"dataset '{data_path}' holds {data.num_trajectories} trajectory; fitting needs at least "
                              "2 (one for validation)")
         self.data_path, self.transitions = str(data_path), data.num_trajectories * data.traj_len
-        if cfg.contacts == "rows" and cfg.model != "flashnerd":
-            raise ValueError(f"variable contact rows need the flashnerd model, not '{cfg.model}'; "
+        if cfg.contacts == "rows" and not takes_contact_rows(cfg.model):
+            rows_kinds = [k for k in MODEL_KINDS if takes_contact_rows(k)]
+            raise ValueError(f"variable contact rows need the {' or '.join(rows_kinds)} model, not '{cfg.model}'; "
                              "use --contacts probes")
         self.terrain = str(data.attrs.get("terrain", "flat"))  # contacts are detected against the recorded scene
         scene = build_scene(self.robot, self.terrain)
@@ -117,7 +119,7 @@ class Fitter:
         rows = dict(contact_rows=cfg.max_rows, contact_row_dim=self.probes.row_dim) if packed else {}
         self.model = build_model(cfg.model, self.rep.input_dim, self.rep.target_dim, size=cfg.size,
                                  **rows).to(self.device)
-        self.window = min(cfg.window, getattr(self.model.config, "window", cfg.window), data.traj_len)
+        self.window = min(cfg.window, self.model.context or cfg.window, data.traj_len)
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
         self.step, self.train_seconds = 0, 0.0
         self.gen = torch.Generator(device=self.device).manual_seed(cfg.seed)
@@ -151,14 +153,9 @@ class Fitter:
         return c.min_lr + 0.5 * (c.lr - c.min_lr) * (1 + math.cos(math.pi * frac))
 
     def teacher_forced_loss(self, xn: torch.Tensor, yn: torch.Tensor, idx) -> torch.Tensor:
-        """MSE of normalized increments; RWM, which predicts a Gaussian, is trained on its negative log-likelihood."""
+        """The model's own loss (`DynamicsModel.loss`) on the windows `idx` of normalized data."""
         traj, tt = idx
-        x, y = xn[traj, tt], yn[traj, tt]  # (b, w, I), (b, w, O)
-        if self.cfg.model == "rwm":
-            out = self.model.forward_dist(x)[0]
-            z = (y - out["mean"]) * torch.exp(-out["log_std"])  # (b, w, O) standardized error
-            return (0.5 * z.square() + out["log_std"]).mean()
-        return F.mse_loss(self.model(x), y)
+        return self.model.loss(xn[traj, tt], yn[traj, tt])  # windows (b, w, I) against (b, w, O)
 
     def autoregressive_loss(self, data: TrajectoryData, xn: torch.Tensor) -> torch.Tensor:
         """Dual autoregression: true history, then the model's own predicted states for `ar_steps` steps."""
@@ -171,8 +168,8 @@ class Fitter:
         qpos, qvel = data.qpos[traj[:, 0], last_t], data.qvel[traj[:, 0], last_t]  # (b, nq), (b, nv) true state
         loss = 0.0
         for k in range(steps):
-            window = seq[:, -getattr(self.model.config, "window", seq.shape[1]):]  # NeRD reads at most its history
-            delta = self.y_norm.denormalize(self._forecast(window))  # (b, O)
+            window = seq[:, -(self.model.context or seq.shape[1]):]  # (b, <=H+k, I) what the model can read
+            delta = self.y_norm.denormalize(self.model.forecast(window, self.gen))  # (b, O)
             qpos, qvel = rep.apply(qpos, qvel, delta)
             t_next = last_t + k + 1
             true_feat = rep.state_features(data.qpos[traj[:, 0], t_next], data.qvel[traj[:, 0], t_next])
@@ -186,16 +183,6 @@ class Fitter:
                 frame = frame + c.ar_noise * noise[self._ar_rows]  # (b, I) this rank's rows of the global draw
                 seq = torch.cat([seq, frame[:, None]], dim=1)  # (b, H+k+1, I)
         return loss / steps
-
-    def _forecast(self, window: torch.Tensor) -> torch.Tensor:
-        """Normalized increment predicted at the newest frame of window (b, T, I) -> (b, O). RWM's is a sample of its
-        Gaussian (reparameterized, so the loss reaches the std head), as published; the others are deterministic."""
-        if self.cfg.model == "rwm":
-            out = self.model.forward_dist(window)[0]
-            mean, log_std = out["mean"][:, -1], out["log_std"][:, -1]  # (b, O)
-            eps = torch.randn(mean.shape, device=self.device, generator=self.gen)
-            return mean + torch.exp(log_std) * eps
-        return self.model(window)[:, -1]
 
     @torch.no_grad()
     def validate(self) -> float:

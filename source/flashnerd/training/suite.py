@@ -10,7 +10,6 @@ model-only streaming throughput at each batch size, including the largest batch 
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import platform
 from dataclasses import dataclass, field
@@ -21,13 +20,14 @@ import torch
 from flashnerd.contacts import contact_features
 from flashnerd.data.dataset import load_dataset
 from flashnerd.data.record import record
-from flashnerd.dynamics.learned import CHECKPOINT_DIR, LearnedDynamics
+from flashnerd.dynamics import make_dynamics
+from flashnerd.dynamics.learned import CHECKPOINT_DIR
 from flashnerd.dynamics.representation import StateRepresentation
-from flashnerd.models import num_params
+from flashnerd.models import MODEL_KINDS, num_params
+from flashnerd.models.checkpoint import export_for_inference, model_from_checkpoint, read_checkpoint
 from flashnerd.robots import RobotSpec, get_robot
 from flashnerd.sim.scene import build_scene
 from flashnerd.training.benchmark import model_steps_per_second
-from flashnerd.training.checkpoint import export_for_inference, model_from_checkpoint, read_checkpoint
 from flashnerd.training.evaluate import rollout_errors
 from flashnerd.training.fit import FitConfig, Fitter
 
@@ -37,7 +37,7 @@ class SuiteConfig:
     """Settings of one suite run (the CLI flags of `flashnerd bench suite`)."""
 
     robots: tuple[str, ...] = ("cartpole", "franka", "g1")
-    models: tuple[str, ...] = ("flashnerd", "nerd", "rwm")
+    models: tuple[str, ...] = MODEL_KINDS
     data_dir: str = "data/suite"  # datasets and full fitting checkpoints (not shipped)
     checkpoint_dir: str = str(CHECKPOINT_DIR)  # reused if present; fitted models are exported here
     refit: bool = False  # fit even when a checkpoint exists
@@ -60,9 +60,9 @@ class SuiteConfig:
 
 def run_suite(cfg: SuiteConfig, progress: bool = True) -> dict:
     """Run the suite; returns the JSON-ready results (robots -> models -> nrmse / steps_per_s / fit facts)."""
-    unknown = [m for m in cfg.models if m not in ("flashnerd", "nerd", "rwm")]
+    unknown = [m for m in cfg.models if m not in MODEL_KINDS]
     if unknown:
-        raise ValueError(f"unknown model '{unknown[0]}'; choose from flashnerd, nerd, rwm")
+        raise ValueError(f"unknown model '{unknown[0]}'; choose from {', '.join(MODEL_KINDS)}")
     robots = [get_robot(name) for name in cfg.robots]  # unknown robots fail before any work
     out = {"command": cfg.command, "device": cfg.device, "threads": torch.get_num_threads(),
            "machine": _machine(cfg.device), "size": cfg.size, "horizons": list(cfg.horizons),
@@ -102,14 +102,14 @@ def _run_robot(robot: RobotSpec, cfg: SuiteConfig, progress: bool) -> dict:
             ckpt = read_checkpoint(fit_path, robot)  # its training facts go into the results
         except ValueError as err:
             raise ValueError(f"{err} (or rerun the suite with --refit)") from err
-        dyn = LearnedDynamics(robot, n, device=cfg.device, kind=kind, checkpoint=fit_path)
+        dyn = make_dynamics(kind, robot, n, device=cfg.device, checkpoint=fit_path)
         errors = rollout_errors(dyn, eval_data, cfg.horizons)
         nrmse = {str(h): e["nrmse"] for h, e in errors.items()}
         if fitted:
             export_for_inference(fit_path, ckpt_path, {"nrmse": nrmse, "eval": str(eval_path), "rollouts": n},
                                  extra={"suite_command": cfg.command})
         result["models"][kind] = {
-            "checkpoint": str(ckpt_path), "fitted_now": fitted, "params": num_params(dyn.model),
+            "checkpoint": str(ckpt_path), "fitted_now": fitted, "params": num_params(dyn.network),
             "train_seconds": round(float(ckpt.get("train_seconds", 0.0)), 1), "steps": int(ckpt.get("step", 0)),
             "transitions": int(ckpt.get("data", {}).get("transitions", 0)),
             "val_loss": ckpt["history"][-1]["val_loss"] if ckpt.get("history") else None,
@@ -147,7 +147,7 @@ def write_card(robot: RobotSpec, result: dict, path: Path, cfg: SuiteConfig, tra
     """The card of a robot's suite checkpoints (every `<model>.pt` next to it, whichever run fitted it): command,
     data, training time, measured accuracy; written through a temporary file."""
     rows = []
-    for kind in ("flashnerd", "nerd", "rwm"):
+    for kind in MODEL_KINDS:
         ckpt_path = path.parent / f"{kind}.pt"
         if not ckpt_path.is_file():
             continue
@@ -178,21 +178,6 @@ def write_card(robot: RobotSpec, result: dict, path: Path, cfg: SuiteConfig, tra
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text("\n".join(lines))
     os.replace(tmp, path)
-
-
-def write_outputs(results: dict, out_dir: str | Path, name: str) -> dict:
-    """Write `<name>.json`, the Table-I Markdown `<name>.md` and the Fig.-4 radar plot `<name>.png` into out_dir."""
-    from flashnerd.viz.suite import plot_radar, suite_table
-
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    paths = {"json": out_dir / f"{name}.json", "table": out_dir / f"{name}.md", "plot": out_dir / f"{name}.png"}
-    for key, text in (("json", json.dumps(results, indent=1) + "\n"), ("table", suite_table(results) + "\n")):
-        tmp = paths[key].with_name(paths[key].name + ".tmp")
-        tmp.write_text(text)
-        os.replace(tmp, paths[key])
-    plot_radar(results, paths["plot"])
-    return {k: str(v) for k, v in paths.items()}
 
 
 def _machine(device: str) -> str:

@@ -19,26 +19,16 @@ folder says what goes there. The file-name prefix picks the renderer:
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Callable
 from pathlib import Path
 
+from flashnerd.dynamics import REFERENCE_BACKEND
 from flashnerd.planning.climb import LEGACY_WEIGHTS, ClimbPlanCfg
+from flashnerd.viz.figure import save_figure
+from flashnerd.viz.suite import plot_radar, suite_table
 
 BLOCK = re.compile(r"(<!-- report:(?P<name>[\w.-]+) -->\n)(?P<body>.*?)(<!-- /report -->)", re.S)
-
-
-def save_figure(fig, path: str | Path, dpi: int = 120) -> None:
-    """Write a matplotlib figure as PNG through a temporary file, without a version stamp (rebuilds match), and
-    close it."""
-    import matplotlib.pyplot as plt
-
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
-    fig.savefig(tmp, dpi=dpi, format="png", metadata={"Software": None})
-    plt.close(fig)
-    os.replace(tmp, path)
 
 
 def _line_axes():
@@ -147,7 +137,8 @@ def _transfer(data: dict, name: str, folder: Path) -> str:
     rows = ["| trained on | envs x iterations | training wall time (s) | return on its backend | return in MuJoCo | "
             "MuJoCo lin-vel RMS (m/s) | MuJoCo fall rate |", "|---|---|---|---|---|---|---|"]
     for trained_on, s in data.items():
-        own, sim = s["eval"].get(s["dynamics"], s["eval"]["mujoco"]), s["eval"]["mujoco"]
+        sim = s["eval"][REFERENCE_BACKEND]
+        own = s["eval"].get(s["dynamics"], sim)
         rows.append(f"| `{trained_on}` | {s['num_envs']} x {s['iterations']} | {s['wall_time_s']:.0f} | "
                     f"{own['mean_return']:.1f} | {sim['mean_return']:.1f} | {sim['lin_vel_rms']:.3f} | "
                     f"{sim['fall_rate']:.2f} |")
@@ -168,8 +159,6 @@ def _fit_scaling(data: dict, name: str, folder: Path) -> str:
 
 def _model_suite(data: dict, name: str, folder: Path) -> str:
     """`flashnerd bench suite` JSON -> Table I (NRMSE and throughput per robot and model) + Fig. 4 radar plot."""
-    from flashnerd.viz.suite import plot_radar, suite_table
-
     plot_radar(data, folder / f"{name}.png")
     return suite_table(data) + f"\n\n![Accuracy and throughput per robot, radar plot](results/{name}.png)"
 
@@ -179,7 +168,7 @@ def _reorient(data: dict, name: str, folder: Path) -> str:
     episode time (NAME.png)."""
     plot_targets(data["backends"], folder / f"{name}.png", data["task"])
     backends = data["backends"]
-    ref = backends.get("mujoco", {}).get("targets_per_episode")
+    ref = backends.get(REFERENCE_BACKEND, {}).get("targets_per_episode")
     rows = [f"{data['num_envs']} envs, {data['iterations']} PPO iterations per backend, device `{data['device']}`; "
             "every policy evaluated in MuJoCo.", "",
             "| trained on | s / PPO iteration | targets per episode (MuJoCo) | vs `mujoco`-trained | cube dropped | "
@@ -197,7 +186,7 @@ def _finetune(data: dict, name: str, folder: Path) -> str:
     """`flashnerd bench finetune` JSON -> wall time and MuJoCo success per backend + bar chart (NAME.png)."""
     backends = data["backends"]
     plot_finetune(backends, folder / f"{name}.png", data["task"])
-    ref = backends.get("mujoco", {}).get("seconds_per_100_iterations")
+    ref = backends.get(REFERENCE_BACKEND, {}).get("seconds_per_100_iterations")
     rows = [f"{data['iterations']} fine-tuning iterations x {data['seeds']} seeds per backend, "
             f"{data.get('num_envs', '?')} envs, device `{data['device']}`; every policy evaluated in MuJoCo.", "",
             "| fine-tuned on | s / 100 iterations | speed-up vs `mujoco` | success rate (MuJoCo) | return (MuJoCo) |",
@@ -256,7 +245,7 @@ def _climb(data: dict, name: str, folder: Path) -> str:
     """`flashnerd plan --out` JSON -> climbs and median planning time per backend + base height plot (NAME.png)."""
     plot_climb(data, folder / f"{name}.png")
     backends = data["backends"]
-    ref = backends.get("mujoco", {}).get("median_planning_ms")
+    ref = backends.get(REFERENCE_BACKEND, {}).get("median_planning_ms")
     lanes = _climb_lanes(backends)
     heads = " | ".join(f"{p['height']:.3f} m" for p in lanes)
     rows = [f"{data['num_samples']} samples, horizon {data['horizon']}, {data['iterations']} iterations per control "

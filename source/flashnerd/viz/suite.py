@@ -9,13 +9,15 @@ throughput), coloured by the favoured model.
 
 from __future__ import annotations
 
+import json
 import math
+import os
 from pathlib import Path
 
-from flashnerd.viz.report import save_figure
+from flashnerd.models import FLASHNERD, MODEL_KINDS, MODEL_LABELS, NERD
+from flashnerd.viz.figure import save_figure
 
-COLORS = {"flashnerd": "#1b9e77", "nerd": "#d95f02", "rwm": "#7570b3"}
-NAMES = {"flashnerd": "FlashNeRD", "nerd": "NeRD", "rwm": "RWM"}
+COLORS = dict(zip(MODEL_KINDS, ("#1b9e77", "#d95f02", "#7570b3")))  # one colour per model kind, in order
 
 
 def _batch_label(key: str, model: dict) -> str:
@@ -53,9 +55,9 @@ def suite_table(data: dict) -> str:
             acc = " | ".join(f"{m['nrmse'][h]:.3g}" for h in horizons)
             speed = " | ".join(f"{m['steps_per_s'][b]:,.0f}" + (f" (B={m['max_batch']:,})" if b == "max" else "")
                                for b in batches)
-            rows.append(f"| {robot} | {NAMES.get(kind, kind)} | {acc} | {speed} | {m['train_seconds']:.0f} |")
-        if "flashnerd" in r["models"] and "nerd" in r["models"]:
-            f, n = r["models"]["flashnerd"], r["models"]["nerd"]
+            rows.append(f"| {robot} | {MODEL_LABELS.get(kind, kind)} | {acc} | {speed} | {m['train_seconds']:.0f} |")
+        if FLASHNERD in r["models"] and NERD in r["models"]:
+            f, n = r["models"][FLASHNERD], r["models"][NERD]
             acc = " | ".join(f"{n['nrmse'][h] / f['nrmse'][h]:.2f}x" for h in horizons)
             speed = " | ".join(f"{f['steps_per_s'][b] / n['steps_per_s'][b]:.1f}x" for b in batches)
             rows.append(f"| {robot} | *FlashNeRD vs NeRD* | {acc} | {speed} | |")
@@ -82,7 +84,8 @@ def plot_radar(data: dict, path: str | Path, decades: float = 2.0) -> None:
             radius = [max(0.0, 1.0 + math.log10(max(_value(m, k, key), 1e-30) / b) / decades) if b > 0 else 0.0
                       for (k, key, _), b in zip(spokes, best)]
             color = COLORS.get(kind)
-            ax.plot(angles + angles[:1], radius + radius[:1], color=color, linewidth=1.8, label=NAMES.get(kind, kind))
+            label = MODEL_LABELS.get(kind, kind)
+            ax.plot(angles + angles[:1], radius + radius[:1], color=color, linewidth=1.8, label=label)
             ax.fill(angles + angles[:1], radius + radius[:1], color=color, alpha=0.12)
         ax.set_xticks(angles)
         ax.set_xticklabels([label for *_, label in spokes], fontsize=7)
@@ -90,11 +93,11 @@ def plot_radar(data: dict, path: str | Path, decades: float = 2.0) -> None:
         ax.set_ylim(0, 1.2)
         ax.set_yticks([1.0 - i / decades for i in range(int(decades))])
         ax.set_yticklabels([f"1e-{i}" if i else "1" for i in range(int(decades))], fontsize=6)
-        if "flashnerd" in r["models"] and "nerd" in r["models"]:
-            f, n = r["models"]["flashnerd"], r["models"]["nerd"]
+        if FLASHNERD in r["models"] and NERD in r["models"]:
+            f, n = r["models"][FLASHNERD], r["models"][NERD]
             for angle, (k, key, _) in zip(angles, spokes):
                 ratio = _value(f, k, key) / max(_value(n, k, key), 1e-30)
-                color = COLORS["flashnerd"] if ratio >= 1 else COLORS["nerd"]
+                color = COLORS[FLASHNERD] if ratio >= 1 else COLORS[NERD]
                 ax.text(angle, 1.1, f"{ratio:.2g}x", color=color, fontsize=8, ha="center", va="center",
                         fontweight="bold")
         ax.set_title(robot, pad=18, fontsize=11)
@@ -105,3 +108,16 @@ def plot_radar(data: dict, path: str | Path, decades: float = 2.0) -> None:
                  "rim labels: FlashNeRD / NeRD", fontsize=9)
     fig.tight_layout(rect=(0.0, 0.1, 1.0, 0.95))
     save_figure(fig, path, dpi=110)
+
+
+def write_outputs(results: dict, out_dir: str | Path, name: str) -> dict:
+    """Write `<name>.json`, the Table-I Markdown `<name>.md` and the Fig.-4 radar plot `<name>.png` into out_dir."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = {"json": out_dir / f"{name}.json", "table": out_dir / f"{name}.md", "plot": out_dir / f"{name}.png"}
+    for key, text in (("json", json.dumps(results, indent=1) + "\n"), ("table", suite_table(results) + "\n")):
+        tmp = paths[key].with_name(paths[key].name + ".tmp")
+        tmp.write_text(text)
+        os.replace(tmp, paths[key])
+    plot_radar(results, paths["plot"])
+    return {k: str(v) for k, v in paths.items()}

@@ -9,8 +9,8 @@ from typing import Any
 
 import torch
 
-from flashnerd.dynamics.representation import Normalizer
 from flashnerd.models import build_model
+from flashnerd.models.normalizer import Normalizer
 from flashnerd.robots import RobotSpec
 
 FORMAT = "flashnerd-dynamics"

@@ -20,15 +20,18 @@ from __future__ import annotations
 
 import os
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Protocol
 
 import mujoco
 import numpy as np
 import torch
 
-from flashnerd.dynamics.base import RobotState
+from flashnerd.dynamics.learned import LearnedConfig, LearnedDynamics
+from flashnerd.models import MODEL_KINDS
 from flashnerd.robots import RobotSpec
 from flashnerd.sim.scene import CUBE_MASS, build_scene, build_scene_spec, check_actuators, default_qpos, robot_columns
+from flashnerd.types import RobotState
 
 
 class FreeMotion(Protocol):
@@ -76,20 +79,37 @@ class LearnedFreeMotion:
 
     def __init__(self, robot: RobotSpec, num_worlds: int, kind: str = "flashnerd", checkpoint=None,
                  device: str | torch.device = "cpu") -> None:
-        from flashnerd.dynamics.learned import LearnedDynamics
-
-        self.dyn = LearnedDynamics(robot, num_worlds, device=device, kind=kind, checkpoint=checkpoint)
+        self.dyn = LearnedDynamics(robot, num_worlds, device=device, config=LearnedConfig(checkpoint=checkpoint),
+                                   kind=kind)
 
     def reset(self, world_ids: torch.Tensor) -> None:
-        self.dyn.model.reset_cache(self.dyn.cache, world_ids.to(self.dyn.device))
+        self.dyn.reset_history(world_ids)
 
     @torch.no_grad()
     def acceleration(self, qpos: torch.Tensor, qvel: torch.Tensor, ctrl: torch.Tensor) -> torch.Tensor:
         dyn = self.dyn
-        dyn._qpos.copy_(qpos)
-        dyn._qvel.copy_(qvel)
+        qvel = qvel.to(dyn.state().qvel)
+        dyn.set_state(qpos.to(qvel), qvel)
         dyn.step(ctrl)
-        return (dyn.state().qvel - qvel.to(dyn._qvel)) / dyn.control_dt  # (N, nv_r)
+        return (dyn.state().qvel - qvel) / dyn.control_dt  # (N, nv_r)
+
+
+TWO_WAY = "coupled"  # the coupling; each mode is the name of its backend
+ONE_WAY = "oneway"  # the seed's ablation: the robot follows the model, nothing acts back on it
+COUPLING_MODES = (TWO_WAY, ONE_WAY)
+FREE_MOTION_ORACLE = "oracle"  # the analytical free motion, for exact tests of the coupling
+
+
+@dataclass(frozen=True)
+class CoupledConfig:
+    """Options of the `coupled` and `oneway` backends."""
+
+    free_motion: FreeMotion | str = "flashnerd"  # a learned model kind (its checkpoint below), "oracle", or an object
+    checkpoint: str | None = None  # the free-motion model's checkpoint (default: the shipped one)
+    nthread: int | None = None  # threads stepping the worlds (default: one per core)
+    integrator: str = "euler"  # euler (the coupling is exact) or implicitfast
+    cube_mass: float = CUBE_MASS  # kg
+    objects: tuple[str, ...] = ("cube",)  # the scene's objects: a cube is the only one these backends simulate
 
 
 class CoupledDynamics:
@@ -97,24 +117,30 @@ class CoupledDynamics:
 
     `state()` reports the robot's DOFs only (RobotState); `object_state()` the cube's pose and velocity."""
 
-    def __init__(self, robot: RobotSpec, num_worlds: int, device: str | torch.device = "cpu", mode: str = "coupled",
-                 free_motion: FreeMotion | str = "flashnerd", checkpoint=None, nthread: int | None = None,
-                 integrator: str = "euler", cube_mass: float = CUBE_MASS, **_: object) -> None:
-        if mode not in ("coupled", "oneway"):
-            raise ValueError(f"unknown coupling mode '{mode}'; choose coupled or oneway")
+    def __init__(self, robot: RobotSpec, num_worlds: int, device: str | torch.device = "cpu", terrain: str = "flat",
+                 config: CoupledConfig | None = None, mode: str = TWO_WAY) -> None:
+        config = config or CoupledConfig()
+        free_motion, checkpoint, nthread = config.free_motion, config.checkpoint, config.nthread
+        if mode not in COUPLING_MODES:
+            raise ValueError(f"unknown coupling mode '{mode}'; choose one of: {', '.join(COUPLING_MODES)}")
         if robot.floating_base:
             raise ValueError(f"coupling needs a fixed-base robot; '{robot.name}' floats")
+        if terrain != "flat":
+            raise ValueError(f"the {mode} backend simulates a hand and a cube on flat ground, not terrain '{terrain}'")
+        if tuple(config.objects) not in ((), ("cube",)):
+            raise ValueError(f"the {mode} backend simulates one cube, not objects {tuple(config.objects)}")
         self.robot, self.num_worlds, self.mode = robot, num_worlds, mode
         self.device = torch.device(device)
         self.control_dt = robot.control_dt
-        self.model = self._build_model(robot, integrator, cube_mass)
-        m = self.model
+        self.scene = self._build_model(robot, config.integrator, config.cube_mass)
+        m = self.scene
         check_actuators(robot, m)
         self.nq_r, self.nv_r = robot_columns(robot, m)
         self.nq, self.nv, self.nu = m.nq, m.nv, m.nu
-        if isinstance(free_motion, str) and free_motion not in ("oracle", "flashnerd", "nerd", "rwm"):
-            raise ValueError(f"unknown free-motion model '{free_motion}'; choose oracle, flashnerd, nerd or rwm")
-        if free_motion == "oracle":
+        if isinstance(free_motion, str) and free_motion not in (FREE_MOTION_ORACLE, *MODEL_KINDS):
+            raise ValueError(f"unknown free-motion model '{free_motion}'; choose {FREE_MOTION_ORACLE} or a learned "
+                             f"model: {', '.join(MODEL_KINDS)}")
+        if free_motion == FREE_MOTION_ORACLE:
             free_motion = OracleFreeMotion(robot, num_worlds)
         elif isinstance(free_motion, str):
             free_motion = LearnedFreeMotion(robot, num_worlds, free_motion, checkpoint, self.device)
@@ -161,7 +187,7 @@ class CoupledDynamics:
 
     def default_qpos(self) -> np.ndarray:
         """The robot's default pose (its qpos columns only, as every backend reports it)."""
-        return default_qpos(self.robot, self.model)
+        return default_qpos(self.robot, self.scene)
 
     # --- Dynamics interface -------------------------------------------------------------------------------------
 
@@ -174,9 +200,9 @@ class CoupledDynamics:
         ids = world_ids.detach().cpu().numpy().reshape(-1)
         for i, w in enumerate(ids):
             d = self.datas[w]
-            mujoco.mj_resetData(self.model, d)
+            mujoco.mj_resetData(self.scene, d)
             d.qpos[:], d.qvel[:] = qpos[i], qvel[i]
-            mujoco.mj_forward(self.model, d)
+            mujoco.mj_forward(self.scene, d)
         self.free_motion.reset(torch.as_tensor(ids))
         self._gather()
 
@@ -187,10 +213,11 @@ class CoupledDynamics:
         for i, w in enumerate(ids):
             d = self.datas[w]
             d.qpos[self.nq_r:self.nq_r + 7], d.qvel[self.nv_r:self.nv_r + 6] = p[i], v[i]
-            mujoco.mj_forward(self.model, d)
+            mujoco.mj_forward(self.scene, d)
         self._gather()
 
     def set_qvel(self, world_ids: torch.Tensor, qvel: torch.Tensor) -> None:
+        """Overwrite the robot's generalized velocity (k, nv_r) of `world_ids` (k,)."""
         ids = world_ids.detach().cpu().numpy().reshape(-1)
         v = qvel.detach().cpu().double().numpy()
         for i, w in enumerate(ids):
@@ -206,12 +233,13 @@ class CoupledDynamics:
             if k == 0 or self.free_motion.per_substep:
                 acc = self.free_motion.acceleration(self._qpos64, self._qvel64, ctrl)  # (N, nv_r)
                 self._acc[:, :self.nv_r] = acc.detach().cpu().double().numpy()
-            self._run(self._substep_oneway if self.mode == "oneway" else self._substep_coupled)
+            self._run(self._substep_oneway if self.mode == ONE_WAY else self._substep_coupled)
             if self.free_motion.per_substep:
                 self._gather()
         self._gather()
 
     def state(self) -> RobotState:
+        """The robot's DOFs only; valid until the next `step()`/`reset()`."""
         return self._state
 
     def object_state(self) -> torch.Tensor:
@@ -219,6 +247,7 @@ class CoupledDynamics:
         return self._obj
 
     def close(self) -> None:
+        """Stop the thread pool."""
         if self._pool is not None:
             self._pool.shutdown()
             self._pool = None
@@ -233,7 +262,7 @@ class CoupledDynamics:
             list(self._pool.map(fn, self._chunks))
 
     def _substep_coupled(self, ids: np.ndarray) -> None:
-        m, views = self.model, self._views
+        m, views = self.scene, self._views
         step1, mul_m, step2, add, sub = mujoco.mj_step1, mujoco.mj_mulM, mujoco.mj_step2, np.add, np.subtract
         for w in ids:
             d, res, acc, applied, bias, passive, res_r = views[w]
@@ -246,7 +275,7 @@ class CoupledDynamics:
     def _substep_oneway(self, ids: np.ndarray) -> None:
         """The robot moves along the model's free motion (velocity integrated semi-implicitly, as MuJoCo's Euler);
         contacts act on the cube, and whatever they do to the robot is overwritten."""
-        m, h, step = self.model, float(self.model.opt.timestep), mujoco.mj_step
+        m, h, step = self.scene, float(self.scene.opt.timestep), mujoco.mj_step
         for w in ids:
             d, qpos_r, qvel_r, acc_r = self._oneway_views[w]
             v = qvel_r + h * acc_r  # (nv_r,)

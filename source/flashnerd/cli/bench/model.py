@@ -1,0 +1,52 @@
+"""`flashnerd bench model`: model-only streaming throughput of learned models at several batch sizes (JSON)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import torch
+
+from flashnerd.cli.common import CLIError, check_device, check_positive
+from flashnerd.contacts import contact_features
+from flashnerd.dynamics.representation import StateRepresentation
+from flashnerd.models import FLASHNERD, NERD
+from flashnerd.robots import get_robot
+from flashnerd.sim.scene import build_scene
+from flashnerd.training.benchmark import model_steps_per_second
+
+
+def add_parser(bsub: argparse._SubParsersAction) -> None:
+    m = bsub.add_parser("model", help="model-only streaming throughput, FlashNeRD vs NeRD")
+    m.add_argument("--robot", default="anymal_c", help="robot whose input/output sizes the models take")
+    m.add_argument("--batch", default="16,1024,16384", help="comma-separated batch sizes")
+    m.add_argument("--models", default="flashnerd,nerd", help="comma-separated model kinds")
+    m.add_argument("--size", default="cpu", help="size class of both models: cpu, paper_small, paper")
+    m.add_argument("--device", default="cpu", help="torch device")
+    m.add_argument("--min_seconds", type=float, default=1.0, help="timed seconds per measurement (at least)")
+    m.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> dict:
+    """Steps x worlds per second of each model at each batch, and FlashNeRD's ratio to NeRD."""
+    check_device(args.device)
+    robot = get_robot(args.robot)
+    try:
+        batches = [int(b) for b in args.batch.split(",")]
+    except ValueError as err:
+        raise CLIError(f"--batch must be comma-separated integers, got '{args.batch}'") from err
+    for b in batches:
+        check_positive("batch", b)
+    kinds = args.models.split(",")
+    scene = build_scene(robot)
+    rep = StateRepresentation.for_robot(robot, scene, contact_features(robot, scene).dim)
+    results: dict[str, dict[str, float]] = {}
+    for kind in kinds:
+        results[kind] = {str(b): round(model_steps_per_second(kind, rep.input_dim, rep.target_dim, b, args.size,
+                                                              args.device, args.min_seconds), 1) for b in batches}
+    out = {"robot": robot.name, "device": args.device, "size": args.size, "threads": torch.get_num_threads(),
+           "steps_per_s": results}
+    if FLASHNERD in results and NERD in results:
+        out["ratio"] = {b: round(results[FLASHNERD][b] / results[NERD][b], 2) for b in results[NERD]}
+    print(json.dumps(out))
+    return out

@@ -1,0 +1,107 @@
+"""The seam every dynamics backend implements, in a leaf module that every layer may import.
+
+Tasks, recording, planning and evaluation read `RobotState` and call the `Dynamics` methods only, so one task
+definition serves every backend, and a policy trained on one backend is evaluated on another by changing one
+argument. Scenes with objects next to the robot (a cube in a hand) add the `ObjectDynamics` methods.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+import mujoco
+import numpy as np
+import torch
+
+from flashnerd.robots.spec import RobotSpec
+
+
+@dataclass
+class RobotState:
+    """Batched robot state on the backend's device. Tensors are views refreshed by `step()`; copy to keep them.
+
+    qpos and qvel follow MuJoCo's conventions. Floating base: qpos = [pos_w(3), quat_w(4, wxyz), joints],
+    qvel = [lin_vel_w(3), ang_vel_b(3), joint velocities]; fixed base: joints only (the root properties are then
+    meaningless). Objects in the scene are not part of it (see `ObjectDynamics.object_state()`).
+    """
+
+    qpos: torch.Tensor  # (N, nq)
+    qvel: torch.Tensor  # (N, nv)
+    joint_torque: torch.Tensor  # (N, nu) actuator torque applied during the last substep
+    contact_force: torch.Tensor  # (N, nb) largest net contact force norm (N) on each contact body over the step
+    floating_base: bool = True
+
+    @property
+    def root_pos_w(self) -> torch.Tensor:
+        return self.qpos[:, 0:3]
+
+    @property
+    def root_quat_w(self) -> torch.Tensor:
+        return self.qpos[:, 3:7]
+
+    @property
+    def joint_pos(self) -> torch.Tensor:
+        return self.qpos[:, 7:] if self.floating_base else self.qpos
+
+    @property
+    def root_lin_vel_w(self) -> torch.Tensor:
+        return self.qvel[:, 0:3]
+
+    @property
+    def root_ang_vel_b(self) -> torch.Tensor:
+        return self.qvel[:, 3:6]
+
+    @property
+    def joint_vel(self) -> torch.Tensor:
+        return self.qvel[:, 6:] if self.floating_base else self.qvel
+
+
+@runtime_checkable
+class Dynamics(Protocol):
+    """Batched robot dynamics over `num_worlds` independent worlds: the whole contract callers may rely on.
+
+    `step(ctrl)` advances every world by `control_dt` seconds under joint position targets `ctrl` (N, nu).
+    `reset(world_ids, qpos, qvel)` writes those worlds' state and clears their history (learned backends keep one);
+    `set_qvel(world_ids, qvel)` changes velocities without clearing history (pushes). `scene` is the compiled MuJoCo
+    scene the worlds live in (robot, terrain and objects; a learned backend detects its contacts against it), and
+    `nq`, `nv`, `nu` are its sizes (with objects, `state()` reports the robot's leading columns only).
+    """
+
+    robot: RobotSpec
+    num_worlds: int
+    control_dt: float
+    device: torch.device
+    scene: mujoco.MjModel
+    nq: int
+    nv: int
+    nu: int
+
+    def default_qpos(self) -> np.ndarray:
+        """The robot's standing configuration (nq_robot,): what a world starts from."""
+        ...
+
+    def reset(self, world_ids: torch.Tensor, qpos: torch.Tensor, qvel: torch.Tensor) -> None: ...
+
+    def set_qvel(self, world_ids: torch.Tensor, qvel: torch.Tensor) -> None: ...
+
+    def step(self, ctrl: torch.Tensor) -> None: ...
+
+    def state(self) -> RobotState: ...
+
+    def close(self) -> None:
+        """Release threads, graphs and other resources; the backend is not used afterwards."""
+        ...
+
+
+@runtime_checkable
+class ObjectDynamics(Dynamics, Protocol):
+    """A backend that simulates objects next to the robot (its registry entry says `objects=True`)."""
+
+    def object_state(self) -> torch.Tensor:
+        """The first object's pose and velocity (N, 13): position, quaternion wxyz, linear and angular velocity."""
+        ...
+
+    def reset_objects(self, world_ids: torch.Tensor, pose: torch.Tensor, vel: torch.Tensor) -> None:
+        """Place the first object of `world_ids` (k,) at pose (k, 7) with velocity (k, 6)."""
+        ...
