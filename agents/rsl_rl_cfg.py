@@ -38,7 +38,8 @@ class RslRlPpoAlgorithmCfg:
 
 @dataclass
 class RslRlOnPolicyRunnerCfg:
-    """Everything `flashnerd train` needs besides the env: PPO settings, logging and resume options."""
+    """Everything `flashnerd train` needs besides the env: PPO settings and logging (resuming is the CLI's
+    `--resume --load_run --checkpoint`)."""
 
     experiment_name: str
     seed: int = 42
@@ -48,9 +49,6 @@ class RslRlOnPolicyRunnerCfg:
     save_interval: int = 50
     run_name: str = ""
     logger: str = "tensorboard"
-    resume: bool = False
-    load_run: str = ".*"
-    load_checkpoint: str = "model_.*.pt"
     clip_actions: float | None = None
     obs_groups: dict[str, list[str]] = field(default_factory=lambda: {"actor": ["policy"], "critic": ["critic"]})
     policy: RslRlPpoActorCriticCfg = field(default_factory=RslRlPpoActorCriticCfg)
