@@ -17,12 +17,12 @@ __all__ = [
     "NERD_SIZES",
     "FlashNeRD",
     "FlashNeRDCache",
-    "FLASHNERD",
+    "FLASHNERD_KIND",
     "FlashNeRDConfig",
     "MODEL_KINDS",
     "MODEL_LABELS",
-    "NERD",
-    "RWM",
+    "NERD_KIND",
+    "RWM_KIND",
     "NeRD",
     "NeRDCache",
     "NeRDConfig",
@@ -41,7 +41,7 @@ _MODELS = {
     "rwm": (RWM, RWMConfig, RWM_SIZES),
 }
 MODEL_KINDS: tuple[str, ...] = tuple(_MODELS)  # every learned model; each has a learned backend of the same name
-FLASHNERD, NERD, RWM = MODEL_KINDS  # the streaming model, and the baselines it is compared with
+FLASHNERD_KIND, NERD_KIND, RWM_KIND = MODEL_KINDS  # the streaming model, and the baselines it is compared with
 MODEL_LABELS = {"flashnerd": "FlashNeRD", "nerd": "NeRD", "rwm": "RWM"}  # how plots and tables name them
 
 

@@ -14,7 +14,7 @@ import math
 import os
 from pathlib import Path
 
-from flashnerd.models import FLASHNERD, MODEL_KINDS, MODEL_LABELS, NERD
+from flashnerd.models import FLASHNERD_KIND, MODEL_KINDS, MODEL_LABELS, NERD_KIND
 from flashnerd.viz.figure import save_figure
 
 COLORS = dict(zip(MODEL_KINDS, ("#1b9e77", "#d95f02", "#7570b3")))  # one colour per model kind, in order
@@ -56,8 +56,8 @@ def suite_table(data: dict) -> str:
             speed = " | ".join(f"{m['steps_per_s'][b]:,.0f}" + (f" (B={m['max_batch']:,})" if b == "max" else "")
                                for b in batches)
             rows.append(f"| {robot} | {MODEL_LABELS.get(kind, kind)} | {acc} | {speed} | {m['train_seconds']:.0f} |")
-        if FLASHNERD in r["models"] and NERD in r["models"]:
-            f, n = r["models"][FLASHNERD], r["models"][NERD]
+        if FLASHNERD_KIND in r["models"] and NERD_KIND in r["models"]:
+            f, n = r["models"][FLASHNERD_KIND], r["models"][NERD_KIND]
             acc = " | ".join(f"{n['nrmse'][h] / f['nrmse'][h]:.2f}x" for h in horizons)
             speed = " | ".join(f"{f['steps_per_s'][b] / n['steps_per_s'][b]:.1f}x" for b in batches)
             rows.append(f"| {robot} | *FlashNeRD vs NeRD* | {acc} | {speed} | |")
@@ -93,11 +93,11 @@ def plot_radar(data: dict, path: str | Path, decades: float = 2.0) -> None:
         ax.set_ylim(0, 1.2)
         ax.set_yticks([1.0 - i / decades for i in range(int(decades))])
         ax.set_yticklabels([f"1e-{i}" if i else "1" for i in range(int(decades))], fontsize=6)
-        if FLASHNERD in r["models"] and NERD in r["models"]:
-            f, n = r["models"][FLASHNERD], r["models"][NERD]
+        if FLASHNERD_KIND in r["models"] and NERD_KIND in r["models"]:
+            f, n = r["models"][FLASHNERD_KIND], r["models"][NERD_KIND]
             for angle, (k, key, _) in zip(angles, spokes):
                 ratio = _value(f, k, key) / max(_value(n, k, key), 1e-30)
-                color = COLORS[FLASHNERD] if ratio >= 1 else COLORS[NERD]
+                color = COLORS[FLASHNERD_KIND] if ratio >= 1 else COLORS[NERD_KIND]
                 ax.text(angle, 1.1, f"{ratio:.2g}x", color=color, fontsize=8, ha="center", va="center",
                         fontweight="bold")
         ax.set_title(robot, pad=18, fontsize=11)

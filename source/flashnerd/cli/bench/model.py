@@ -10,7 +10,7 @@ import torch
 from flashnerd.cli.common import CLIError, check_device, check_positive
 from flashnerd.contacts import contact_features
 from flashnerd.dynamics.representation import StateRepresentation
-from flashnerd.models import FLASHNERD, NERD
+from flashnerd.models import FLASHNERD_KIND, NERD_KIND
 from flashnerd.robots import get_robot
 from flashnerd.sim.scene import build_scene
 from flashnerd.training.benchmark import model_steps_per_second
@@ -46,7 +46,7 @@ def run(args: argparse.Namespace) -> dict:
                                                               args.device, args.min_seconds), 1) for b in batches}
     out = {"robot": robot.name, "device": args.device, "size": args.size, "threads": torch.get_num_threads(),
            "steps_per_s": results}
-    if FLASHNERD in results and NERD in results:
-        out["ratio"] = {b: round(results[FLASHNERD][b] / results[NERD][b], 2) for b in results[NERD]}
+    if FLASHNERD_KIND in results and NERD_KIND in results:
+        out["ratio"] = {b: round(results[FLASHNERD_KIND][b] / results[NERD_KIND][b], 2) for b in results[NERD_KIND]}
     print(json.dumps(out))
     return out
