@@ -105,6 +105,15 @@ def checkpoints_by_kind(text: str) -> dict[str, str]:
         raise CLIError(f"--dynamics_checkpoint takes kind=path[,kind=path], got '{text}'") from err
 
 
+def add_training_bench_args(p: argparse.ArgumentParser, out_dir: str, name: str, outputs: str) -> None:
+    """--device --out_dir --name --dynamics_checkpoint of a benchmark that trains policies on several backends."""
+    p.add_argument("--device", default="cpu", help="torch device")
+    p.add_argument("--out_dir", default=out_dir, help=f"folder for runs, {outputs}")
+    p.add_argument("--name", default=name, help=f"file stem of {outputs} in --out_dir")
+    p.add_argument("--dynamics_checkpoint", default="",
+                   help="learned checkpoints as kind=path[,kind=path] (default: the shipped ones)")
+
+
 def check_file_stem(name: str) -> None:
     """One-line error unless --name is a plain file name stem (no folder part; the folder is --out_dir)."""
     if not name or Path(name).name != name or name in (".", ".."):

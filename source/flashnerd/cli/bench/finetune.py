@@ -9,6 +9,7 @@ from pathlib import Path
 
 from flashnerd.cli.common import (
     CLIError,
+    add_training_bench_args,
     check_device,
     check_file_stem,
     check_positive,
@@ -34,11 +35,7 @@ def add_parser(bsub: argparse._SubParsersAction) -> None:
     p.add_argument("--seeds", type=int, default=2, help="fine-tuning seeds per backend")
     p.add_argument("--num_envs", type=int, default=None, help="parallel worlds (default: the task's)")
     p.add_argument("--eval_episodes", type=int, default=64, help="MuJoCo evaluation episodes per fine-tuned policy")
-    p.add_argument("--device", default="cpu", help="torch device")
-    p.add_argument("--out_dir", default="logs/bench_finetune", help="folder for runs, JSON and the bar chart")
-    p.add_argument("--name", default="finetune", help="file stem of the JSON and the chart")
-    p.add_argument("--dynamics_checkpoint", default="",
-                   help="learned checkpoints as kind=path[,kind=path] (default: the shipped ones)")
+    add_training_bench_args(p, "logs/bench_finetune", "finetune", "the JSON and the bar chart")
     p.set_defaults(func=run)
 
 

@@ -7,7 +7,14 @@ import argparse
 import json
 from pathlib import Path
 
-from flashnerd.cli.common import check_device, check_file_stem, check_positive, checkpoints_by_kind, write_json
+from flashnerd.cli.common import (
+    add_training_bench_args,
+    check_device,
+    check_file_stem,
+    check_positive,
+    checkpoints_by_kind,
+    write_json,
+)
 from flashnerd.dynamics import REFERENCE_BACKEND
 from flashnerd.envs.evaluate import evaluate_on_backends
 from flashnerd.envs.registry import task_cfgs
@@ -25,12 +32,8 @@ def add_parser(bsub: argparse._SubParsersAction) -> None:
     p.add_argument("--num_envs", type=int, default=1024, help="parallel worlds per backend")
     p.add_argument("--max_iterations", type=int, default=100, help="PPO iterations per backend")
     p.add_argument("--seed", type=int, default=42, help="random seed (same for every backend)")
-    p.add_argument("--device", default="cpu", help="torch device")
     p.add_argument("--eval_episodes", type=int, default=64, help="MuJoCo evaluation episodes per final policy")
-    p.add_argument("--out_dir", default="logs/bench_ppo", help="folder for runs, JSON and the plot")
-    p.add_argument("--name", default="bench_ppo", help="file stem of the JSON and the plot in --out_dir")
-    p.add_argument("--dynamics_checkpoint", default="",
-                   help="learned checkpoints as kind=path[,kind=path] (default: the shipped ones)")
+    add_training_bench_args(p, "logs/bench_ppo", "bench_ppo", "the JSON and the plot")
     p.set_defaults(func=run)
 
 
