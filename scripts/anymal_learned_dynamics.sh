@@ -3,7 +3,7 @@
 # Usage: scripts/anymal_learned_dynamics.sh SECONDS_PER_FIT [POLICY_CHECKPOINT ...]
 #   Each POLICY_CHECKPOINT (a `flashnerd train` model_<it>.pt of FlashNeRD-Velocity-Flat-Anymal-C-v0) adds 128 worlds
 #   x 1000 steps of that policy with action noise up to 0.3 (0.5 for the first) to the exploration data.
-# Writes data/v2/, logs/learned_v2/*.json and data/v2/ckpt/anymal_c_{flashnerd,nerd}.pt.
+# Writes data/v2/, logs/learned_v2/*.json and data/v2/ckpt/anymal_c_{flashnerd,nerd}.safetensors.
 set -euo pipefail
 BUDGET=${1:-600}
 shift || true
@@ -28,11 +28,11 @@ for CKPT in "$@"; do
   SEED=$((SEED + 1)); NOISE=0.3; WORLDS=128
 done
 for MODEL in flashnerd nerd; do
-  flashnerd fit --data "${SETS[@]}" --model "$MODEL" --out "$DATA/ckpt/anymal_c_$MODEL.pt" --max_steps 100000 \
+  flashnerd fit --data "${SETS[@]}" --model "$MODEL" --out "$DATA/ckpt/anymal_c_$MODEL.safetensors" --max_steps 100000 \
     --time_budget "$BUDGET" | tee "$OUT/fit_$MODEL.json"
   for EVAL in explore_eval policy_eval; do
     [[ -f $DATA/$EVAL.h5 ]] || continue
-    flashnerd evaluate-model --checkpoint "$DATA/ckpt/anymal_c_$MODEL.pt" --data $DATA/$EVAL.h5 \
+    flashnerd evaluate-model --checkpoint "$DATA/ckpt/anymal_c_$MODEL.safetensors" --data $DATA/$EVAL.h5 \
       | tail -n 1 > "$OUT/eval_${MODEL}_$EVAL.json"
   done
 done

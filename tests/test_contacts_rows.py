@@ -218,8 +218,8 @@ def test_fit_with_contact_rows_runs_on_another_terrain(tmp_path, anymal):
     fitter = Fitter(data, FitConfig(contacts="rows", max_rows=8, max_steps=2, eval_every=1, ar_history=4,
                                     ar_steps=2, window=8))
     assert torch.all(fitter.x_norm.mean[-fitter.probes.dim:] == 0)  # packed rows are not re-normalized per slot
-    fitter.fit(tmp_path / "rows.pt", progress=False)
-    dyn = make_dynamics("flashnerd", anymal, 3, checkpoint=tmp_path / "rows.pt", terrain="platforms")
+    fitter.fit(tmp_path / "rows.safetensors", progress=False)
+    dyn = make_dynamics("flashnerd", anymal, 3, checkpoint=tmp_path / "rows.safetensors", terrain="platforms")
     assert dyn.contact_mode == "rows" and isinstance(dyn.probes, ContactRowDetector)
     qpos = torch.as_tensor(dyn.default_qpos(), dtype=torch.float32).repeat(3, 1)
     dyn.reset(torch.arange(3), qpos, torch.zeros(3, dyn.nv))

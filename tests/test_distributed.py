@@ -16,6 +16,7 @@ from conftest import TASK
 
 from flashnerd.data.dataset import load_dataset
 from flashnerd.data.record import record
+from flashnerd.models.checkpoint import read_checkpoint
 from flashnerd.robots import get_robot
 from flashnerd.training.fit import FitConfig, Fitter
 
@@ -40,17 +41,17 @@ def tiny_data(tmp_path_factory) -> Path:
 def test_two_process_fit_matches_one_process_with_the_same_global_batch(tiny_data, tmp_path):
     """Each rank computes its half of the same global batch; averaged gradients equal the single-process ones, so
     the weights after 6 steps agree to float32 round-off (stated tolerance 1e-5) and so do the validation losses."""
-    proc = torchrun(["fit", "--data", str(tiny_data), "--out", "two.pt", "--max_steps", "6", "--batch_size", "8",
-                     "--log_dir", "tb"], cwd=tmp_path)
+    proc = torchrun(["fit", "--data", str(tiny_data), "--out", "two.safetensors", "--max_steps", "6",
+                     "--batch_size", "8", "--log_dir", "tb"], cwd=tmp_path)
     result = json.loads(proc.stdout.strip().splitlines()[-1])  # printed once, by rank 0
     assert len(proc.stdout.strip().splitlines()) == 1 and result["world_size"] == 2 and result["steps"] == 6
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["tb", "two.pt"]  # one checkpoint, no temp files
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tb", "two.safetensors"]  # one checkpoint, no temp files
     assert len(list((tmp_path / "tb").iterdir())) == 1  # one TensorBoard file
 
     cfg = dataclasses.replace(FitConfig(), max_steps=6, batch_size=8)
     single = Fitter(tiny_data, cfg)
-    single.fit(tmp_path / "one.pt", progress=False)
-    one, two = (torch.load(tmp_path / f, weights_only=False) for f in ("one.pt", "two.pt"))
+    single.fit(tmp_path / "one.safetensors", progress=False)
+    one, two = (read_checkpoint(tmp_path / f) for f in ("one.safetensors", "two.safetensors"))
     worst = max((one["state_dict"][k] - two["state_dict"][k]).abs().max().item() for k in one["state_dict"])
     assert worst < 1e-5, worst
     for a, b in zip(one["history"], two["history"]):
@@ -58,8 +59,8 @@ def test_two_process_fit_matches_one_process_with_the_same_global_batch(tiny_dat
     assert (two["step"], one["step"]) == (6, 6)
     # A checkpoint written under torchrun resumes in one process (any world size) and ends at the requested step.
     resumed = Fitter(tiny_data, dataclasses.replace(cfg, max_steps=8))
-    resumed.resume(tmp_path / "two.pt")
-    assert resumed.fit(tmp_path / "two.pt", progress=False)["steps"] == 8
+    resumed.resume(tmp_path / "two.safetensors")
+    assert resumed.fit(tmp_path / "two.safetensors", progress=False)["steps"] == 8
 
 
 def test_two_rank_record_merges_shards_with_distinct_seeds(tmp_path):
@@ -85,4 +86,4 @@ def test_two_rank_train_writes_one_set_of_logs(tmp_path):
     runs = list((tmp_path / "anymal_c_flat").iterdir())
     assert len(runs) == 1, runs  # rank 1 made no folder
     assert len(list(runs[0].glob("events.out.tfevents*"))) == 1 and (runs[0] / "model_1.pt").is_file()
-    assert torch.load(runs[0] / "model_1.pt", weights_only=False)["iter"] == 1
+    assert torch.load(runs[0] / "model_1.pt", weights_only=True)["iter"] == 1

@@ -14,11 +14,13 @@ import time
 import h5py
 import pytest
 import torch
+from safetensors.torch import save_file
 
 from flashnerd.cli.main import main
 from flashnerd.data.dataset import load_dataset
-from flashnerd.data.record import record
+from flashnerd.data.record import partial_path, record
 from flashnerd.dynamics import make_dynamics
+from flashnerd.models.checkpoint import read_checkpoint
 from flashnerd.robots import RobotSpec
 from flashnerd.training.fit import FitConfig, Fitter
 
@@ -37,7 +39,7 @@ def tiny(tmp_path_factory, ):
 @pytest.fixture(scope="module")
 def tiny_ckpt(tiny):
     root, path, _ = tiny
-    out = root / "flashnerd.pt"
+    out = root / "flashnerd.safetensors"
     cfg = dataclasses.replace(FitConfig(), max_steps=4, batch_size=8, ar_batch_size=4, window=8, eval_every=2)
     Fitter(path, cfg).fit(out, progress=False)
     return out
@@ -89,7 +91,7 @@ def test_truncated_foreign_and_missing_datasets_are_refused(anymal, tiny, tmp_pa
 
 
 def test_checkpoint_carries_config_normalizers_and_hash(tiny_ckpt, anymal):
-    ckpt = torch.load(tiny_ckpt, weights_only=False)
+    ckpt = read_checkpoint(tiny_ckpt)
     assert ckpt["kind"] == "flashnerd" and ckpt["robot"] == "anymal_c" and ckpt["model_hash"] == anymal.model_hash()
     assert set(ckpt["input_normalizer"]) == {"mean", "std"} and ckpt["step"] == 4
     assert ckpt["model_config"]["input_dim"] == ckpt["representation"]["layout"]["contact"][1]
@@ -117,8 +119,8 @@ def test_mismatched_checkpoints_are_clear_errors(anymal, tiny_ckpt, tmp_path):
     other = dataclasses.replace(anymal, name="anymal_b")
     with pytest.raises(ValueError, match="is for robot 'anymal_c', not 'anymal_b'"):
         make_dynamics("flashnerd", other, 2, checkpoint=tiny_ckpt)
-    junk = tmp_path / "junk.pt"
-    torch.save({"weights": 1}, junk)
+    junk = tmp_path / "junk.safetensors"
+    save_file({"weights": torch.ones(1)}, junk)  # a valid safetensors file that is not ours
     with pytest.raises(ValueError, match="is not a FlashNeRD dynamics checkpoint"):
         make_dynamics("flashnerd", anymal, 2, checkpoint=junk)
     assert isinstance(other, RobotSpec)
@@ -126,14 +128,14 @@ def test_mismatched_checkpoints_are_clear_errors(anymal, tiny_ckpt, tmp_path):
 
 def test_fit_resume_continues_the_step_count(tiny, tiny_ckpt, tmp_path):
     _, path, _ = tiny
-    out = tmp_path / "resumed.pt"
+    out = tmp_path / "resumed.safetensors"
     shutil.copy(tiny_ckpt, out)
     cfg = dataclasses.replace(FitConfig(), max_steps=6, batch_size=8, ar_batch_size=4, window=8, eval_every=2)
     fitter = Fitter(path, cfg)
     fitter.resume(out)
     assert fitter.step == 4
     result = fitter.fit(out, progress=False)
-    assert result["steps"] == 6 and torch.load(out, weights_only=False)["step"] == 6
+    assert result["steps"] == 6 and read_checkpoint(out)["step"] == 6
 
 
 def test_fit_init_starts_from_a_checkpoint_on_other_data(tiny, tiny_ckpt, tmp_path, capsys):
@@ -147,14 +149,15 @@ def test_fit_init_starts_from_a_checkpoint_on_other_data(tiny, tiny_ckpt, tmp_pa
     raw_x = fitter.x_norm.denormalize(fitter.xn_tr)  # the new data in physical units
     raw_y = fitter.y_norm.denormalize(fitter.yn_va)
     fitter.init_from(tiny_ckpt)
-    ckpt = torch.load(tiny_ckpt, weights_only=False)
+    ckpt = read_checkpoint(tiny_ckpt)
     assert torch.equal(fitter.x_norm.mean, ckpt["input_normalizer"]["mean"])
     assert not torch.equal(fitter.x_norm.mean, Fitter(other, cfg).x_norm.mean)  # the data's own statistics differ
     assert torch.allclose(fitter.x_norm.denormalize(fitter.xn_tr), raw_x, atol=1e-4)
     assert torch.allclose(fitter.y_norm.denormalize(fitter.yn_va), raw_y, atol=1e-4)
     assert all(torch.equal(a, ckpt["state_dict"][k]) for k, a in fitter.model.state_dict().items())
-    assert fitter.step == 0 and fitter.fit(tmp_path / "init.pt", progress=False)["steps"] == 2
-    both = ["fit", "--data", str(other), "--out", str(tmp_path / "init.pt"), "--init", str(tiny_ckpt), "--resume"]
+    assert fitter.step == 0 and fitter.fit(tmp_path / "init.safetensors", progress=False)["steps"] == 2
+    both = ["fit", "--data", str(other), "--out", str(tmp_path / "init.safetensors"), "--init", str(tiny_ckpt),
+            "--resume"]
     assert main(both) == 2 and "give one of them" in capsys.readouterr().err
 
 
@@ -177,7 +180,7 @@ def test_fitting_lowers_validation_loss_tenfold(tmp_path):
     record(get_robot("anymal_c"), num_worlds=64, steps=400, out=path, traj_len=100, seed=3,
            progress=False)
     cfg = dataclasses.replace(FitConfig(), max_steps=1500, ar_weight=0.0, eval_every=250)
-    result = Fitter(path, cfg).fit(tmp_path / "f.pt", progress=False)
+    result = Fitter(path, cfg).fit(tmp_path / "f.safetensors", progress=False)
     assert result["val_loss_final"] < result["val_loss_initial"] / 10
 
 
@@ -214,13 +217,13 @@ def _fit_cmd(data, out, tmp_path, max_steps: int = 100000) -> list[str]:
 
 def test_ctrl_c_during_fit_saves_a_resumable_checkpoint(tiny, tmp_path):
     _, path, _ = tiny
-    out = tmp_path / "interrupted.pt"
+    out = tmp_path / "interrupted.safetensors"
     proc = subprocess.Popen(_fit_cmd(path, out, tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     _wait_for(out, proc)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130 and "interrupted" in err
-    ckpt = torch.load(out, weights_only=False)
+    ckpt = read_checkpoint(out)
     assert ckpt["step"] >= 100 and not list(tmp_path.glob("*.tmp"))
     cfg = dataclasses.replace(FitConfig(), max_steps=ckpt["step"] + 2, batch_size=8)
     fitter = Fitter(path, cfg)
@@ -229,7 +232,7 @@ def test_ctrl_c_during_fit_saves_a_resumable_checkpoint(tiny, tmp_path):
 
 
 def test_interrupted_record_resumes_to_the_uninterrupted_dataset(anymal, tmp_path):
-    """Ctrl-C keeps every complete batch in <out>.tmp; --resume finishes it, equal to an uninterrupted recording."""
+    """Ctrl-C keeps every complete batch in <out>.parts/; --resume finishes it, equal to an uninterrupted recording."""
     from flashnerd.data.record import ExplorationSource
 
     class InterruptedSource(ExplorationSource):
@@ -248,14 +251,15 @@ def test_interrupted_record_resumes_to_the_uninterrupted_dataset(anymal, tmp_pat
     gen = torch.Generator()
     with pytest.raises(KeyboardInterrupt):
         record(anymal, out=out, source=InterruptedSource(anymal, 6, gen), **kw)
-    tmp = out.with_name(out.name + ".tmp")
-    assert not out.exists() and tmp.is_file()
-    with h5py.File(tmp) as f:
-        assert f.attrs["chunks_done"] == 2 and f["qpos"].shape[0] == 12
+    parts = partial_path(out)
+    assert not out.exists() and [p.name for p in sorted(parts.glob("chunk_*.h5"))] == ["chunk_000000.h5",
+                                                                                       "chunk_000001.h5"]
+    with h5py.File(parts / "chunk_000001.h5") as f:
+        assert f["qpos"].shape[0] == 6
     with pytest.raises(ValueError, match="other settings: seed=4"):
         record(anymal, out=out, resume=True, **{**kw, "seed": 5})
     info = record(anymal, out=out, resume=True, **kw)
-    assert info["trajectories"] == 30 and not tmp.exists()
+    assert info["trajectories"] == 30 and not parts.exists()
     a, b = load_dataset(ref, anymal), load_dataset(out, anymal)
     assert torch.allclose(a.qpos, b.qpos, atol=1e-4) and torch.equal(a.ctrl, b.ctrl)
     with pytest.raises(ValueError, match="no unfinished recording"):
@@ -279,36 +283,58 @@ def test_ctrl_c_during_record_keeps_complete_batches_and_resume_finishes(tmp_pat
     cmd = [sys.executable, "-m", "flashnerd.cli.main", "record", "--num_worlds", "4", "--steps", "6000",
            "--traj_len", "50", "--out", str(out)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    tmp = out.with_name(out.name + ".tmp")
-    _wait_for(tmp, proc)
+    parts = partial_path(out)
+    _wait_for(parts / "chunk_000000.h5", proc)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
     if proc.returncode == 0:
         pytest.skip("the recording finished before the interrupt arrived")
     assert proc.returncode == 130 and "interrupted" in err
-    assert not out.exists() and tmp.exists()
+    assert not out.exists() and parts.is_dir()
     done = subprocess.run(cmd + ["--resume"], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     info = json.loads(done.stdout.strip().splitlines()[-1])
-    assert info["trajectories"] + info["dropped"] == 4 * 120 and not tmp.exists()
+    assert info["trajectories"] + info["dropped"] == 4 * 120 and not parts.exists()
     assert load_dataset(out).num_trajectories == info["trajectories"]
+
+
+def test_record_killed_at_a_random_point_resumes_to_the_uninterrupted_dataset(tmp_path):
+    """SIGKILL (no handler runs) at a random moment, also while a batch file is being written: only whole batches
+    survive, and --resume ends with exactly the dataset an uninterrupted run writes."""
+    cmd = [sys.executable, "-m", "flashnerd.cli.main", "record", "--num_worlds", "8", "--steps", "1200",
+           "--traj_len", "20", "--seed", "3"]
+    ref = tmp_path / "ref.h5"
+    subprocess.run(cmd + ["--out", str(ref)], check=True, capture_output=True, timeout=300)
+    out = tmp_path / "killed.h5"
+    proc = subprocess.Popen(cmd + ["--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    parts = partial_path(out)
+    _wait_for(parts / "chunk_000002.h5", proc)
+    time.sleep(random.uniform(0.0, 0.5))
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=60)
+    if out.exists():
+        pytest.skip("the recording finished before the kill arrived")
+    done = subprocess.run(cmd + ["--out", str(out), "--resume"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    a, b = load_dataset(ref), load_dataset(out)
+    assert torch.allclose(a.qpos, b.qpos, atol=1e-4) and torch.equal(a.ctrl, b.ctrl) and not parts.exists()
 
 
 def test_fit_killed_mid_run_resumes_to_the_requested_step_count(tiny, tmp_path):
     _, path, _ = tiny
-    out = tmp_path / "killed.pt"
+    out = tmp_path / "killed.safetensors"
     proc = subprocess.Popen(_fit_cmd(path, out, tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     _wait_for(out, proc)
     time.sleep(random.uniform(0.0, 2.0))  # a random point after the first checkpoint
     proc.send_signal(signal.SIGKILL)  # no handler runs: only what was already renamed into place survives
     proc.communicate(timeout=60)
-    step = torch.load(out, weights_only=False)["step"]
+    step = read_checkpoint(out)["step"]
     target = step + 3
     done = subprocess.run(_fit_cmd(path, out, tmp_path, max_steps=target) + ["--resume"], capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout.strip().splitlines()[-1])["steps"] == target
-    assert torch.load(out, weights_only=False)["step"] == target
+    assert read_checkpoint(out)["step"] == target
 
 
 def test_a_diverging_world_is_reset_alone(tiny_ckpt):
@@ -351,18 +377,21 @@ def test_short_trajectories_are_a_clear_fit_error(tmp_path):
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["fit", "--data", "{tmp}/missing.h5", "--out", "{tmp}/m.pt"], "does not exist"),
-        (["fit", "--data", "{tmp}/junk.h5", "--out", "{tmp}/m.pt"], "truncated or corrupt"),
-        (["fit", "--data", "{tmp}/junk.h5", "--out", "{tmp}/m.pt", "--max_steps", "0"], "--max_steps must be"),
+        (["fit", "--data", "{tmp}/missing.h5", "--out", "{tmp}/m.safetensors"], "does not exist"),
+        (["fit", "--data", "{tmp}/junk.h5", "--out", "{tmp}/m.safetensors"], "truncated or corrupt"),
+        (["fit", "--data", "{tmp}/junk.h5", "--out", "{tmp}/m.safetensors", "--max_steps", "0"], "--max_steps must be"),
         (["evaluate-model", "--checkpoint", "{tmp}/junk.h5", "--data", "{tmp}/junk.h5"], "cannot read checkpoint"),
-        (["export-model", "--checkpoint", "{tmp}/missing.pt", "--out", "{tmp}/m.pt"], "does not exist"),
+        (["export-model", "--checkpoint", "{tmp}/missing.safetensors", "--out", "{tmp}/m.safetensors"],
+         "does not exist"),
         (["record", "--num_worlds", "0", "--out", "{tmp}/r.h5"], "--num_worlds must be a positive integer"),
         (["record", "--robot", "spot", "--out", "{tmp}/r.h5"], "unknown robot 'spot'"),
         (["bench", "model", "--batch", "16,abc"], "--batch must be comma-separated integers"),
-        (["record", "--action_noise", "nan", "--out", "{tmp}/r.h5"], "--action_noise must be a finite number >= 0"),
+        (["record", "--task", "FlashNeRD-Velocity-Flat-Anymal-C-v0", "--action_noise", "nan", "--out", "{tmp}/r.h5"],
+         "--action_noise must be a finite number >= 0"),
         (["record", "--checkpoint", "{tmp}/m.pt", "--out", "{tmp}/r.h5"], "add --task TASK"),
         (["record", "--resume", "--out", "{tmp}/r.h5"], "no unfinished recording"),
-        (["fit", "--data", "{tmp}/junk.h5", "--out", "{tmp}/m.pt", "--ar_batch_size", "0"], "--ar_batch_size must be"),
+        (["fit", "--data", "{tmp}/junk.h5", "--out", "{tmp}/m.safetensors", "--ar_batch_size", "0"],
+         "--ar_batch_size must be"),
         (["compare-video", "--task", "FlashNeRD-Velocity-Flat-Anymal-C-v0", "--video_length", "0"],
          "--video_length must be a positive integer"),
     ],
@@ -372,7 +401,7 @@ def test_bad_pipeline_input_is_one_line_exit_2(argv, message, tmp_path, capsys):
     assert main([a.replace("{tmp}", str(tmp_path)) for a in argv]) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1 and "Traceback" not in err
-    assert not list(tmp_path.glob("*.pt")) and not list(tmp_path.glob("r.h5*"))
+    assert not list(tmp_path.glob("*.safetensors")) and not list(tmp_path.glob("r.h5*"))
 
 
 def test_rwm_dual_autoregression_feeds_back_its_own_predictions(tiny):

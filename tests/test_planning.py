@@ -118,7 +118,7 @@ def test_flashnerd_plan_runs_one_platform_end_to_end(tmp_path):
 
     tiny = ["--platforms", "5", "--num_samples", "8", "--horizon", "6", "--iterations", "1", "--no-compile",
             "--episode_s", "0.08"]
-    data, ckpt = tmp_path / "rollouts.h5", tmp_path / "rows.pt"
+    data, ckpt = tmp_path / "rollouts.h5", tmp_path / "rows.safetensors"
     assert main(["plan", "--dynamics", "mujoco", *tiny, "--record_rollouts", str(data),
                  "--out", str(tmp_path / "plan.json")]) == 0
     assert main(["fit", "--data", str(data), "--contacts", "rows", "--out", str(ckpt), "--max_steps", "2",

@@ -46,7 +46,7 @@ def test_capabilities_answer_the_questions_callers_ask():
 def test_every_backend_refuses_a_keyword_it_does_not_take_in_one_line(name, anymal):
     """Checked before anything is built: the error names the keyword and lists the backend's options."""
     with pytest.raises(ValueError) as err:
-        make_dynamics(name, anymal, 1, dynamics_checkpoint="x.pt")
+        make_dynamics(name, anymal, 1, dynamics_checkpoint="x.safetensors")
     message = str(err.value)
     assert "\n" not in message and "'dynamics_checkpoint'" in message
     assert ", ".join(backend_info(name).options()) in message

@@ -141,7 +141,7 @@ def test_suite_runs_end_to_end_and_reuses_what_it_fitted(tmp_path):
         assert m["fitted_now"] and m["steps"] == 3
         assert set(m["nrmse"]) == {"1", "5"} and all(math.isfinite(v) for v in m["nrmse"].values())
         assert set(m["steps_per_s"]) == {"16", "max"} and m["max_batch"] == 32
-        assert (tmp_path / "ckpt" / "cartpole" / f"{kind}.pt").is_file()
+        assert (tmp_path / "ckpt" / "cartpole" / f"{kind}.safetensors").is_file()
     card = (tmp_path / "ckpt" / "cartpole" / "README.md").read_text()
     assert "pytest" in card and "`rwm`" in card
     # a second run reuses the shipped checkpoints and measures the same accuracy (deterministic rollouts)

@@ -63,13 +63,13 @@ def test_training_writes_checkpoint_params_and_events(trained_run):
 
 def test_same_seed_gives_identical_weights(trained_run, tmp_path):
     again = _train(tmp_path, "again")
-    a = torch.load(trained_run / "model_1.pt", weights_only=False)["actor_state_dict"]
-    b = torch.load(again / "model_1.pt", weights_only=False)["actor_state_dict"]
+    a = torch.load(trained_run / "model_1.pt", weights_only=True)["actor_state_dict"]
+    b = torch.load(again / "model_1.pt", weights_only=True)["actor_state_dict"]
     assert a.keys() == b.keys()
     for k in a:
         assert torch.equal(a[k], b[k]), k
     other = _train(tmp_path, "other", seed=4)
-    c = torch.load(other / "model_1.pt", weights_only=False)["actor_state_dict"]
+    c = torch.load(other / "model_1.pt", weights_only=True)["actor_state_dict"]
     assert any(not torch.equal(a[k], c[k]) for k in a)
 
 
@@ -115,7 +115,7 @@ def test_corrupt_checkpoint_is_one_line_error(tmp_path, capsys):
     bad.write_bytes(b"not a checkpoint")
     assert main(["eval", "--task", TASK, "--checkpoint", str(bad), "--episodes", "1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "cannot read checkpoint" in err[0]
+    assert len(err) == 1 and "cannot read policy checkpoint" in err[0]
 
 
 def test_console_script_exit_status():
@@ -138,7 +138,7 @@ def test_resume_ends_at_the_requested_iteration_count(tmp_path, capsys):
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     resumed = Path(summary["log_dir"])
     assert summary["checkpoint"].endswith("model_3.pt") and (resumed / "model_3.pt").is_file()
-    assert torch.load(resumed / "model_3.pt", weights_only=False)["iter"] == 3
+    assert torch.load(resumed / "model_3.pt", weights_only=True)["iter"] == 3
     assert main([*argv[:6], "2", *argv[7:]]) == 2, "a run that already has 2 iterations cannot resume to 2"
 
 
@@ -190,14 +190,14 @@ def test_train_killed_mid_run_resumes_to_the_requested_iteration_count(tmp_path)
     proc.communicate(timeout=60)
     run = next(tmp_path.glob("anymal_c_flat/*_killed"))
     last = max(int(p.stem.split("_")[1]) for p in run.glob("model_*.pt"))
-    assert last >= 4 and torch.load(run / f"model_{last}.pt", weights_only=False)["iter"] == last
+    assert last >= 4 and torch.load(run / f"model_{last}.pt", weights_only=True)["iter"] == last
     target = last + 3
     resumed = subprocess.run(cmd(target, "resumed") + ["--resume", "--load_run", run.name], capture_output=True,
                              text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     summary = json.loads(resumed.stdout.strip().splitlines()[-1])
     assert summary["checkpoint"].endswith(f"model_{target - 1}.pt")
-    assert torch.load(summary["checkpoint"], weights_only=False)["iter"] == target - 1
+    assert torch.load(summary["checkpoint"], weights_only=True)["iter"] == target - 1
 
 
 def test_debug_flag_shows_the_traceback_instead_of_one_line():

@@ -7,6 +7,8 @@ import dataclasses
 import json
 import os
 import re
+import tempfile
+from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 
@@ -14,9 +16,10 @@ import gymnasium as gym
 import torch
 import yaml
 
+from flashnerd.dynamics import check_backend
 from flashnerd.envs.config import cfg_to_dict
 from flashnerd.envs.registry import task_cfgs, task_spec
-from flashnerd.envs.rsl_rl import make_runner
+from flashnerd.envs.rsl_rl import make_runner, read_policy_checkpoint
 from flashnerd.robots import get_robot
 
 
@@ -97,12 +100,19 @@ def write_json(path: Path, data) -> None:
     os.replace(tmp, path)
 
 
-def checkpoints_by_kind(text: str) -> dict[str, str]:
-    """--dynamics_checkpoint "kind=path[,kind=path]" as {kind: path}; anything else is a one-line error."""
+def checkpoints_by_kind(text: str, backends: Sequence[str]) -> dict[str, str]:
+    """--dynamics_checkpoint "kind=path[,kind=path]" as {kind: path}; a malformed value, or a kind that is not among
+    `backends` (the checkpoint would go unused) or takes no checkpoint, is a one-line error."""
     try:
-        return dict(item.split("=", 1) for item in text.split(",") if item)
+        checkpoints = dict(item.split("=", 1) for item in text.split(",") if item)
     except ValueError as err:
         raise CLIError(f"--dynamics_checkpoint takes kind=path[,kind=path], got '{text}'") from err
+    for kind in checkpoints:
+        if kind not in backends:
+            raise CLIError(f"--dynamics_checkpoint names '{kind}', which is not among --dynamics "
+                           f"{','.join(backends)}; add the backend or drop its checkpoint")
+        check_backend(kind, what="--dynamics_checkpoint", checkpoint=True)
+    return checkpoints
 
 
 def add_training_bench_args(p: argparse.ArgumentParser, out_dir: str, name: str, outputs: str) -> None:
@@ -112,6 +122,39 @@ def add_training_bench_args(p: argparse.ArgumentParser, out_dir: str, name: str,
     p.add_argument("--name", default=name, help=f"file stem of {outputs} in --out_dir")
     p.add_argument("--dynamics_checkpoint", default="",
                    help="learned checkpoints as kind=path[,kind=path] (default: the shipped ones)")
+
+
+def check_plain_name(flag: str, name: str | None) -> None:
+    """One-line error unless `name` is one plain folder or file name (no separator, not '.' or '..')."""
+    if name is not None and (not name or Path(name).name != name or name in (".", "..") or os.sep in name):
+        raise CLIError(f"--{flag} must be a plain name such as 'my_run' (no folders), got '{name}'")
+
+
+def check_writable(flag: str, path: str | Path) -> None:
+    """One-line error, before any work, when `path` (a file or folder to create) cannot be written: its nearest
+    existing ancestor must be a folder this process may write into."""
+    path = Path(path).absolute()
+    if path.is_dir() and flag != "log_root" and not flag.endswith("_dir"):
+        raise CLIError(f"--{flag} '{path}' is a folder; give a file path")
+    ancestor = path if path.is_dir() else path.parent
+    while not ancestor.exists():
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise CLIError(f"--{flag} '{path}' cannot be written: '{ancestor}' is not a folder")
+    try:  # permissions alone do not say (root, read-only and virtual file systems): create and remove a file
+        with tempfile.TemporaryFile(dir=ancestor):
+            pass
+    except OSError as err:
+        raise CLIError(f"--{flag} '{path}' cannot be written: '{ancestor}' takes no new files "
+                       f"({err.strerror or type(err).__name__})") from err
+
+
+def refuse_unless(condition: bool, args: argparse.Namespace, flags: tuple[str, ...], reason: str) -> None:
+    """One-line error naming every flag of `flags` that was given (not None) when `condition` does not hold: a flag
+    that would have no effect is refused rather than silently ignored."""
+    given = [f"--{f}" for f in flags if getattr(args, f, None) is not None]
+    if given and not condition:
+        raise CLIError(f"{'/'.join(given)} {reason}")
 
 
 def check_file_stem(name: str) -> None:
@@ -130,10 +173,10 @@ def dump_yaml(path: Path, cfg) -> None:
 
 
 def resolve_checkpoint(log_root: str, experiment: str, load_run: str | None, checkpoint: str | None) -> Path:
-    """Find a checkpoint like Isaac Lab: an explicit file, or the newest run matching `load_run` and the
-    highest-numbered file matching `checkpoint` inside it."""
+    """Find a policy checkpoint like Isaac Lab: an explicit file, or the newest run matching `load_run` and the
+    highest-numbered file matching `checkpoint` inside it; the file found must read as an rsl_rl checkpoint."""
     if checkpoint and Path(checkpoint).is_file():
-        return Path(checkpoint)
+        return _checked(Path(checkpoint))
     root = Path(log_root) / experiment
     if checkpoint and os.sep in checkpoint:
         raise CLIError(f"checkpoint file '{checkpoint}' does not exist")
@@ -147,19 +190,18 @@ def resolve_checkpoint(log_root: str, experiment: str, load_run: str | None, che
     files = [f for f in runs[-1].iterdir() if ckpt_re.fullmatch(f.name)]
     if not files:
         raise CLIError(f"no checkpoint in '{runs[-1]}' matches '{checkpoint or 'model_<it>.pt'}'")
-    return max(files, key=lambda f: [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", f.name)])
+    return _checked(max(files, key=lambda f: [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", f.name)]))
+
+
+def _checked(path: Path) -> Path:
+    """`path` after reading it safely once, so a hostile or foreign file fails before any env or log is built."""
+    read_policy_checkpoint(str(path))
+    return path
 
 
 def load_policy(runner, path: Path, device: str):
-    """Load a runner checkpoint; a checkpoint of another task or network shape is a one-line error."""
-    try:
-        runner.load(str(path), map_location=device)
-    except (RuntimeError, KeyError) as err:
-        first = str(err).strip().splitlines()[0]
-        raise CLIError(f"checkpoint '{path}' does not fit this task's policy ({first[:160]}); "
-                       "pass a checkpoint trained on this task") from err
-    except Exception as err:  # unpickling errors of corrupt files come in many types
-        raise CLIError(f"cannot read checkpoint '{path}': {type(err).__name__}: {str(err)[:160]}") from err
+    """Load a runner checkpoint (read safely, see `read_policy_checkpoint`) and return its inference policy."""
+    runner.load(str(path), map_location=device)
     return runner.get_inference_policy(device=device)
 
 

@@ -37,6 +37,7 @@ def run(args: argparse.Namespace) -> dict:
     horizons = [int(h) for h in args.horizons.split(",")]
     errors = rollout_errors(dyn, data, horizons)
     result = {"checkpoint": args.checkpoint, "model": ckpt["kind"], "rollouts": n,
+              "dropped_on_read": data.attrs["dropped_on_read"],
               "train_seconds": round(ckpt.get("train_seconds", 0.0), 1),
               "nrmse": {str(h): e["nrmse"] for h, e in errors.items()},
               **{key: {str(h): e[key] for h, e in errors.items()}

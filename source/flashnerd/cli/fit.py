@@ -7,11 +7,11 @@ import dataclasses
 import json
 from pathlib import Path
 
-from flashnerd.cli.common import CLIError, check_device, check_positive
+from flashnerd.cli.common import CLIError, check_device, check_positive, check_writable, refuse_unless
 from flashnerd.contacts import CONTACT_MODES
 from flashnerd.models import MODEL_KINDS
 from flashnerd.models.checkpoint import export_for_inference
-from flashnerd.training.fit import FitConfig, Fitter
+from flashnerd.training.fit import FitConfig, Fitter, check_fit_config
 from flashnerd.utils.distributed import init_distributed, shutdown
 
 
@@ -19,7 +19,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("fit", help="fit a learned dynamics model")
     p.add_argument("--data", required=True, nargs="+", help="one or more datasets written by `flashnerd record`")
     p.add_argument("--model", default=FitConfig.model, choices=MODEL_KINDS, help="model kind")
-    p.add_argument("--out", required=True, help="checkpoint path (.pt)")
+    p.add_argument("--out", required=True, help="checkpoint path (.safetensors)")
     p.add_argument("--size", default="cpu", help="size class: cpu, paper_small, paper")
     p.add_argument("--max_steps", type=int, default=FitConfig.max_steps, help="optimizer steps")
     p.add_argument("--time_budget", type=float, default=0.0, help="stop after this many training seconds")
@@ -31,7 +31,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0, help="random seed")
     p.add_argument("--contacts", default=FitConfig.contacts, choices=CONTACT_MODES,
                    help="contact input: fixed ground probes (NeRD) or variable contact rows (flashnerd only)")
-    p.add_argument("--max_rows", type=int, default=FitConfig.max_rows, help="contact rows per frame (--contacts rows)")
+    p.add_argument("--max_rows", type=int, default=None,
+                   help=f"contact rows per frame (--contacts rows; default {FitConfig.max_rows})")
     p.add_argument("--device", default="cpu", help="torch device")
     p.add_argument("--log_dir", default=None, help="TensorBoard folder (default: logs/fit/<out stem>)")
     p.add_argument("--resume", action="store_true", help="continue from --out if it exists")
@@ -50,13 +51,20 @@ def run(args: argparse.Namespace) -> dict:
     check_positive("max_steps", args.max_steps)
     check_positive("batch_size", args.batch_size)
     check_positive("ar_batch_size", args.ar_batch_size)
+    refuse_unless(args.contacts == "rows", args, ("max_rows",), "applies to --contacts rows only; add it, or drop "
+                  "--max_rows")
+    args.max_rows = FitConfig.max_rows if args.max_rows is None else args.max_rows
     check_positive("max_rows", args.max_rows)
     check_device(args.device)
+    check_writable("out", args.out)
+    if args.log_dir:
+        check_writable("log_dir", args.log_dir)
     cfg = dataclasses.replace(FitConfig(), model=args.model, size=args.size, max_steps=args.max_steps,
                               time_budget_s=args.time_budget, batch_size=args.batch_size,
                               ar_batch_size=args.ar_batch_size, lr=args.lr,
                               ar_weight=args.ar_weight, seed=args.seed, contacts=args.contacts,
                               max_rows=args.max_rows, init=args.init)
+    check_fit_config(cfg)
     out = Path(args.out)
     if args.init and args.resume:
         raise CLIError("--init starts a new fit from a checkpoint, --resume continues one; give one of them")
@@ -88,6 +96,7 @@ def run_export(args: argparse.Namespace) -> dict:
             metrics = json.loads(Path(args.metrics).read_text().strip().splitlines()[-1])
         except (OSError, ValueError, IndexError) as err:
             raise CLIError(f"--metrics '{args.metrics}' is not the JSON of `flashnerd evaluate-model`") from err
+    check_writable("out", args.out)
     result = export_for_inference(args.checkpoint, args.out, metrics)
     print(json.dumps(result))
     return result

@@ -1,5 +1,5 @@
 """Entry point of the `flashnerd` command: list-envs, train, play, eval, bench, record, fit, evaluate-model, plan,
-compare-video, report."""
+compare-video, report, convert-checkpoint."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import argparse
 import json
 import sys
 
-from flashnerd.cli import bench, eval, evaluate_model, fit, plan, play, record, report, train, video
+from flashnerd.cli import bench, convert, eval, evaluate_model, fit, plan, play, record, report, train, video
 from flashnerd.cli.common import CLIError
 from flashnerd.envs.registry import registered_tasks, task_spec
 
@@ -43,7 +43,13 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_parser(sub)
     video.add_parser(sub)
     report.add_parser(sub)
+    convert.add_parser(sub)
     return parser
+
+
+def _one_line(err: BaseException) -> str:
+    """An exception's message on one line (libraries sometimes raise multi-line ones)."""
+    return " ".join(str(err).split())[:400]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -52,10 +58,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         args.func(args)
-    except (CLIError, ValueError, FileNotFoundError) as err:
+    except (CLIError, ValueError, OSError) as err:  # OSError: missing, unreadable and unwritable files
         if args.debug:
             raise
-        print(f"flashnerd {args.command}: error: {err}", file=sys.stderr)
+        print(f"flashnerd {args.command}: error: {_one_line(err)}", file=sys.stderr)
+        return 2
+    except MemoryError as err:
+        if args.debug:
+            raise
+        worlds = getattr(args, "num_envs", None) or getattr(args, "num_worlds", None)
+        print(f"flashnerd {args.command}: error: out of memory ({_one_line(err) or 'allocation failed'})"
+              + (f" with {worlds} worlds; lower --num_envs/--num_worlds" if worlds else ""), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"flashnerd {args.command}: interrupted", file=sys.stderr)

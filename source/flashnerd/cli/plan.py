@@ -11,11 +11,21 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from flashnerd.cli.common import CLIError, check_device, check_positive, checkpoints_by_kind, write_json
+from flashnerd.cli.common import (
+    CLIError,
+    check_device,
+    check_positive,
+    check_writable,
+    checkpoints_by_kind,
+    refuse_unless,
+    write_json,
+)
 from flashnerd.cli.plan_args import add_planner_args, backend_kwargs, parse_backends, parse_lanes, planning_cfg
 from flashnerd.dynamics import backend_names
 from flashnerd.planning.climb import LEGACY_WEIGHTS, RolloutRecorder, climb_platform
 from flashnerd.robots import get_robot
+
+RECORD_PER_CALL = 4  # planning rollouts kept per iteration when recording them
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -46,7 +56,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--record_rollouts", default=None,
                    help="write some planning rollouts as a ground-truth dataset (a learned backend's kept action "
                         "sequences are replayed in MuJoCo; planning times then include the replay)")
-    p.add_argument("--record_per_call", type=int, default=4, help="rollouts kept per planning iteration")
+    p.add_argument("--record_per_call", type=int, default=None,
+                   help=f"rollouts kept per planning iteration (--record_rollouts; default {RECORD_PER_CALL})")
     p.set_defaults(func=run)
 
 
@@ -90,8 +101,14 @@ def _resumable(old: dict | None, checkpoint: str | None) -> dict[int, dict]:
 def run(args: argparse.Namespace) -> dict:
     """Climb every requested platform with each backend; print (and optionally write) JSON keyed by backend, each
     with `climbs` and `median_planning_ms`."""
+    refuse_unless(args.record_rollouts is not None, args, ("record_per_call",),
+                  "sets how many rollouts --record_rollouts keeps; add --record_rollouts FILE, or drop it")
+    args.record_per_call = RECORD_PER_CALL if args.record_per_call is None else args.record_per_call
     for name in ("num_samples", "horizon", "iterations", "record_per_call"):
         check_positive(name, getattr(args, name))
+    for flag in ("out", "record_rollouts"):
+        if getattr(args, flag):
+            check_writable(flag, getattr(args, flag))
     if args.episode_s is not None and not args.episode_s > 0:
         raise CLIError(f"--episode_s must be positive, got {args.episode_s}")
     check_device(args.device)
@@ -102,7 +119,7 @@ def run(args: argparse.Namespace) -> dict:
     if args.resume and args.record_rollouts:
         raise CLIError("--resume skips platforms whose rollouts --record_rollouts would then miss; record in a run "
                        "without --resume")
-    checkpoints = checkpoints_by_kind(args.dynamics_checkpoint)
+    checkpoints = checkpoints_by_kind(args.dynamics_checkpoint, backends)
     cfg = planning_cfg(args)
     planner = cfg.planner
     robot = get_robot(cfg.robot)

@@ -9,18 +9,20 @@ from pathlib import Path
 
 import torch
 
-from flashnerd.cli.common import add_checkpoint_args, add_env_args, check_positive, env_and_policy
-from flashnerd.cli.video import add_video_args, record_play_video
+from flashnerd.cli.common import add_checkpoint_args, add_env_args, check_positive, env_and_policy, refuse_unless
+from flashnerd.cli.video import add_video_args, record_play_video, video_defaults
 from flashnerd.envs.rsl_rl import FlashNeRDRunner
+
+PLAY_STEPS = 500  # control steps of a rollout (or a video) when not given
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("play", help="export a trained policy and roll it out")
     add_env_args(p)
     add_checkpoint_args(p)
-    p.add_argument("--steps", type=int, default=500, help="control steps to roll out")
+    p.add_argument("--steps", type=int, default=None, help=f"control steps to roll out (default {PLAY_STEPS})")
     p.add_argument("--video", action="store_true", help="record an MP4 of world 0 (<run>/videos/play/)")
-    add_video_args(p, length=500)
+    add_video_args(p, length=PLAY_STEPS, optional=True)
     p.set_defaults(func=run)
 
 
@@ -37,13 +39,18 @@ def export_policy(runner: FlashNeRDRunner, export_dir: str) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> dict:
+    refuse_unless(args.video, args, ("video_length", "video_width", "video_height"),
+                  "shape the --video recording; add --video")
+    refuse_unless(not args.video, args, ("steps",), "sets the rollout without a video; with --video the rollout is "
+                  "--video_length steps")
+    if args.video:
+        video_defaults(args, PLAY_STEPS)
+    args.steps = PLAY_STEPS if args.steps is None else args.steps
     check_positive("steps", args.steps)
     env, runner, policy, path, _ = env_and_policy(args)
     exported = export_policy(runner, os.path.join(os.path.dirname(os.path.abspath(path)), "exported"))
 
     if args.video:
-        for name in ("video_length", "video_width", "video_height"):
-            check_positive(name, getattr(args, name))
         out = Path(path).parent / "videos" / "play" / f"{Path(path).stem}.mp4"
         result = record_play_video(env, policy, out, args.video_length, args.video_width, args.video_height)
         env.close()

@@ -15,7 +15,9 @@ from flashnerd.cli.common import (
     CLIError,
     check_device,
     check_positive,
+    check_writable,
     load_policy,
+    refuse_unless,
     resolve_checkpoint,
     uninterrupted_cfg,
 )
@@ -47,10 +49,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--task", default=None, help="task whose trained policy drives the robot (mujoco backend)")
     g.add_argument("--checkpoint", default=None, help="policy checkpoint file, or a file-name regex inside the run")
     g.add_argument("--load_run", default=None, help="run folder name (regex) under the experiment's log folder")
-    g.add_argument("--log_root", default="logs/rsl_rl", help="root of the log folders")
-    g.add_argument("--action_noise", type=float, default=0.3,
-                   help="largest per-world std of Gaussian noise added to the policy's actions")
+    g.add_argument("--log_root", default=None, help=f"root of the log folders (default {LOG_ROOT})")
+    g.add_argument("--action_noise", type=float, default=None,
+                   help=f"largest per-world std of Gaussian noise added to the policy's actions (default "
+                        f"{ACTION_NOISE})")
     p.set_defaults(func=run)
+
+
+LOG_ROOT = "logs/rsl_rl"  # where --load_run looks for runs (train's default)
+ACTION_NOISE = 0.3  # default largest per-world std of the noise on a policy's actions
 
 
 def _policy_source(args: argparse.Namespace, gen: torch.Generator) -> PolicySource:
@@ -80,6 +87,14 @@ def run(args: argparse.Namespace) -> dict:
         check_positive(name, getattr(args, name))
     if (args.checkpoint or args.load_run) and args.task is None:
         raise CLIError("--checkpoint/--load_run drive recording with a policy; add --task TASK")
+    refuse_unless(args.task is not None, args, ("log_root", "action_noise"),
+                  "apply to policy-driven recording; add --task TASK (and --checkpoint), or drop them")
+    args.log_root = LOG_ROOT if args.log_root is None else args.log_root
+    args.action_noise = ACTION_NOISE if args.action_noise is None else args.action_noise
+    if args.steps < args.traj_len:
+        raise CLIError(f"--steps {args.steps} is shorter than one trajectory (--traj_len {args.traj_len}); "
+                       "record at least --traj_len steps")
+    check_writable("out", args.out)
     if not math.isfinite(args.action_noise) or args.action_noise < 0:
         raise CLIError(f"--action_noise must be a finite number >= 0, got {args.action_noise}")
     check_device(args.device)

@@ -13,10 +13,13 @@ from flashnerd.cli.common import (
     CLIError,
     add_checkpoint_args,
     add_env_args,
+    check_plain_name,
     check_positive,
+    check_writable,
     dump_yaml,
     load_task_cfgs,
     new_log_dir,
+    refuse_unless,
     resolve_checkpoint,
     write_json,
 )
@@ -56,6 +59,11 @@ def run(args: argparse.Namespace) -> dict:
         agent_cfg.run_name = args.run_name
     if args.logger is not None:
         agent_cfg.logger = args.logger
+    refuse_unless(args.resume, args, ("checkpoint", "load_run"),
+                  "only pick the run that --resume continues; add --resume, or drop them to train from scratch")
+    check_plain_name("experiment_name", args.experiment_name)
+    check_plain_name("run_name", args.run_name)
+    check_writable("log_root", args.log_root)
     resume_path = None
     if args.resume:
         resume_path = resolve_checkpoint(args.log_root, agent_cfg.experiment_name, args.load_run, args.checkpoint)

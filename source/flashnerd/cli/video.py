@@ -25,12 +25,27 @@ from flashnerd.dynamics import REFERENCE_BACKEND, backend_info
 from flashnerd.envs.rsl_rl import RslRlVecEnvWrapper
 from flashnerd.viz import RobotRenderer, VideoWriter, label_frame, side_by_side
 
+VIDEO_SIZE = (640, 480)  # default frame width and height in pixels
 
-def add_video_args(p: argparse.ArgumentParser, length: int) -> None:
-    """--video_length --video_width --video_height (Isaac Lab names the first two the same way)."""
-    p.add_argument("--video_length", type=int, default=length, help="control steps in the video (50 per second)")
-    p.add_argument("--video_width", type=int, default=640, help="frame width in pixels")
-    p.add_argument("--video_height", type=int, default=480, help="frame height in pixels")
+
+def add_video_args(p: argparse.ArgumentParser, length: int, optional: bool = False) -> None:
+    """--video_length --video_width --video_height (Isaac Lab names the first two the same way). With `optional`
+    the defaults are None (so a command can refuse them without --video) and `video_defaults` fills them in."""
+    width, height = VIDEO_SIZE
+    p.add_argument("--video_length", type=int, default=None if optional else length,
+                   help=f"control steps in the video (default {length})")
+    p.add_argument("--video_width", type=int, default=None if optional else width,
+                   help=f"frame width in pixels (default {width})")
+    p.add_argument("--video_height", type=int, default=None if optional else height,
+                   help=f"frame height in pixels (default {height})")
+
+
+def video_defaults(args: argparse.Namespace, length: int) -> None:
+    """Fill the optional video flags left at None with their defaults, then check each is positive."""
+    for name, value in zip(("video_length", "video_width", "video_height"), (length, *VIDEO_SIZE)):
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+        check_positive(name, getattr(args, name))
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

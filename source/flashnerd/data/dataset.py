@@ -1,21 +1,33 @@
-"""Read recorded HDF5 datasets (with clear errors for missing, corrupt or foreign files) into torch tensors."""
+"""Read recorded HDF5 datasets into torch tensors, validated where they are read.
+
+Missing, corrupt, foreign and other-robot files are one-line errors; so are arrays whose layout disagrees with the
+robot (nq, nv, nu) and a control time step the robot does not take. Trajectories with non-finite or runaway values,
+or with a quaternion that is not of unit length, are dropped and counted in `attrs["dropped_on_read"]`.
+"""
 
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import h5py
+import mujoco
+import numpy as np
 import torch
 
 import flashnerd
-from flashnerd.robots import RobotSpec
+from flashnerd.robots import RobotSpec, get_robot
+from flashnerd.sim.scene import build_scene
 
 REQUIRED = ("qpos", "qvel", "ctrl")
 DATASET_FORMAT_VERSION = 1  # the layout `flashnerd record` writes and this module reads
+MAX_ABS = 1e5  # a state or control beyond this is a diverged simulation, not data
+QUAT_TOL = 1e-3  # |norm - 1| of a stored unit quaternion (float32 round-off is ~1e-7)
+_LAYOUTS: dict[tuple[str, str], tuple[int, int, int, tuple[int, ...]]] = {}
 
 
 @dataclass
@@ -56,8 +68,13 @@ def load_dataset(path: str | Path, robot: RobotSpec | None = None) -> Trajectory
             if missing:
                 raise ValueError(f"dataset '{path}' lacks {', '.join(missing)}; it was not written by flashnerd record")
             attrs = {k: plain_attr(v) for k, v in f.attrs.items()}
-            data = {k: torch.from_numpy(f[k][()]) for k in REQUIRED}
-    except (OSError, KeyError) as err:
+            arrays = {k: f[k] for k in REQUIRED}
+            bad = [k for k, a in arrays.items() if a.ndim != 3 or a.dtype.kind not in "fiu"]
+            if bad:
+                raise ValueError(f"dataset '{path}' stores {bad[0]} as {arrays[bad[0]].ndim}-d "
+                                 f"{arrays[bad[0]].dtype}; flashnerd record writes 3-d float arrays")
+            data = {k: torch.from_numpy(a[()]) for k, a in arrays.items()}
+    except (OSError, KeyError, TypeError) as err:
         raise ValueError(f"dataset '{path}' is truncated or corrupt ({str(err).splitlines()[0][:120]}); "
                          "record it again") from err
     if int(attrs.get("format_version", 1)) > DATASET_FORMAT_VERSION:
@@ -71,9 +88,59 @@ def load_dataset(path: str | Path, robot: RobotSpec | None = None) -> Trajectory
     if qpos.shape[1] != ctrl.shape[1] + 1 or qvel.shape[:2] != qpos.shape[:2]:
         raise ValueError(f"dataset '{path}' has inconsistent shapes qpos {tuple(qpos.shape)}, "
                          f"qvel {tuple(qvel.shape)}, ctrl {tuple(ctrl.shape)}")
-    if "state_layout" in attrs and isinstance(attrs["state_layout"], str):
-        attrs["state_layout"] = json.loads(attrs["state_layout"])
-    return TrajectoryData(qpos.float(), qvel.float(), ctrl.float(), attrs)
+    if isinstance(attrs.get("state_layout"), str):
+        try:
+            attrs["state_layout"] = json.loads(attrs["state_layout"])
+        except ValueError as err:
+            raise ValueError(f"dataset '{path}' has a corrupt state_layout attribute ({err})") from err
+    return _validated(TrajectoryData(qpos, qvel, ctrl, attrs), robot or _robot_of(attrs, path), path)
+
+
+def _robot_of(attrs: dict, path: Path) -> RobotSpec:
+    """The registered robot a dataset names, checked against its model hash."""
+    robot = get_robot(str(attrs.get("robot")))
+    check_robot(attrs, robot, path)
+    return robot
+
+
+def robot_layout(robot: RobotSpec) -> tuple[int, int, int, tuple[int, ...]]:
+    """(nq, nv, nu, qpos address of every unit quaternion) of `robot` alone, as `flashnerd record` stores it."""
+    key = (robot.name, robot.model_hash())
+    if key not in _LAYOUTS:
+        model = build_scene(robot)
+        free, ball = int(mujoco.mjtJoint.mjJNT_FREE), int(mujoco.mjtJoint.mjJNT_BALL)
+        types = [int(t) for t in model.jnt_type]
+        quats = [int(model.jnt_qposadr[j]) + (3 if t == free else 0) for j, t in enumerate(types) if t in (free, ball)]
+        _LAYOUTS[key] = (model.nq, model.nv, model.nu, tuple(quats))
+    return _LAYOUTS[key]
+
+
+def _validated(data: TrajectoryData, robot: RobotSpec, path: Path) -> TrajectoryData:
+    """`data` as float32 with its layout and time step checked against `robot` and bad trajectories dropped."""
+    nq, nv, nu, quats = robot_layout(robot)
+    got = (data.qpos.shape[-1], data.qvel.shape[-1], data.ctrl.shape[-1])
+    if got != (nq, nv, nu):
+        raise ValueError(f"dataset '{path}' stores (nq, nv, nu) = {got}, robot '{robot.name}' has {(nq, nv, nu)}; "
+                         "it was recorded with another model layout, record it again")
+    dt = data.attrs.get("control_dt")
+    if not isinstance(dt, (int, float)) or not math.isclose(dt, robot.control_dt, rel_tol=1e-6):
+        raise ValueError(f"dataset '{path}' has control_dt {dt!r}, robot '{robot.name}' steps "
+                         f"{robot.control_dt} s; record (or resample) it at the robot's control step")
+    qpos, qvel, ctrl = data.qpos.float(), data.qvel.float(), data.ctrl.float()
+    sane = lambda x: (torch.isfinite(x) & (x.abs() < MAX_ABS)).flatten(1).all(1)  # noqa: E731  (M,)
+    finite = sane(qpos) & sane(qvel) & sane(ctrl)  # (M,)
+    unit = torch.ones_like(finite)  # (M,)
+    for adr in quats:
+        norm = qpos[..., adr:adr + 4].norm(dim=-1)  # (M, T+1)
+        unit &= ((norm - 1).abs() < QUAT_TOL).all(1) | ~finite
+    keep = finite & unit  # (M,)
+    dropped = {"non_finite": int((~finite).sum()), "quaternion": int((~unit).sum())}
+    if not bool(keep.any()):
+        raise ValueError(f"dataset '{path}' holds no usable trajectory ({dropped['non_finite']} non-finite or "
+                         f"beyond {MAX_ABS:g}, {dropped['quaternion']} with a non-unit quaternion); record it again")
+    if not bool(keep.all()):
+        qpos, qvel, ctrl = qpos[keep], qvel[keep], ctrl[keep]
+    return TrajectoryData(qpos, qvel, ctrl, {**data.attrs, "dropped_on_read": dropped})
 
 
 def load_datasets(paths: Sequence[str | Path], robot: RobotSpec | None = None) -> TrajectoryData:
@@ -97,7 +164,8 @@ def load_datasets(paths: Sequence[str | Path], robot: RobotSpec | None = None) -
     if len(parts) == 1:
         return first
     cat = lambda k: torch.cat([getattr(d, k) for d in parts])  # noqa: E731  (sum M, T(+1), D)
-    return TrajectoryData(cat("qpos"), cat("qvel"), cat("ctrl"), first.attrs)
+    dropped = {k: sum(d.attrs["dropped_on_read"][k] for d in parts) for k in first.attrs["dropped_on_read"]}
+    return TrajectoryData(cat("qpos"), cat("qvel"), cat("ctrl"), {**first.attrs, "dropped_on_read": dropped})
 
 
 def plain_attr(value):
@@ -116,26 +184,76 @@ def check_robot(attrs: dict, robot: RobotSpec, path: str | Path) -> None:
                          f"(hash {attrs.get('model_hash')} != {robot.model_hash()}); record it again")
 
 
+def _growable(shape: tuple[int, ...]) -> tuple[int | None, ...]:
+    """HDF5 max shape: unlimited trajectories; a zero-width axis unlimited too, since its chunk must be >= 1."""
+    return (None, *(d or None for d in shape[1:]))
+
+
+def write_arrays(path: str | Path, arrays: dict[str, np.ndarray], attrs: dict, compress: bool = True) -> None:
+    """The one writer of dataset files: every array (leading axis = trajectories, growable) and the attributes go
+    to `<path>.tmp`, which is renamed to `path` once complete, so a file at `path` is never torn."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        with h5py.File(tmp, "w") as f:
+            for name, value in arrays.items():
+                value = np.asarray(value, dtype=np.float32)
+                # zero-width arrays (a robot without probes) still need chunks of at least 1
+                chunks = (max(1, min(64, value.shape[0])), *(max(1, d) for d in value.shape[1:]))
+                f.create_dataset(name, data=value, maxshape=_growable(value.shape), chunks=chunks,
+                                 **({"compression": "gzip", "compression_opts": 4} if compress else {}))
+            f.attrs.update(attrs)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def concat_files(parts: Sequence[str | Path], out: str | Path, attrs: dict) -> int:
+    """Stream the arrays of `parts` (files of `write_arrays` with the same layout), in order, into one compressed
+    file `out` (temp file, then rename) with the first part's attributes updated by `attrs`; returns the number of
+    trajectories. Memory stays bounded by slabs of 256 trajectories."""
+    out = Path(out)
+    tmp = out.with_name(out.name + ".tmp")
+    total = 0
+    try:
+        with h5py.File(tmp, "w") as f:
+            for i, part in enumerate(parts):
+                with h5py.File(part, "r") as src:
+                    if i == 0:
+                        f.attrs.update(dict(src.attrs))
+                        for k, d in src.items():
+                            chunks = (64, *(max(1, n) for n in d.shape[1:]))
+                            f.create_dataset(k, shape=(0, *d.shape[1:]), maxshape=_growable(d.shape),
+                                             dtype=d.dtype, chunks=chunks, compression="gzip", compression_opts=4)
+                    n = next(iter(src.values())).shape[0]
+                    for k, d in src.items():
+                        dst = f[k]
+                        dst.resize(total + n, axis=0)
+                        for a in range(0, n, 256):
+                            dst[total + a:total + min(n, a + 256)] = d[a:min(n, a + 256)]
+                    total += n
+            f.attrs.update(attrs)
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return total
+
+
 def write_dataset(path: str | Path, robot: RobotSpec, qpos: torch.Tensor, qvel: torch.Tensor, ctrl: torch.Tensor,
                   **attrs) -> dict:
     """Write trajectories qpos (M, T+1, nq), qvel (M, T+1, nv), ctrl (M, T, nu) in `flashnerd record`'s format
-    (through a temporary file, then renamed); `attrs` are added to the file's attributes (terrain, source, ...)."""
-    path = Path(path)
+    (with `write_arrays`); `attrs` are added to the file's attributes (terrain, source, ...)."""
     if qpos.shape[:2] != qvel.shape[:2] or qpos.shape[1] != ctrl.shape[1] + 1 or qpos.shape[0] != ctrl.shape[0]:
         raise ValueError(f"inconsistent shapes qpos {tuple(qpos.shape)}, qvel {tuple(qvel.shape)}, "
                          f"ctrl {tuple(ctrl.shape)}")
     finite = torch.isfinite(qpos).flatten(1).all(1) & torch.isfinite(qvel).flatten(1).all(1)  # (M,)
-    finite &= (qpos.abs().flatten(1).amax(1) < 1e5) & (qvel.abs().flatten(1).amax(1) < 1e5)
+    finite &= (qpos.abs().flatten(1).amax(1) < MAX_ABS) & (qvel.abs().flatten(1).amax(1) < MAX_ABS)
     qpos, qvel, ctrl = qpos[finite], qvel[finite], ctrl[finite]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with h5py.File(tmp, "w") as f:
-        for name, value in (("qpos", qpos), ("qvel", qvel), ("ctrl", ctrl)):
-            f.create_dataset(name, data=value.float().numpy(), compression="gzip", compression_opts=4)
-        f.attrs.update({"robot": robot.name, "model_hash": robot.model_hash(), "control_dt": robot.control_dt,
-                        "nq": qpos.shape[2], "nv": qvel.shape[2], "nu": ctrl.shape[2],
-                        "format_version": DATASET_FORMAT_VERSION, "flashnerd_version": flashnerd.__version__,
-                        "num_trajectories": qpos.shape[0], "dropped": int((~finite).sum()), **attrs})
-    os.replace(tmp, path)
+    write_arrays(path, {"qpos": qpos.numpy(), "qvel": qvel.numpy(), "ctrl": ctrl.numpy()},
+                 {"robot": robot.name, "model_hash": robot.model_hash(), "control_dt": robot.control_dt,
+                  "nq": qpos.shape[2], "nv": qvel.shape[2], "nu": ctrl.shape[2],
+                  "format_version": DATASET_FORMAT_VERSION, "flashnerd_version": flashnerd.__version__,
+                  "num_trajectories": qpos.shape[0], "dropped": int((~finite).sum()), **attrs})
     return {"out": str(path), "trajectories": int(qpos.shape[0]), "dropped": int((~finite).sum()),
             "traj_len": int(ctrl.shape[1]), "transitions": int(ctrl.shape[0] * ctrl.shape[1])}

@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 from pathlib import Path
 
 import h5py
@@ -32,7 +33,7 @@ from tqdm import tqdm
 
 import flashnerd
 from flashnerd.contacts import contact_features
-from flashnerd.data.dataset import DATASET_FORMAT_VERSION, plain_attr
+from flashnerd.data.dataset import DATASET_FORMAT_VERSION, concat_files, write_arrays
 from flashnerd.dynamics import REFERENCE_BACKEND, backend_info, check_backend, make_dynamics
 from flashnerd.dynamics.representation import StateRepresentation
 from flashnerd.robots import RobotSpec
@@ -169,23 +170,29 @@ def _chunk_seed(seed: int, chunk: int) -> int:
     return (seed * 1_000_003 + chunk * 7_919) % (2**63)
 
 
+def partial_path(out: str | Path) -> Path:
+    """The folder an unfinished recording of `out` keeps its complete batches in."""
+    out = Path(out)
+    return out.with_name(out.name + ".parts")
+
+
 def record(robot: RobotSpec, num_worlds: int, steps: int, out: str | Path, traj_len: int = 100, seed: int = 0,
            nthread: int | None = None, progress: bool = True, source=None, resume: bool = False,
            backend: str = REFERENCE_BACKEND, device: str = "cpu", terrain: str = "flat") -> dict:
     """Record `num_worlds` worlds for `steps` control steps each, cut into `traj_len`-step trajectories.
 
     `source` supplies the controls (default: `ExplorationSource` on `backend`/`device`/`terrain`); it is closed when
-    recording ends. The file grows in `<out>.tmp` one batch of trajectories at a time and is renamed to `out` when
-    complete. An error deletes it; Ctrl-C (or a killed process) leaves it holding every complete batch, and
-    `resume=True` continues from there.
+    recording ends. Each batch of trajectories is written to its own file in `<out>.parts/` (renamed into place when
+    complete); at the end they are concatenated into `out` and the folder is removed. An error deletes the folder;
+    Ctrl-C or a killed process (SIGKILL included) leaves it holding every complete batch, and `resume=True`
+    continues from there.
     """
     if num_worlds < 1 or steps < 1 or traj_len < 1:
         raise ValueError("num_worlds, steps and traj_len must be positive")
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    if resume and not tmp.is_file():
-        raise ValueError(f"--resume: no unfinished recording '{tmp}' to continue"
+    parts = partial_path(out)
+    if resume and not parts.is_dir():
+        raise ValueError(f"--resume: no unfinished recording '{parts}' to continue"
                          + ("" if not out.exists() else f" ('{out}' is complete)"))
     gen = torch.Generator().manual_seed(seed)
     if source is None:
@@ -198,103 +205,110 @@ def record(robot: RobotSpec, num_worlds: int, steps: int, out: str | Path, traj_
     nq, nv, nu, nb, npb = dyn.nq, dyn.nv, dyn.nu, len(robot.all_contact_bodies), probes.num_probes
     identity = {"robot": robot.name, "model_hash": robot.model_hash(), "num_worlds": num_worlds, "steps": steps,
                 "traj_len": traj_len, "seed": seed, "source": source.kind, "terrain": source.terrain}
+    attrs = {**identity, "control_dt": robot.control_dt, "nq": nq, "nv": nv, "nu": nu,
+             "format_version": DATASET_FORMAT_VERSION, "flashnerd_version": flashnerd.__version__,
+             "state_layout": json.dumps(rep.layout()), "contact_bodies": json.dumps(list(robot.all_contact_bodies))}
+    widths = {"qpos": (traj_len + 1, nq), "qvel": (traj_len + 1, nv), "ctrl": (traj_len, nu),
+              "torque": (traj_len, nu), "contact_force": (traj_len, nb), "probe_distance": (traj_len + 1, npb)}
     try:
-        f = _open_resumable(tmp, identity) if resume else h5py.File(tmp, "w")
+        done = _resume_parts(parts, identity) if resume else _fresh_parts(parts, identity)
     except BaseException:
         source.close()
         raise
     try:
-        with f:
-            if not resume:
-                def make(name: str, t: int, d: int) -> h5py.Dataset:
-                    # A robot without contact bodies or probes stores zero-width arrays (HDF5 chunks must be >= 1).
-                    return f.create_dataset(name, shape=(0, t, d), maxshape=(None, t, d or None), dtype="f4",
-                                            chunks=(min(64, num_worlds), t, max(d, 1)), compression="gzip",
-                                            compression_opts=4)
-
-                make("qpos", traj_len + 1, nq), make("qvel", traj_len + 1, nv), make("ctrl", traj_len, nu)
-                make("torque", traj_len, nu), make("contact_force", traj_len, nb)
-                make("probe_distance", traj_len + 1, npb)
-                f.attrs.update({
-                    **identity, "control_dt": robot.control_dt, "nq": nq, "nv": nv, "nu": nu,
-                    "format_version": DATASET_FORMAT_VERSION, "flashnerd_version": flashnerd.__version__,
-                    "state_layout": json.dumps(rep.layout()),
-                    "contact_bodies": json.dumps(list(robot.all_contact_bodies)),
-                    "chunks_done": 0, "num_trajectories": 0, "dropped": 0, "interrupted": 0,
-                })
-            ds = {k: f[k] for k in ("qpos", "qvel", "ctrl", "torque", "contact_force", "probe_distance")}
-            done = int(f.attrs["chunks_done"])
-            kept, dropped, interrupted = (int(f.attrs[k]) for k in ("num_trajectories", "dropped", "interrupted"))
-            bar = tqdm(total=n_chunks * traj_len * num_worlds, initial=done * traj_len * num_worlds, desc="record",
-                       unit="step", disable=None if progress else True)
-            for chunk in range(done, n_chunks):
-                source.gen.manual_seed(_chunk_seed(seed, chunk))
-                buf = {k: np.zeros((num_worlds, *d.shape[1:]), dtype=np.float32) for k, d in ds.items()}
-                source.start_trajectory()
+        bar = tqdm(total=n_chunks * traj_len * num_worlds, initial=done * traj_len * num_worlds, desc="record",
+                   unit="step", disable=None if progress else True)
+        for chunk in range(done, n_chunks):
+            source.gen.manual_seed(_chunk_seed(seed, chunk))
+            buf = {k: np.zeros((num_worlds, *w), dtype=np.float32) for k, w in widths.items()}
+            source.start_trajectory()
+            s = dyn.state()
+            buf["qpos"][:, 0], buf["qvel"][:, 0] = s.qpos.cpu().numpy(), s.qvel.cpu().numpy()
+            buf["probe_distance"][:, 0] = probes.signed_distance(s.qpos.cpu()).numpy()
+            was_reset = torch.zeros(num_worlds, dtype=torch.bool)
+            for t in range(traj_len):
+                ctrl, reset = source.step()
+                was_reset |= reset.cpu()
                 s = dyn.state()
-                buf["qpos"][:, 0], buf["qvel"][:, 0] = s.qpos.cpu().numpy(), s.qvel.cpu().numpy()
-                buf["probe_distance"][:, 0] = probes.signed_distance(s.qpos.cpu()).numpy()
-                was_reset = torch.zeros(num_worlds, dtype=torch.bool)
-                for t in range(traj_len):
-                    ctrl, reset = source.step()
-                    was_reset |= reset.cpu()
-                    s = dyn.state()
-                    buf["ctrl"][:, t], buf["torque"][:, t] = ctrl.cpu().numpy(), s.joint_torque.cpu().numpy()
-                    buf["contact_force"][:, t] = s.contact_force.cpu().numpy()
-                    buf["qpos"][:, t + 1], buf["qvel"][:, t + 1] = s.qpos.cpu().numpy(), s.qvel.cpu().numpy()
-                    buf["probe_distance"][:, t + 1] = probes.signed_distance(s.qpos.cpu()).numpy()
-                    bar.update(num_worlds)
-                good = ~was_reset.numpy()
-                interrupted += int(was_reset.sum())
-                for k in ("qpos", "qvel", "torque"):
-                    x = buf[k].reshape(num_worlds, -1)
-                    finite = np.isfinite(x).all(1) & (np.abs(x) < HUGE).all(1)
-                    dropped += int((good & ~finite).sum())
-                    good &= finite
-                for k, d in ds.items():
-                    d.resize(kept + int(good.sum()), axis=0)
-                    d[kept:] = buf[k][good]
-                kept += int(good.sum())
-                # The counters name the complete batches; a resumed run trusts these and trims anything beyond.
-                f.attrs.update({"chunks_done": chunk + 1, "num_trajectories": kept, "dropped": dropped,
-                                "interrupted": interrupted})
-                f.flush()
-            bar.close()
+                buf["ctrl"][:, t], buf["torque"][:, t] = ctrl.cpu().numpy(), s.joint_torque.cpu().numpy()
+                buf["contact_force"][:, t] = s.contact_force.cpu().numpy()
+                buf["qpos"][:, t + 1], buf["qvel"][:, t + 1] = s.qpos.cpu().numpy(), s.qvel.cpu().numpy()
+                buf["probe_distance"][:, t + 1] = probes.signed_distance(s.qpos.cpu()).numpy()
+                bar.update(num_worlds)
+            good = ~was_reset.numpy()
+            interrupted = int(was_reset.sum())
+            dropped = 0
+            for k in ("qpos", "qvel", "torque"):
+                x = buf[k].reshape(num_worlds, -1)
+                finite = np.isfinite(x).all(1) & (np.abs(x) < HUGE).all(1)
+                dropped += int((good & ~finite).sum())
+                good &= finite
+            # One file per batch, renamed into place when complete: a kill at any point leaves only whole batches.
+            write_arrays(parts / f"chunk_{chunk:06d}.h5", {k: b[good] for k, b in buf.items()},
+                         {"dropped": dropped, "interrupted": interrupted}, compress=False)
+        bar.close()
     except KeyboardInterrupt:  # keep every complete batch for --resume
         source.close()
         raise
     except BaseException:  # an error: leave no half-written dataset behind
         source.close()
-        tmp.unlink(missing_ok=True)
+        shutil.rmtree(parts, ignore_errors=True)
         raise
     source.close()
-    if kept == 0:
-        tmp.unlink(missing_ok=True)
-        raise ValueError(f"every trajectory was dropped ({dropped} diverged, {interrupted} interrupted by a reset); "
-                         "nothing written")
-    os.replace(tmp, out)
-    return {"out": str(out), "trajectories": kept, "dropped": dropped, "interrupted": interrupted,
-            "traj_len": traj_len, "transitions": kept * traj_len}
+    return _assemble(parts, out, n_chunks, attrs, traj_len)
 
 
-def _open_resumable(tmp: Path, identity: dict) -> h5py.File:
-    """Open an unfinished recording for appending; refuse one made with other settings, trim a torn last batch."""
+def _chunk_files(parts: Path) -> list[Path]:
+    return sorted(parts.glob("chunk_*.h5"))
+
+
+def _fresh_parts(parts: Path, identity: dict) -> int:
+    """Start a recording in an empty `parts` folder that names its settings; returns 0 batches done."""
+    shutil.rmtree(parts, ignore_errors=True)
+    parts.mkdir(parents=True)
+    tmp = parts / "settings.json.tmp"
+    tmp.write_text(json.dumps(identity))
+    os.replace(tmp, parts / "settings.json")
+    return 0
+
+
+def _resume_parts(parts: Path, identity: dict) -> int:
+    """Batches already complete in an unfinished recording; refuse one made with other settings."""
     try:
-        f = h5py.File(tmp, "a")
-        attrs = {k: plain_attr(f.attrs.get(k)) for k in (*identity, "chunks_done", "num_trajectories")}
-    except (OSError, KeyError) as err:
-        raise ValueError(f"unfinished recording '{tmp}' is unreadable ({str(err).splitlines()[0][:100]}); delete it "
-                         "and record again") from err
-    differ = [k for k, v in identity.items() if attrs[k] != v]
-    if differ or attrs["chunks_done"] is None:
-        f.close()
-        shown = ", ".join(f"{k}={attrs[k]!r} (now {identity[k]!r})" for k in differ) or "no progress counters"
-        raise ValueError(f"unfinished recording '{tmp}' was made with other settings: {shown}; rerun with those "
+        saved = json.loads((parts / "settings.json").read_text())
+    except (OSError, ValueError) as err:
+        raise ValueError(f"unfinished recording '{parts}' has no readable settings.json; delete it and record "
+                         "again") from err
+    differ = [k for k, v in identity.items() if saved.get(k) != v]
+    if differ:
+        shown = ", ".join(f"{k}={saved.get(k)!r} (now {identity[k]!r})" for k in differ)
+        raise ValueError(f"unfinished recording '{parts}' was made with other settings: {shown}; rerun with those "
                          "settings or delete it")
-    kept = int(attrs["num_trajectories"])
-    for k in ("qpos", "qvel", "ctrl", "torque", "contact_force", "probe_distance"):
-        f[k].resize(kept, axis=0)
-    return f
+    for stale in parts.glob("*.tmp"):  # a batch that was being written when the process died
+        stale.unlink()
+    files = _chunk_files(parts)
+    if [f.name for f in files] != [f"chunk_{i:06d}.h5" for i in range(len(files))]:
+        raise ValueError(f"unfinished recording '{parts}' is missing batches; delete it and record again")
+    return len(files)
+
+
+def _assemble(parts: Path, out: Path, n_chunks: int, attrs: dict, traj_len: int) -> dict:
+    """Concatenate the batch files into `out` (temp file, then rename) and remove the folder."""
+    files = _chunk_files(parts)
+    counts = {"dropped": 0, "interrupted": 0}
+    kept = 0
+    for path in files:
+        with h5py.File(path, "r") as f:
+            kept += int(f["qpos"].shape[0])
+            for k in counts:
+                counts[k] += int(f.attrs[k])
+    if kept == 0:
+        shutil.rmtree(parts, ignore_errors=True)
+        raise ValueError(f"every trajectory was dropped ({counts['dropped']} diverged, {counts['interrupted']} "
+                         "interrupted by a reset); nothing written")
+    concat_files(files, out, {**attrs, **counts, "num_trajectories": kept, "chunks_done": n_chunks})
+    shutil.rmtree(parts, ignore_errors=True)
+    return {"out": str(out), "trajectories": kept, **counts, "traj_len": traj_len, "transitions": kept * traj_len}
 
 
 def merge_recordings(parts: list[Path], out: str | Path, seeds: list[int]) -> dict:
@@ -302,35 +316,15 @@ def merge_recordings(parts: list[Path], out: str | Path, seeds: list[int]) -> di
 
     Counters are summed; `shard_seeds` lists each shard's seed. The shards are deleted once `out` is in place.
     """
-    out = Path(out)
-    tmp = out.with_name(out.name + ".tmp")
     totals = {"num_trajectories": 0, "dropped": 0, "interrupted": 0}
     worlds = 0
-    try:
-        with h5py.File(tmp, "w") as f:
-            for i, part in enumerate(parts):
-                with h5py.File(part, "r") as src:
-                    if i == 0:
-                        f.attrs.update(dict(src.attrs))
-                        for k, d in src.items():
-                            f.create_dataset(k, shape=(0, *d.shape[1:]), maxshape=(None, *d.maxshape[1:]),
-                                             dtype=d.dtype, chunks=d.chunks, compression="gzip", compression_opts=4)
-                    n = int(src.attrs["num_trajectories"])
-                    for k, d in src.items():
-                        dst = f[k]
-                        start = dst.shape[0]
-                        dst.resize(start + n, axis=0)
-                        for a in range(0, n, 256):  # bounded memory for large shards
-                            dst[start + a:start + min(n, a + 256)] = d[a:min(n, a + 256)]
-                    for k in totals:
-                        totals[k] += int(src.attrs[k])
-                    worlds += int(src.attrs["num_worlds"])
-            f.attrs.update({**totals, "num_worlds": worlds, "shard_seeds": seeds})
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    os.replace(tmp, out)
     for part in parts:
-        part.unlink(missing_ok=True)
+        with h5py.File(part, "r") as src:
+            for k in totals:
+                totals[k] += int(src.attrs[k])
+            worlds += int(src.attrs["num_worlds"])
+    concat_files(parts, out, {**totals, "num_worlds": worlds, "shard_seeds": seeds})
+    for part in parts:
+        Path(part).unlink(missing_ok=True)
     return {"out": str(out), "trajectories": totals["num_trajectories"], "dropped": totals["dropped"],
             "interrupted": totals["interrupted"], "shards": len(parts)}

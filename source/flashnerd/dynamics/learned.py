@@ -18,7 +18,7 @@ import torch
 
 from flashnerd.contacts import contact_features
 from flashnerd.dynamics.representation import StateRepresentation
-from flashnerd.models.checkpoint import model_from_checkpoint, read_checkpoint
+from flashnerd.models.checkpoint import SUFFIX, model_from_checkpoint, read_checkpoint
 from flashnerd.robots import RobotSpec
 from flashnerd.sim.scene import build_scene, default_qpos
 from flashnerd.types import RobotState
@@ -31,8 +31,8 @@ CONTACT_MARGIN = 0.002  # m: a probe this close to the ground counts as touching
 
 
 def default_checkpoint(robot: RobotSpec, kind: str) -> Path:
-    """Where the shipped checkpoint of `kind` for `robot` lives: checkpoints/<robot>/<kind>.pt."""
-    return CHECKPOINT_DIR / robot.name / f"{kind}.pt"
+    """Where the shipped checkpoint of `kind` for `robot` lives: checkpoints/<robot>/<kind>.safetensors."""
+    return CHECKPOINT_DIR / robot.name / f"{kind}{SUFFIX}"
 
 
 @dataclass(frozen=True)

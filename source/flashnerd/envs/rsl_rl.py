@@ -16,6 +16,7 @@ from rsl_rl.runners import OnPolicyRunner
 from tensordict import TensorDict
 
 from flashnerd.envs.core import FlashNeRDEnv
+from flashnerd.models.checkpoint import load_plain_pickle
 from flashnerd.utils.distributed import dist_info, init_distributed
 from flashnerd.utils.seeding import seed_everything
 
@@ -74,6 +75,18 @@ class RslRlVecEnvWrapper(VecEnv):
         self.env.close()
 
 
+def read_policy_checkpoint(path: str, map_location: str | None = None) -> dict:
+    """An rsl_rl policy checkpoint read with `torch.load(weights_only=True)`: its networks, optimizer and counters
+    are tensors and plain types, and a pickle that asks to build anything else is refused before it runs code."""
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"policy checkpoint '{path}' does not exist")
+    loaded = load_plain_pickle(path, "policy checkpoint", map_location)
+    if not isinstance(loaded, dict) or "actor_state_dict" not in loaded or "iter" not in loaded:
+        raise ValueError(f"'{path}' is not an rsl_rl policy checkpoint (no actor_state_dict/iter); pass a "
+                         "model_<it>.pt written by `flashnerd train`")
+    return loaded
+
+
 class FlashNeRDRunner(OnPolicyRunner):
     """rsl_rl's `OnPolicyRunner` whose checkpoints are written to a temporary file and renamed (never torn), and
     which knows the last iteration it completed (for saving on Ctrl-C and resuming to an exact iteration count)."""
@@ -109,6 +122,21 @@ class FlashNeRDRunner(OnPolicyRunner):
         self.cfg["multi_gpu"] = {"global_rank": info.rank, "local_rank": info.local_rank,
                                  "world_size": info.world_size}
         init_distributed("cpu")  # the process group every flashnerd job uses: gloo on the CPU
+
+    def load(self, path: str, load_cfg: dict | None = None, strict: bool = True,
+             map_location: str | None = None) -> dict:
+        """rsl_rl's `load` on a file read with `read_policy_checkpoint` (tensors and plain types only); a checkpoint
+        of another task or network shape is a one-line error."""
+        loaded = read_policy_checkpoint(path, map_location)
+        try:
+            load_iteration = self.alg.load(loaded, load_cfg, strict)
+        except (RuntimeError, KeyError, ValueError) as err:
+            first = (str(err).strip().splitlines() or [""])[0][:160]
+            raise ValueError(f"policy checkpoint '{path}' does not fit this task's policy ({first}); pass a "
+                             "checkpoint trained on this task") from err
+        if load_iteration:
+            self.current_learning_iteration = loaded["iter"]
+        return loaded.get("infos")
 
     def save(self, path: str, infos: dict | None = None) -> None:
         tmp = f"{path}.tmp"

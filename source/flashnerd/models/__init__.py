@@ -31,6 +31,7 @@ __all__ = [
     "RWMConfig",
     "RWM_SIZES",
     "build_model",
+    "model_sizes",
     "num_params",
     "takes_contact_rows",
 ]
@@ -53,6 +54,11 @@ def build_model(kind: str, input_dim: int, output_dim: int, size: str = "cpu", *
     if size not in sizes:
         raise ValueError(f"unknown size '{size}' for {kind}; choose one of: {', '.join(sizes)}")
     return model_cls(config_cls(input_dim=input_dim, output_dim=output_dim, **{**sizes[size], **overrides}))
+
+
+def model_sizes(kind: str) -> tuple[str, ...]:
+    """The size presets of models of `kind` (what `build_model`'s `size` takes)."""
+    return tuple(_MODELS[kind][2]) if kind in _MODELS else ()
 
 
 def takes_contact_rows(kind: str) -> bool:

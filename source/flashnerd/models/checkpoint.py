@@ -1,29 +1,119 @@
-"""Dynamics-model checkpoints: model config, weights, normalizers, representation and the robot-model hash."""
+"""Dynamics-model checkpoints: model config, weights, normalizers, representation and the robot-model hash.
+
+A checkpoint is one safetensors file: every tensor of the payload is a safetensors entry, and the rest of the
+payload (plain numbers, strings, lists and dicts) is JSON in the file's metadata, with each tensor replaced by a
+reference to its entry. Reading one parses a fixed binary layout and JSON, so a file from a stranger runs no code.
+Pickled checkpoints of format 1 are refused; `flashnerd convert-checkpoint` rewrites one, reading it with
+`torch.load(weights_only=True)`, which also unpickles nothing but tensors and plain types.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import json
+import math
 import os
+import pickle
+import re
+import warnings
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import save_file
 
-from flashnerd.models import build_model
+from flashnerd.models import MODEL_KINDS, build_model
 from flashnerd.models.normalizer import Normalizer
 from flashnerd.robots import RobotSpec
 
 FORMAT = "flashnerd-dynamics"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: safetensors + JSON metadata; 1: a torch pickle (refused, convert it)
+SUFFIX = ".safetensors"
+_TENSOR, _INT_KEYS = "__tensor__", "__int_keys__"  # JSON markers of a tensor entry and of a dict with int keys
+_PICKLE_MAGIC = (b"PK\x03\x04", b"\x80")  # torch's zip container, a bare pickle
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be used, with a one-line reason."""
+
+
+REQUIRED = {"kind": str, "model_config": dict, "state_dict": dict, "input_normalizer": dict,
+            "target_normalizer": dict, "robot": str, "model_hash": str, "control_dt": float, "representation": dict}
+
+
+def _encode(node: Any, path: str, tensors: dict[str, torch.Tensor]) -> Any:
+    """JSON-able copy of `node` with each tensor moved into `tensors` under its path."""
+    if isinstance(node, torch.Tensor):
+        tensors[path] = node.detach().cpu().contiguous().clone()  # clone: safetensors refuses shared storage
+        return {_TENSOR: path}
+    if isinstance(node, dict):
+        if node and all(isinstance(k, int) for k in node):  # optimizer state is keyed by parameter index
+            return {_INT_KEYS: [[k, _encode(v, f"{path}/{k}", tensors)] for k, v in node.items()]}
+        if not all(isinstance(k, str) for k in node):
+            raise TypeError(f"checkpoint field '{path}' has keys that are neither all str nor all int")
+        return {k: _encode(v, f"{path}/{k}", tensors) for k, v in node.items()}
+    if isinstance(node, (list, tuple)):
+        return [_encode(v, f"{path}/{i}", tensors) for i, v in enumerate(node)]
+    if isinstance(node, np.generic):
+        return node.item()
+    if node is None or isinstance(node, (bool, int, float, str)):
+        return node
+    raise TypeError(f"checkpoint field '{path}' is a {type(node).__name__}; only tensors and plain types are saved")
+
+
+def _decode(node: Any, tensors: dict[str, torch.Tensor]) -> Any:
+    """Inverse of `_encode`; a reference to a missing tensor raises KeyError."""
+    if isinstance(node, dict):
+        if set(node) == {_TENSOR}:
+            return tensors[node[_TENSOR]]
+        if set(node) == {_INT_KEYS}:
+            return {int(k): _decode(v, tensors) for k, v in node[_INT_KEYS]}
+        return {k: _decode(v, tensors) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_decode(v, tensors) for v in node]
+    return node
+
+
+def plain(node: Any) -> Any:
+    """`node` as it reads back from a checkpoint (tuples become lists), for comparing configs with saved ones."""
+    return json.loads(json.dumps(_encode(node, "", {})))
+
+
+def non_finite(node: Any, path: str = "") -> list[str]:
+    """Paths (a.b.c) of every float in a nested dict/list that is NaN or infinite."""
+    if isinstance(node, float):
+        return [] if math.isfinite(node) else [path or "value"]
+    if isinstance(node, dict):
+        return [p for k, v in node.items() for p in non_finite(v, f"{path}.{k}" if path else str(k))]
+    if isinstance(node, (list, tuple)):
+        return [p for i, v in enumerate(node) for p in non_finite(v, f"{path}[{i}]")]
+    return []
 
 
 def save_checkpoint(path: str | Path, payload: dict[str, Any]) -> None:
     """Write through a temporary file and rename, so an interrupted save never leaves a torn checkpoint."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    tensors: dict[str, torch.Tensor] = {}
+    tree = _encode(payload, "", tensors)
+    meta = {"format": FORMAT, "format_version": str(FORMAT_VERSION), "payload": json.dumps(tree)}
     tmp = path.with_name(path.name + ".tmp")
-    torch.save({"format": FORMAT, "format_version": FORMAT_VERSION, **payload}, tmp)
-    os.replace(tmp, path)
+    try:
+        save_file(tensors, tmp, metadata=meta)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _refuse_pickle(path: Path) -> None:
+    with path.open("rb") as f:
+        head = f.read(4)
+    if head.startswith(_PICKLE_MAGIC):
+        raise CheckpointError(f"'{path}' is a pickled checkpoint (format 1), which could run code when read; "
+                              f"convert it with `flashnerd convert-checkpoint {path}` (it reads tensors and plain "
+                              "types only)")
 
 
 def read_checkpoint(path: str | Path, robot: RobotSpec | None = None) -> dict[str, Any]:
@@ -31,49 +121,143 @@ def read_checkpoint(path: str | Path, robot: RobotSpec | None = None) -> dict[st
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint '{path}' does not exist")
+    _refuse_pickle(path)
     try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as err:
-        raise ValueError(f"cannot read checkpoint '{path}' ({type(err).__name__}); it is corrupt or not a "
-                         "torch file") from err
-    if not isinstance(ckpt, dict) or ckpt.get("format") != FORMAT:
-        raise ValueError(f"'{path}' is not a FlashNeRD dynamics checkpoint (write one with `flashnerd fit`)")
-    if ckpt.get("format_version", 0) > FORMAT_VERSION:
-        raise ValueError(f"checkpoint '{path}' has format version {ckpt['format_version']}, newer than this "
-                         f"flashnerd ({FORMAT_VERSION}); upgrade flashnerd")
+        with safe_open(str(path), framework="pt", device="cpu") as f:
+            meta = f.metadata() or {}
+            if meta.get("format") != FORMAT:
+                raise CheckpointError(f"'{path}' is not a FlashNeRD dynamics checkpoint (write one with "
+                                      "`flashnerd fit`)")
+            version = meta.get("format_version", "")
+            if not version.isdigit():
+                raise CheckpointError(f"checkpoint '{path}' is corrupt: format version '{version[:20]}'")
+            if int(version) > FORMAT_VERSION:
+                raise CheckpointError(f"checkpoint '{path}' has format version {version}, newer than this flashnerd "
+                                 f"({FORMAT_VERSION}); upgrade flashnerd")
+            tensors = {k: f.get_tensor(k) for k in f.keys()}
+        ckpt = _decode(json.loads(meta["payload"]), tensors)
+    except CheckpointError:
+        raise
+    except (SafetensorError, OSError, KeyError, TypeError, ValueError, AttributeError, RuntimeError) as err:
+        raise CheckpointError(f"cannot read checkpoint '{path}' ({type(err).__name__}); it is corrupt or not a "
+                         "FlashNeRD checkpoint") from err
+    _check_fields(path, ckpt)
     if robot is not None:
-        if ckpt.get("robot") != robot.name:
-            raise ValueError(f"checkpoint '{path}' is for robot '{ckpt.get('robot')}', not '{robot.name}'")
-        if ckpt.get("model_hash") != robot.model_hash():
-            raise ValueError(f"checkpoint '{path}' was trained on another version of the '{robot.name}' model "
-                             f"(hash {ckpt.get('model_hash')} != {robot.model_hash()}); fit it again")
+        if ckpt["robot"] != robot.name:
+            raise CheckpointError(f"checkpoint '{path}' is for robot '{ckpt['robot']}', not '{robot.name}'")
+        if ckpt["model_hash"] != robot.model_hash():
+            raise CheckpointError(f"checkpoint '{path}' was trained on another version of the '{robot.name}' model "
+                             f"(hash {ckpt['model_hash']} != {robot.model_hash()}); fit it again")
     return ckpt
 
 
+def _check_fields(path: Path, ckpt: Any) -> None:
+    """The fields every reader relies on exist with the right types, and no saved figure is non-finite."""
+    if not isinstance(ckpt, dict):
+        raise CheckpointError(f"checkpoint '{path}' is corrupt: its payload is not a mapping")
+    for key, kind in REQUIRED.items():
+        value = ckpt.get(key)
+        if not isinstance(value, kind) and not (kind is float and isinstance(value, int)):
+            raise CheckpointError(f"checkpoint '{path}' is corrupt: field '{key}' is missing or not a {kind.__name__}")
+    if ckpt["kind"] not in MODEL_KINDS:
+        raise CheckpointError(f"checkpoint '{path}' holds an unknown model kind '{ckpt['kind']}' "
+                         f"(known: {', '.join(MODEL_KINDS)})")
+    if not (math.isfinite(ckpt["control_dt"]) and ckpt["control_dt"] > 0):
+        raise CheckpointError(f"checkpoint '{path}' is corrupt: control_dt {ckpt['control_dt']} is not a positive "
+                              "number")
+    for group in ("state_dict", "input_normalizer", "target_normalizer"):
+        for name, value in ckpt[group].items():
+            if not isinstance(value, torch.Tensor):
+                raise CheckpointError(f"checkpoint '{path}' is corrupt: {group}.{name} is not a tensor")
+            if value.is_floating_point() and not bool(torch.isfinite(value).all()):
+                raise CheckpointError(f"checkpoint '{path}' holds non-finite values in {group}.{name}; it cannot be "
+                                      "used")
+
+
 def model_from_checkpoint(ckpt: dict[str, Any], device: torch.device | str = "cpu"):
-    """(model, input_normalizer, target_normalizer) rebuilt from a checkpoint dict, in eval mode on `device`."""
+    """(model, input_normalizer, target_normalizer) rebuilt from a checkpoint dict, in eval mode on `device`.
+
+    The model is first built on the meta device and its parameter shapes compared with the saved tensors, so a
+    config that asks for a huge network allocates nothing and is a one-line error."""
     cfg = dict(ckpt["model_config"])
+    try:
+        with torch.device("meta"):
+            shell = build_model(ckpt["kind"], **cfg)
+        dims = int(cfg["input_dim"]), int(cfg["output_dim"])
+    except (TypeError, ValueError, KeyError) as err:
+        raise CheckpointError(f"checkpoint model config does not build a {ckpt['kind']} model ({err})") from err
+    expected = {k: tuple(v.shape) for k, v in shell.state_dict().items()}
+    saved = {k: tuple(v.shape) for k, v in ckpt["state_dict"].items()}
+    if expected != saved:
+        diff = sorted(set(expected.items()) ^ set(saved.items()))[:1]
+        raise CheckpointError(f"checkpoint weights do not match its model config (first difference: {diff}); "
+                         "the file is corrupt")
     model = build_model(ckpt["kind"], **cfg)
     model.load_state_dict(ckpt["state_dict"])
-    x_norm, y_norm = Normalizer(cfg["input_dim"]), Normalizer(cfg["output_dim"])
-    x_norm.load_state_dict(ckpt["input_normalizer"])
-    y_norm.load_state_dict(ckpt["target_normalizer"])
+    x_norm, y_norm = Normalizer(dims[0]), Normalizer(dims[1])
+    try:
+        x_norm.load_state_dict(ckpt["input_normalizer"])
+        y_norm.load_state_dict(ckpt["target_normalizer"])
+    except RuntimeError as err:
+        raise CheckpointError(f"checkpoint normalizers do not match its model ({str(err).splitlines()[0]})") from err
     return model.to(device).eval(), x_norm.to(device), y_norm.to(device)
 
 
 def config_dict(config: Any) -> dict[str, Any]:
-    """A plain dict of a model config dataclass (what `build_model` takes back)."""
-    return dataclasses.asdict(config)
+    """A plain dict of a model config dataclass (what `build_model` takes back), as it reads back from a file."""
+    return plain(dataclasses.asdict(config))
 
 
 def export_for_inference(src: str | Path, dst: str | Path, metrics: dict | None = None,
                          extra: dict | None = None) -> dict[str, Any]:
     """Copy a fitting checkpoint without its optimizer and RNG state (what ships in checkpoints/), optionally with
-    the accuracy measured by `flashnerd evaluate-model` (tests derive their tolerances from it) and `extra` fields."""
+    the accuracy measured by `flashnerd evaluate-model` (tests derive their tolerances from it) and `extra` fields.
+    A metric that is not a finite number is refused: a model never ships with one."""
     ckpt = read_checkpoint(src)
-    slim = {k: v for k, v in ckpt.items() if k not in ("optimizer", "rng", "format", "format_version")}
+    slim = {k: v for k, v in ckpt.items() if k not in ("optimizer", "rng")}
     if metrics is not None:
+        bad = non_finite(metrics)
+        if bad:
+            raise CheckpointError(f"the measured {', '.join(bad)} of '{src}' is not finite; fix the model before "
+                             "exporting it")
         slim["metrics"] = metrics
     slim.update(extra or {})
     save_checkpoint(dst, slim)
     return {"out": str(dst), "bytes": Path(dst).stat().st_size, "kind": ckpt["kind"], "step": ckpt["step"]}
+
+
+def load_plain_pickle(path: str | Path, what: str, map_location: str | None = "cpu") -> Any:
+    """A torch pickle read with `weights_only=True`: tensors and plain containers only. A pickle that asks to build
+    any other object (which is how a crafted file runs code) is refused, a corrupt one reported, each in one line."""
+    try:
+        with warnings.catch_warnings():  # torch warns about foreign pickle protocols; the error below says it all
+            warnings.simplefilter("ignore")
+            return torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as err:
+        found = re.search(r"GLOBAL (\S+)", str(err))  # torch names the global it refused to import
+        if found:
+            raise CheckpointError(f"refusing to load {what} '{path}': it asks to build the Python object "
+                                  f"{found.group(1)} (only tensors and plain types are read), which could run "
+                                  "code") from err
+        raise CheckpointError(f"cannot read {what} '{path}': it is corrupt, not a torch file, or a pickle kind "
+                              "that only an unsafe load would read") from err
+    except Exception as err:  # zip, EOF and header errors of corrupt files come in many types
+        first = (str(err).strip().splitlines() or [""])[0][:120]
+        raise CheckpointError(f"cannot read {what} '{path}' ({type(err).__name__}: {first}); it is corrupt or not "
+                              "a torch file") from err
+
+
+def convert_pickled(src: str | Path, dst: str | Path) -> dict[str, Any]:
+    """Rewrite a format-1 (pickled) checkpoint as safetensors. The pickle is read with `weights_only=True`, which
+    builds nothing but tensors and plain containers; a file that needs more is refused."""
+    src, dst = Path(src), Path(dst)
+    if not src.is_file():
+        raise FileNotFoundError(f"checkpoint '{src}' does not exist")
+    ckpt = load_plain_pickle(src, "checkpoint")
+    if not isinstance(ckpt, dict) or ckpt.get("format") != FORMAT or ckpt.get("format_version") != 1:
+        raise CheckpointError(f"'{src}' is not a format-1 FlashNeRD dynamics checkpoint")
+    payload = {k: v for k, v in ckpt.items() if k not in ("format", "format_version")}
+    _check_fields(src, payload)
+    save_checkpoint(dst, payload)
+    read_checkpoint(dst)  # what was written reads back
+    return {"out": str(dst), "bytes": dst.stat().st_size, "kind": payload["kind"]}

@@ -66,7 +66,7 @@ class ClimbPlanCfg:
     success_margin: float = 0.5  # m: base past the platform edge at the end
     # shipped models fitted on platform data, per learned backend (file names under checkpoints/<robot>/)
     checkpoints: dict[str, str] = field(default_factory=lambda: {
-        "flashnerd": "flashnerd_platforms.pt", "nerd": "nerd_platforms.pt"})
+        "flashnerd": "flashnerd_platforms.safetensors", "nerd": "nerd_platforms.safetensors"})
     # lane 4: at weight 1 a lateral drift of 0.5 m cost less than a foot 0.2 m off its reference, and planning on a
     # learned model could drift off the platform's side at the goal (docs/results.md)
     weights: dict[str, float] = field(default_factory=lambda: {**LEGACY_WEIGHTS, "lane": 4.0})

@@ -24,7 +24,7 @@ from tqdm import tqdm
 from flashnerd.contacts import contact_features
 from flashnerd.data.dataset import TrajectoryData, check_robot, load_datasets
 from flashnerd.dynamics.representation import StateRepresentation
-from flashnerd.models import MODEL_KINDS, build_model, num_params, takes_contact_rows
+from flashnerd.models import MODEL_KINDS, build_model, model_sizes, num_params, takes_contact_rows
 from flashnerd.models.checkpoint import config_dict, read_checkpoint, save_checkpoint
 from flashnerd.models.normalizer import Normalizer
 from flashnerd.robots import get_robot
@@ -61,11 +61,40 @@ class FitConfig:
     init: str = ""  # start from this checkpoint's weights and normalizers (fresh optimizer and schedule)
 
 
+def check_fit_config(cfg: FitConfig) -> None:
+    """One-line error for a setting no fit can run with, before any data is read."""
+    if cfg.model not in MODEL_KINDS:
+        raise ValueError(f"unknown model '{cfg.model}'; choose one of: {', '.join(MODEL_KINDS)}")
+    if cfg.size not in model_sizes(cfg.model):
+        raise ValueError(f"--size '{cfg.size}' is not a size of {cfg.model}; choose one of: "
+                         f"{', '.join(model_sizes(cfg.model))}")
+    positive = {"lr": cfg.lr, "grad_clip": cfg.grad_clip}
+    at_least_zero = {"time_budget": cfg.time_budget_s, "ar_weight": cfg.ar_weight, "ar_noise": cfg.ar_noise,
+                     "weight_decay": cfg.weight_decay, "min_lr": cfg.min_lr}
+    for name, value in positive.items():
+        if not (math.isfinite(value) and value > 0):
+            raise ValueError(f"--{name} must be a finite number > 0, got {value}")
+    for name, value in at_least_zero.items():
+        if not (math.isfinite(value) and value >= 0):
+            raise ValueError(f"--{name} must be a finite number >= 0, got {value}")
+    if not 0 < cfg.val_fraction < 1:
+        raise ValueError(f"val_fraction must lie in (0, 1), got {cfg.val_fraction}")
+    for name in ("window", "ar_history", "ar_steps", "ar_batch_size", "batch_size", "max_steps", "eval_every",
+                 "max_rows"):
+        if getattr(cfg, name) < 1:
+            raise ValueError(f"--{name} must be a positive integer, got {getattr(cfg, name)}")
+
+
+class FitDiverged(ValueError):
+    """A fit whose loss or weights turned non-finite (a one-line reason; the last good checkpoint is kept)."""
+
+
 class Fitter:
     """Holds the data tensors, model, normalizers and optimizer of one fitting run."""
 
     def __init__(self, data_path: str | Path | Sequence[str | Path], cfg: FitConfig, device: str = "cpu",
                  dist: DistInfo | None = None) -> None:
+        check_fit_config(cfg)
         dist = dist or DistInfo()
         self.cfg, self.device, self.dist = cfg, torch.device(device), dist
         for name in ("batch_size", "ar_batch_size"):
@@ -88,6 +117,7 @@ class Fitter:
             raise ValueError(f"dataset '{data_path}' holds {data.num_trajectories} trajectory; fitting needs at least "
                              "2 (one for validation)")
         self.data_path, self.transitions = str(data_path), data.num_trajectories * data.traj_len
+        self.dropped_on_read = data.attrs["dropped_on_read"]  # trajectories the reader refused, by reason
         if cfg.contacts == "rows" and not takes_contact_rows(cfg.model):
             rows_kinds = [k for k in MODEL_KINDS if takes_contact_rows(k)]
             raise ValueError(f"variable contact rows need the {' or '.join(rows_kinds)} model, not '{cfg.model}'; "
@@ -221,6 +251,7 @@ class Fitter:
         windows = (c.batch_size + (c.ar_batch_size if c.ar_weight > 0 else 0)) * self.step  # global, all ranks
         return {"out": str(out), "model": c.model, "params": num_params(self.model), "steps": self.step,
                 "train_seconds": round(self.train_seconds, 1), "transitions": self.transitions,
+                "dropped_on_read": self.dropped_on_read,
                 "windows_per_s": round(windows / max(self.train_seconds, 1e-9), 1),
                 "val_loss_initial": self.history[0]["val_loss"], "val_loss_final": self.history[-1]["val_loss"]}
 
@@ -245,14 +276,26 @@ class Fitter:
 
     def _validate_and_save(self, out: str | Path, writer: SummaryWriter | None) -> float:
         val = self.validate()  # every rank holds the same weights and draws the same validation windows
+        if not math.isfinite(val):
+            self._diverged(out, f"the validation loss is {val}")
         self.history.append({"step": self.step, "val_loss": val, "train_seconds": self.train_seconds})
         if writer:
             writer.add_scalar("val/loss_teacher_forced", val, self.step)
         self.save(out)
         return val
 
+    def _diverged(self, out: str | Path, what: str) -> None:
+        """Stop a fit that turned non-finite; the checkpoint at `out` (if any) is the last good one, untouched."""
+        last = self.history[-1] if self.history else None
+        kept = (f"'{out}' keeps step {last['step']} (validation loss {last['val_loss']:.4g})"
+                if last and Path(out).is_file() else "no checkpoint was written")
+        raise FitDiverged(f"the fit diverged at step {self.step}: {what}; {kept}. Lower --lr or --grad_clip, or "
+                          "check the data")
+
     def save(self, out: str | Path) -> None:
-        """Write the checkpoint (rank 0 alone under torchrun)."""
+        """Write the checkpoint (rank 0 alone under torchrun); weights that are not finite are never written."""
+        if not all(bool(torch.isfinite(p).all()) for p in self.model.parameters()):
+            self._diverged(out, "the weights hold non-finite values")
         if not self.dist.is_main:
             return
         save_checkpoint(out, {

@@ -2,8 +2,8 @@
 robots in one run, in the shape of the seed's Table I and Fig. 4.
 
 Per robot: record (or reuse) an exploration dataset and a held-out set of `max(horizons)`-step trajectories; per
-model, reuse the checkpoint in `checkpoint_dir/<robot>/<model>.pt` or fit one for a fixed wall-time budget (then
-ship it there, slim, with its measured accuracy and a card); measure recursive-rollout NRMSE at each horizon and
+model, reuse the checkpoint in `checkpoint_dir/<robot>/<model>.safetensors` or fit one for a fixed wall-time budget
+(then ship it there, slim, with its measured accuracy and a card); measure recursive-rollout NRMSE at each horizon and
 model-only streaming throughput at each batch size, including the largest batch that fits.
 """
 
@@ -24,7 +24,7 @@ from flashnerd.dynamics import make_dynamics
 from flashnerd.dynamics.learned import CHECKPOINT_DIR
 from flashnerd.dynamics.representation import StateRepresentation
 from flashnerd.models import MODEL_KINDS, num_params
-from flashnerd.models.checkpoint import export_for_inference, model_from_checkpoint, read_checkpoint
+from flashnerd.models.checkpoint import SUFFIX, export_for_inference, model_from_checkpoint, read_checkpoint
 from flashnerd.robots import RobotSpec, get_robot
 from flashnerd.sim.scene import build_scene
 from flashnerd.training.benchmark import model_steps_per_second
@@ -85,13 +85,13 @@ def _run_robot(robot: RobotSpec, cfg: SuiteConfig, progress: bool) -> dict:
     rep = StateRepresentation.for_robot(robot, scene, contact_features(robot, scene).dim)
     result = {"input_dim": rep.input_dim, "output_dim": rep.target_dim, "eval_rollouts": n, "models": {}}
     for kind in cfg.models:
-        ckpt_path = Path(cfg.checkpoint_dir) / robot.name / f"{kind}.pt"
+        ckpt_path = Path(cfg.checkpoint_dir) / robot.name / f"{kind}{SUFFIX}"
         fitted = cfg.refit or not ckpt_path.is_file()
         if fitted:
             if not train_path.is_file():  # recorded only when something is fitted
                 record(robot, cfg.record_worlds, cfg.record_steps, train_path, traj_len=cfg.traj_len, seed=cfg.seed,
                        progress=progress)
-            fit_path = folder / f"{kind}_fit.pt"
+            fit_path = folder / f"{kind}_fit{SUFFIX}"
             fit_cfg = dataclasses.replace(FitConfig(), model=kind, size=cfg.size, max_steps=cfg.fit_steps,
                                           time_budget_s=cfg.fit_seconds, seed=cfg.seed, **cfg.fit_overrides)
             Fitter(train_path, fit_cfg, device=cfg.device).fit(fit_path, log_dir=folder / "tb" / kind,
@@ -144,11 +144,11 @@ def _throughput(kind: str, rep: StateRepresentation, cfg: SuiteConfig) -> dict:
 
 def write_card(robot: RobotSpec, result: dict, path: Path, cfg: SuiteConfig, train_path: Path,
                eval_path: Path) -> None:
-    """The card of a robot's suite checkpoints (every `<model>.pt` next to it, whichever run fitted it): command,
-    data, training time, measured accuracy; written through a temporary file."""
+    """The card of a robot's suite checkpoints (every `<model>.safetensors` next to it, whichever run fitted it):
+    command, data, training time, measured accuracy; written through a temporary file."""
     rows = []
     for kind in MODEL_KINDS:
-        ckpt_path = path.parent / f"{kind}.pt"
+        ckpt_path = path.parent / f"{kind}{SUFFIX}"
         if not ckpt_path.is_file():
             continue
         ckpt = read_checkpoint(ckpt_path, robot)

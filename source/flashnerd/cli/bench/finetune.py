@@ -19,7 +19,7 @@ from flashnerd.cli.common import (
 from flashnerd.dynamics import REFERENCE_BACKEND
 from flashnerd.envs.evaluate import evaluate_on_backends
 from flashnerd.envs.registry import play_variant, task_cfgs
-from flashnerd.envs.rsl_rl import make_runner, train_policy
+from flashnerd.envs.rsl_rl import make_runner, read_policy_checkpoint, train_policy
 from flashnerd.utils.seeding import seed_everything
 from flashnerd.viz.report import plot_finetune
 
@@ -45,9 +45,11 @@ def run(args: argparse.Namespace) -> dict:
         check_positive(name, getattr(args, name))
     check_file_stem(args.name)
     check_device(args.device)
-    checkpoints = checkpoints_by_kind(args.dynamics_checkpoint)
-    if args.pretrained is not None and not Path(args.pretrained).is_file():
-        raise CLIError(f"--pretrained '{args.pretrained}' does not exist; give a policy checkpoint (model_<it>.pt)")
+    checkpoints = checkpoints_by_kind(args.dynamics_checkpoint, args.dynamics.split(","))
+    if args.pretrained is not None:
+        if not Path(args.pretrained).is_file():
+            raise CLIError(f"--pretrained '{args.pretrained}' does not exist; give a policy checkpoint (model_<it>.pt)")
+        read_policy_checkpoint(args.pretrained)  # a hostile or foreign file fails before anything is trained
     out_dir = Path(args.out_dir)
 
     def cfgs_for(backend: str, seed: int, iterations: int):

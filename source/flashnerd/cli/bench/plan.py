@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> dict:
     check_device(args.device)
     parse_lanes(str(args.platform))
     backends = parse_backends(args.dynamics)
-    checkpoints = checkpoints_by_kind(args.dynamics_checkpoint)
+    checkpoints = checkpoints_by_kind(args.dynamics_checkpoint, backends)
     cfg = planning_cfg(args)
     robot = get_robot(cfg.robot)
     cfg = dataclasses.replace(cfg, episode_s=(args.warmup + args.decisions) * robot.control_dt)

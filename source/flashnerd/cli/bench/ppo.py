@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> dict:
     check_file_stem(args.name)
     check_device(args.device)
     out_dir = Path(args.out_dir)
-    checkpoints = checkpoints_by_kind(args.dynamics_checkpoint)
+    checkpoints = checkpoints_by_kind(args.dynamics_checkpoint, args.dynamics.split(","))
     results = {backend: train_and_time(args, backend, out_dir, checkpoints.get(backend))
                for backend in args.dynamics.split(",")}
     summary = {"task": args.task, "num_envs": args.num_envs, "iterations": args.max_iterations,

@@ -23,7 +23,7 @@ def add_parser(bsub: argparse._SubParsersAction) -> None:
     p.add_argument("--fit_steps", type=int, default=d.fit_steps, help="optimizer-step cap of each fit")
     p.add_argument("--refit", action="store_true", help="fit even where a checkpoint exists in --checkpoint_dir")
     p.add_argument("--checkpoint_dir", default=d.checkpoint_dir,
-                   help="checkpoints <dir>/<robot>/<model>.pt are reused; fitted ones are exported there")
+                   help="checkpoints <dir>/<robot>/<model>.safetensors are reused; fitted ones are exported there")
     p.add_argument("--data_dir", default=d.data_dir, help="datasets and fitting checkpoints (reused if present)")
     p.add_argument("--record_worlds", type=int, default=d.record_worlds, help="worlds recorded for the training set")
     p.add_argument("--record_steps", type=int, default=d.record_steps, help="control steps per recorded world")

@@ -1,0 +1,311 @@
+"""Files from strangers: every command that reads a checkpoint refuses a crafted one in one line, and no code in
+it runs (each hostile pickle would create a marker file when unpickled)."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import struct
+
+import pytest
+import torch
+from conftest import TASK
+
+from flashnerd.cli.main import main
+from flashnerd.data.record import record
+from flashnerd.models.checkpoint import convert_pickled, model_from_checkpoint, read_checkpoint, save_checkpoint
+from flashnerd.robots import get_robot
+
+
+class _RunsCode:
+    """Unpickling this calls os.system: the canonical hostile checkpoint."""
+
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return os.system, (f"touch {self.marker}",)
+
+
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory):
+    """{flavor: path} of files that run code when unpickled, plus a tiny real dataset and the marker path."""
+    root = tmp_path_factory.mktemp("hostile")
+    marker = root / "code_ran"
+    payload = {"format": "flashnerd-dynamics", "format_version": 1, "actor_state_dict": _RunsCode(str(marker)),
+               "iter": 0}
+    files = {"torch_zip": root / "evil.pt", "bare_pickle": root / "bare.pt", "disguised": root / "evil.safetensors"}
+    torch.save(payload, files["torch_zip"])
+    files["bare_pickle"].write_bytes(pickle.dumps(payload))
+    files["disguised"].write_bytes(files["torch_zip"].read_bytes())
+    data = root / "tiny.h5"
+    record(get_robot("anymal_c"), num_worlds=2, steps=32, out=data, traj_len=16, seed=1, progress=False)
+    return root, marker, files, data
+
+
+def _commands(evil: str, data: str, out: str) -> list[list[str]]:
+    """Every command that reads a dynamics or a policy checkpoint, pointed at `evil`."""
+    small = ["--num_envs", "2"]
+    return [
+        ["evaluate-model", "--checkpoint", evil, "--data", data],
+        ["export-model", "--checkpoint", evil, "--out", f"{out}/x.safetensors"],
+        ["convert-checkpoint", evil, "--out", f"{out}/x.safetensors"],
+        ["fit", "--data", data, "--out", f"{out}/x.safetensors", "--init", evil, "--max_steps", "2"],
+        ["train", "--task", TASK, "--dynamics", "flashnerd", "--dynamics_checkpoint", evil, *small,
+         "--max_iterations", "1", "--log_root", out],
+        ["train", "--task", TASK, "--resume", "--checkpoint", evil, *small, "--max_iterations", "1",
+         "--log_root", out],
+        ["play", "--task", TASK, "--checkpoint", evil, *small, "--log_root", out],
+        ["eval", "--task", TASK, "--checkpoint", evil, *small, "--episodes", "1", "--log_root", out],
+        ["record", "--task", TASK, "--checkpoint", evil, "--num_worlds", "2", "--steps", "4", "--traj_len", "4",
+         "--out", f"{out}/r.h5"],
+        ["plan", "--dynamics", "flashnerd", "--dynamics_checkpoint", f"flashnerd={evil}", "--platforms", "0",
+         "--out", f"{out}/plan.json"],
+        ["bench", "ppo", "--task", TASK, "--dynamics", "flashnerd", "--dynamics_checkpoint", f"flashnerd={evil}",
+         *small, "--max_iterations", "1", "--out_dir", out],
+        ["bench", "finetune", "--task", "FlashNeRD-Roll-Flat-Microduck-v0", "--pretrained", evil, *small,
+         "--out_dir", out],
+    ]
+
+
+@pytest.mark.parametrize("flavor", ["torch_zip", "bare_pickle", "disguised"])
+def test_no_command_runs_code_from_a_checkpoint(hostile, flavor, tmp_path, capsys):
+    _, marker, files, data = hostile
+    for argv in _commands(str(files[flavor]), str(data), str(tmp_path)):
+        code = main(argv)
+        err = capsys.readouterr().err.strip()
+        assert code != 0, argv
+        assert len(err.splitlines()) == 1 and "Traceback" not in err, (argv, err)
+        assert not marker.exists(), f"code from the file ran under {argv[:2]}"
+        assert not [p for p in tmp_path.rglob("*") if p.is_file()], (argv, list(tmp_path.rglob("*")))
+
+
+def test_legacy_checkpoint_is_refused_with_the_command_that_converts_it(tmp_path):
+    legacy = tmp_path / "old.pt"
+    ckpt = read_checkpoint("checkpoints/cartpole/rwm.safetensors")
+    torch.save({"format": "flashnerd-dynamics", "format_version": 1, **ckpt}, legacy)
+    with pytest.raises(ValueError, match="flashnerd convert-checkpoint"):
+        read_checkpoint(legacy)
+    convert_pickled(legacy, tmp_path / "new.safetensors")
+    again = read_checkpoint(tmp_path / "new.safetensors")
+    assert all(torch.equal(again["state_dict"][k], v) for k, v in ckpt["state_dict"].items())
+    assert again["metrics"] == ckpt["metrics"] and again["model_config"] == ckpt["model_config"]
+
+
+def test_a_pickle_that_builds_objects_is_not_converted(hostile, tmp_path):
+    _, marker, files, _ = hostile
+    with pytest.raises(ValueError, match="refusing to load checkpoint .* posix.system"):
+        convert_pickled(files["torch_zip"], tmp_path / "x.safetensors")
+    assert not marker.exists() and not (tmp_path / "x.safetensors").exists()
+
+
+def _rewrite(path, out, **changes) -> None:
+    """`path` saved again with some payload fields replaced (a crafted but well-formed safetensors file)."""
+    ckpt = read_checkpoint(path)
+    ckpt.update(changes)
+    save_checkpoint(out, ckpt)
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"model_config": {"input_dim": 10**9, "output_dim": 10**9}}, "do not match its model config|does not build"),
+    ({"kind": "transformer9000"}, "unknown model kind"),
+    ({"control_dt": float("nan")}, "control_dt"),
+    ({"robot": 3}, "field 'robot'"),
+    ({"state_dict": {}}, "do not match its model config"),
+])
+def test_crafted_safetensors_fields_are_one_line_errors(change, message, tmp_path):
+    out = tmp_path / "crafted.safetensors"
+    _rewrite("checkpoints/cartpole/rwm.safetensors", out, **change)
+    with pytest.raises(ValueError, match=message):
+        model_from_checkpoint(read_checkpoint(out))
+
+
+def test_non_finite_weights_are_refused(tmp_path):
+    ckpt = read_checkpoint("checkpoints/cartpole/rwm.safetensors")
+    name = next(iter(ckpt["state_dict"]))
+    ckpt["state_dict"][name] = torch.full_like(ckpt["state_dict"][name], float("nan"))
+    save_checkpoint(tmp_path / "nan.safetensors", ckpt)
+    with pytest.raises(ValueError, match="non-finite"):
+        read_checkpoint(tmp_path / "nan.safetensors")
+
+
+def test_truncated_and_garbage_headers_are_one_line_errors(tmp_path):
+    good = open("checkpoints/cartpole/rwm.safetensors", "rb").read()
+    cases = {"truncated": good[: len(good) // 2], "garbage": b"\x00" * 64,
+             "huge_header": struct.pack("<Q", 2**60) + b"{}",
+             "not_ours": struct.pack("<Q", 2) + b"{}"}
+    for name, blob in cases.items():
+        path = tmp_path / f"{name}.safetensors"
+        path.write_bytes(blob)
+        with pytest.raises(ValueError) as err:
+            read_checkpoint(path)
+        assert "\n" not in str(err.value), name
+
+
+def test_safetensors_round_trip_keeps_the_optimizer_state_usable(tmp_path):
+    """Int-keyed optimizer state survives the JSON tree, so a resumed Adam continues where it stopped."""
+    net = torch.nn.Linear(3, 2)
+    opt = torch.optim.Adam(net.parameters(), lr=1e-3)
+    net(torch.ones(1, 3)).sum().backward()
+    opt.step()
+    save_checkpoint(tmp_path / "o.safetensors", {"optimizer": opt.state_dict(), "rng": torch.get_rng_state()})
+    from safetensors import safe_open  # the raw file: the payload reads back even without our field checks
+    with safe_open(str(tmp_path / "o.safetensors"), "pt") as f:
+        meta = json.loads(f.metadata()["payload"])
+    assert "__int_keys__" in meta["optimizer"]["state"]
+    fresh = torch.optim.Adam(torch.nn.Linear(3, 2).parameters(), lr=1e-3)
+    from flashnerd.models.checkpoint import _decode
+    with safe_open(str(tmp_path / "o.safetensors"), "pt") as f:
+        tensors = {k: f.get_tensor(k) for k in f.keys()}
+    fresh.load_state_dict(_decode(meta, tensors)["optimizer"])
+    assert torch.equal(fresh.state_dict()["state"][0]["exp_avg"], opt.state_dict()["state"][0]["exp_avg"])
+
+
+# --- datasets: validated where they are read --------------------------------------------------------------------
+
+
+def _copy_with(src, dst, edit) -> None:
+    """Copy an HDF5 dataset and apply `edit(h5file)` to the copy."""
+    import shutil
+
+    import h5py
+
+    shutil.copy(src, dst)
+    with h5py.File(dst, "a") as f:
+        edit(f)
+
+
+def test_non_finite_and_non_unit_quaternion_trajectories_are_dropped_and_counted(hostile, tmp_path):
+    from flashnerd.data.dataset import load_dataset
+
+    _, _, _, data = hostile
+    clean = load_dataset(data)
+    assert clean.attrs["dropped_on_read"] == {"non_finite": 0, "quaternion": 0}
+
+    def poison(f):
+        qvel, qpos = f["qvel"][()], f["qpos"][()]
+        qvel[0, 3] = float("nan")  # one NaN velocity in trajectory 0
+        qpos[1, 5, 3:7] = [2.0, 0.0, 0.0, 0.0]  # a base quaternion of length 2 in trajectory 1
+        f["qvel"][...], f["qpos"][...] = qvel, qpos
+
+    _copy_with(data, tmp_path / "bad.h5", poison)
+    bad = load_dataset(tmp_path / "bad.h5")
+    assert bad.attrs["dropped_on_read"] == {"non_finite": 1, "quaternion": 1}
+    assert bad.num_trajectories == clean.num_trajectories - 2
+    assert torch.equal(bad.qpos, clean.qpos[2:]) and bool(torch.isfinite(bad.qvel).all())
+
+
+def _all_nan(f):
+    f["qvel"][...] = float("nan")
+
+
+def _narrow(f):
+    q = f["qpos"][()][..., :-1]
+    del f["qpos"]
+    f.create_dataset("qpos", data=q)
+
+
+def _other_dt(f):
+    f.attrs["control_dt"] = 0.01
+
+
+def _text(f):
+    del f["ctrl"]
+    f.create_dataset("ctrl", data=[b"a", b"b"])
+
+
+@pytest.mark.parametrize("edit, message", [
+    (_all_nan, "holds no usable trajectory"),
+    (_narrow, "stores (nq, nv, nu)"),
+    (_other_dt, "control_dt 0.01"),
+    (_text, "stores ctrl as 1-d"),
+])
+def test_malformed_datasets_are_refused_by_every_reader(hostile, tmp_path, capsys, edit, message):
+    _, _, _, data = hostile
+    bad = tmp_path / "bad.h5"
+    _copy_with(data, bad, edit)
+    out = tmp_path / "out"
+    for argv in (["fit", "--data", str(bad), "--out", f"{out}/m.safetensors", "--max_steps", "2"],
+                 ["evaluate-model", "--checkpoint", "checkpoints/anymal_c/flashnerd.safetensors", "--data", str(bad)]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert message in err and len(err.splitlines()) == 1, (argv, err)
+    assert not out.exists()
+
+
+def test_a_fit_that_turns_non_finite_stops_and_keeps_the_last_good_checkpoint(hostile, tmp_path):
+    import dataclasses
+
+    from flashnerd.training.fit import FitConfig, FitDiverged, Fitter
+
+    _, _, _, data = hostile
+    cfg = dataclasses.replace(FitConfig(), max_steps=6, batch_size=8, ar_batch_size=4, window=8, eval_every=2)
+    fitter = Fitter(data, cfg)
+    step = fitter._train_step
+
+    def poisoned(writer):  # from step 3 on, one weight is NaN (what an exploding update leaves)
+        step(writer)
+        if fitter.step >= 3:
+            next(fitter.model.parameters()).data.fill_(float("nan"))
+
+    fitter._train_step = poisoned
+    out = tmp_path / "m.safetensors"
+    with pytest.raises(FitDiverged, match="keeps step 2"):
+        fitter.fit(out, progress=False)
+    kept = read_checkpoint(out)
+    assert kept["step"] == 2 and all(bool(torch.isfinite(v).all()) for v in kept["state_dict"].values())
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_a_non_finite_metric_is_never_shipped(tmp_path):
+    from flashnerd.models.checkpoint import export_for_inference
+
+    with pytest.raises(ValueError, match=r"nrmse\.100"):
+        export_for_inference("checkpoints/cartpole/rwm.safetensors", tmp_path / "x.safetensors",
+                             {"nrmse": {"1": 0.1, "100": float("nan")}})
+    assert not list(tmp_path.iterdir())
+
+
+# --- flags: used or refused ----------------------------------------------------------------------------------------
+
+FLAG_CASES = [
+    (["train", "--task", TASK, "--checkpoint", "{tmp}/junk.pt", "--num_envs", "2"], "add --resume"),
+    (["train", "--task", TASK, "--load_run", "x", "--num_envs", "2"], "add --resume"),
+    (["train", "--task", TASK, "--experiment_name", "../escape", "--num_envs", "2"], "--experiment_name must be"),
+    (["train", "--task", TASK, "--run_name", "a/b", "--num_envs", "2"], "--run_name must be"),
+    (["train", "--task", TASK, "--log_root", "/proc/nope", "--num_envs", "2"], "cannot be written"),
+    (["train", "--task", TASK, "--dynamics", "mujoco", "--dynamics_checkpoint", "{tmp}/x.safetensors",
+      "--num_envs", "2"], "--dynamics_checkpoint applies to"),
+    (["play", "--task", TASK, "--video_length", "10"], "add --video"),
+    (["play", "--task", TASK, "--video", "--steps", "5"], "with --video the rollout is --video_length"),
+    (["record", "--out", "{tmp}/r.h5", "--action_noise", "0.3"], "add --task TASK"),
+    (["record", "--out", "{tmp}/r.h5", "--log_root", "logs"], "add --task TASK"),
+    (["record", "--out", "{tmp}/r.h5", "--steps", "3", "--traj_len", "5"], "shorter than one trajectory"),
+    (["record", "--out", "/proc/nope/r.h5", "--steps", "4", "--traj_len", "4"], "cannot be written"),
+    (["fit", "--data", "{tmp}/junk.h5", "--out", "{tmp}/m.safetensors", "--max_rows", "4"], "--contacts rows only"),
+    (["fit", "--data", "{tmp}/junk.h5", "--out", "{tmp}/m.safetensors", "--lr", "-1"], "--lr must be"),
+    (["fit", "--data", "{tmp}/junk.h5", "--out", "{tmp}/m.safetensors", "--lr", "nan"], "--lr must be"),
+    (["fit", "--data", "{tmp}/junk.h5", "--out", "{tmp}/m.safetensors", "--time_budget", "-5"], "--time_budget"),
+    (["fit", "--data", "{tmp}/junk.h5", "--out", "{tmp}/m.safetensors", "--ar_weight", "-1"], "--ar_weight"),
+    (["fit", "--data", "{tmp}/junk.h5", "--out", "{tmp}/m.safetensors", "--size", "huge"], "--size 'huge'"),
+    (["fit", "--data", "{tmp}/junk.h5", "--out", "/proc/nope/m.safetensors"], "cannot be written"),
+    (["plan", "--record_per_call", "3"], "add --record_rollouts"),
+    (["plan", "--dynamics", "mujoco", "--dynamics_checkpoint", "flashnerd=x.safetensors"], "not among --dynamics"),
+    (["bench", "ppo", "--task", TASK, "--dynamics", "mujoco", "--dynamics_checkpoint", "nerd=x.safetensors"],
+     "not among --dynamics"),
+    (["plan", "--dynamics", "mujoco", "--dynamics_checkpoint", "mujoco=x.safetensors"], "--dynamics_checkpoint needs"),
+]
+
+
+@pytest.mark.parametrize("argv, message", FLAG_CASES, ids=[" ".join(c[0][:2] + c[0][-2:]) for c in FLAG_CASES])
+def test_a_flag_without_effect_or_a_bad_value_is_a_one_line_error(argv, message, tmp_path, capsys):
+    (tmp_path / "junk.h5").write_bytes(b"not hdf5")
+    (tmp_path / "junk.pt").write_bytes(b"not a checkpoint")
+    before = set(tmp_path.rglob("*"))
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    assert main([*argv, *(["--log_root", str(tmp_path)] if argv[0] in ("train", "play") and "--log_root" not in argv
+                          else [])]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert set(tmp_path.rglob("*")) == before
