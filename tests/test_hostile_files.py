@@ -283,6 +283,7 @@ FLAG_CASES = [
     (["record", "--out", "{tmp}/r.h5", "--log_root", "logs"], "add --task TASK"),
     (["record", "--out", "{tmp}/r.h5", "--steps", "3", "--traj_len", "5"], "shorter than one trajectory"),
     (["record", "--out", "/proc/nope/r.h5", "--steps", "4", "--traj_len", "4"], "cannot be written"),
+    (["record", "--out", "{tmp}/junk.h5/r.h5", "--steps", "4", "--traj_len", "4"], "is not a folder"),
     (["fit", "--data", "{tmp}/junk.h5", "--out", "{tmp}/m.safetensors", "--max_rows", "4"], "--contacts rows only"),
     (["fit", "--data", "{tmp}/junk.h5", "--out", "{tmp}/m.safetensors", "--lr", "-1"], "--lr must be"),
     (["fit", "--data", "{tmp}/junk.h5", "--out", "{tmp}/m.safetensors", "--lr", "nan"], "--lr must be"),
@@ -295,6 +296,15 @@ FLAG_CASES = [
     (["bench", "ppo", "--task", TASK, "--dynamics", "mujoco", "--dynamics_checkpoint", "nerd=x.safetensors"],
      "not among --dynamics"),
     (["plan", "--dynamics", "mujoco", "--dynamics_checkpoint", "mujoco=x.safetensors"], "--dynamics_checkpoint needs"),
+    (["plan", "--reward_weights", "height=nan"], "must be a finite number"),
+    (["bench", "suite", "--checkpoint_dir", "{tmp}/junk.h5"], "is a file; give a folder"),
+    (["bench", "ppo", "--task", TASK, "--out_dir", "{tmp}/junk.h5/runs"], "is not a folder"),
+    (["evaluate-model", "--checkpoint", "checkpoints/anymal_c/flashnerd.safetensors", "--data", "{tmp}/junk.h5",
+      "--horizons", "1,a"], "--horizons must be"),
+    (["compare-video", "--task", TASK, "--out", "{tmp}/junk.h5/x.mp4"], "is not a folder"),
+    (["fit", "--data", "{tmp}/junk.h5", "--out", "{tmp}/m.safetensors", "--log_dir", "{tmp}/junk.h5/tb"],
+     "is not a folder"),
+    (["record", "--out", "{tmp}", "--steps", "4", "--traj_len", "4"], "is a folder; give a file path"),
 ]
 
 
@@ -309,3 +319,51 @@ def test_a_flag_without_effect_or_a_bad_value_is_a_one_line_error(argv, message,
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1 and "Traceback" not in err, err
     assert set(tmp_path.rglob("*")) == before
+
+
+# --- memory: a run that cannot fit is refused before it starts, with the estimate -----------------------------------
+
+
+def test_world_axis_bytes_counts_each_world_tensor_once():
+    from flashnerd.envs.memory import world_axis_bytes
+
+    class Holder:
+        def __init__(self, n):
+            self.state = torch.zeros(n, 3)  # 12 bytes a world
+            self.view = self.state[:, :2]  # the same storage: not counted again
+            self.table = {"per_world": torch.zeros(n, dtype=torch.float64)}  # 8 bytes a world
+            self.constant = torch.zeros(5)  # no world axis
+
+    assert world_axis_bytes(Holder(7), 7) == 7 * (12 + 8)
+
+
+def test_env_bytes_scale_with_the_world_count():
+    """What the probe measures is per world: an env of 32 worlds holds 4x the world-axis bytes of one of 8."""
+    import dataclasses
+
+    import gymnasium as gym
+
+    from flashnerd.envs.memory import world_axis_bytes
+    from flashnerd.envs.registry import task_cfgs
+
+    env_cfg, _ = task_cfgs(TASK, num_envs=8)
+    sizes = []
+    for n in (8, 32):
+        env = gym.make(TASK, cfg=dataclasses.replace(env_cfg, num_envs=n)).unwrapped
+        env.step(torch.zeros(n, env.num_actions))
+        sizes.append(world_axis_bytes(env, n))
+        env.close()
+    assert sizes[0] > 0 and sizes[1] == 4 * sizes[0], sizes
+
+
+@pytest.mark.parametrize("argv", [
+    ["train", "--task", TASK, "--num_envs", str(10**9)],
+    ["train", "--task", TASK, "--num_envs", str(10**9), "--dynamics", "flashnerd"],
+    ["record", "--num_worlds", str(10**9), "--out", "{tmp}/r.h5"],
+])
+def test_a_run_that_cannot_fit_is_refused_with_its_estimate(argv, tmp_path, capsys):
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    assert main([*argv, *(["--log_root", str(tmp_path)] if argv[0] == "train" else [])]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "needs about" in err and "available" in err and len(err.splitlines()) == 1, err
+    assert not list(tmp_path.iterdir())

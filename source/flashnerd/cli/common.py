@@ -18,6 +18,7 @@ import yaml
 
 from flashnerd.dynamics import check_backend
 from flashnerd.envs.config import cfg_to_dict
+from flashnerd.envs.memory import check_env_memory
 from flashnerd.envs.registry import task_cfgs, task_spec
 from flashnerd.envs.rsl_rl import make_runner, read_policy_checkpoint
 from flashnerd.robots import get_robot
@@ -66,11 +67,14 @@ def load_task_cfgs(args: argparse.Namespace):
     check_positive("num_envs", getattr(args, "num_envs", None))
     check_device(args.device)
     try:
-        return task_cfgs(args.task, num_envs=args.num_envs, seed=args.seed, device=args.device,
-                         dynamics=args.dynamics, dynamics_checkpoint=getattr(args, "dynamics_checkpoint", None),
-                         experiment_name=getattr(args, "experiment_name", None))
+        env_cfg, agent_cfg = task_cfgs(args.task, num_envs=args.num_envs, seed=args.seed, device=args.device,
+                                       dynamics=args.dynamics,
+                                       dynamics_checkpoint=getattr(args, "dynamics_checkpoint", None),
+                                       experiment_name=getattr(args, "experiment_name", None))
+        check_env_memory(args.task, env_cfg, agent_cfg)  # before anything big is allocated
     except ValueError as err:
         raise CLIError(str(err)) from err
+    return env_cfg, agent_cfg
 
 
 def make_env(task: str, env_cfg) -> gym.Env:
@@ -134,8 +138,11 @@ def check_writable(flag: str, path: str | Path) -> None:
     """One-line error, before any work, when `path` (a file or folder to create) cannot be written: its nearest
     existing ancestor must be a folder this process may write into."""
     path = Path(path).absolute()
-    if path.is_dir() and flag != "log_root" and not flag.endswith("_dir"):
+    folder = flag == "log_root" or flag.endswith("_dir")
+    if path.is_dir() and not folder:
         raise CLIError(f"--{flag} '{path}' is a folder; give a file path")
+    if path.exists() and not path.is_dir() and folder:
+        raise CLIError(f"--{flag} '{path}' is a file; give a folder")
     ancestor = path if path.is_dir() else path.parent
     while not ancestor.exists():
         ancestor = ancestor.parent

@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from flashnerd.cli.common import CLIError
+from flashnerd.cli.common import CLIError, check_writable
 from flashnerd.models.checkpoint import SUFFIX, convert_pickled
 
 
@@ -22,6 +22,7 @@ def run(args: argparse.Namespace) -> dict:
     out = Path(args.out) if args.out else src.with_suffix(SUFFIX)
     if out.resolve() == src.resolve():
         raise CLIError(f"--out '{out}' is the input file; write the converted checkpoint elsewhere")
+    check_writable("out", out)
     result = convert_pickled(src, out)
     print(json.dumps(result))
     return result

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from flashnerd.cli.common import check_device, check_positive
+from flashnerd.cli.common import CLIError, check_device, check_positive
 from flashnerd.data.dataset import load_dataset
 from flashnerd.dynamics import make_dynamics
 from flashnerd.models.checkpoint import read_checkpoint
@@ -26,6 +26,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> dict:
     check_positive("num_rollouts", args.num_rollouts)
     check_device(args.device)
+    try:
+        horizons = [int(h) for h in args.horizons.split(",")]
+    except ValueError as err:
+        raise CLIError(f"--horizons must be comma-separated positive integers, got '{args.horizons}'") from err
+    if min(horizons) < 1:
+        raise CLIError(f"--horizons must be comma-separated positive integers, got '{args.horizons}'")
     ckpt = read_checkpoint(args.checkpoint)
     robot = get_robot(ckpt["robot"])
     data = load_dataset(args.data, robot)
@@ -34,7 +40,6 @@ def run(args: argparse.Namespace) -> dict:
     # the model rolls out in the scene the data was recorded in (a contact-rows model sees its terrain)
     dyn = make_dynamics(ckpt["kind"], robot, n, device=args.device, terrain=str(data.attrs.get("terrain", "flat")),
                         checkpoint=args.checkpoint)
-    horizons = [int(h) for h in args.horizons.split(",")]
     errors = rollout_errors(dyn, data, horizons)
     result = {"checkpoint": args.checkpoint, "model": ckpt["kind"], "rollouts": n,
               "dropped_on_read": data.attrs["dropped_on_read"],

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 
 from flashnerd.cli.common import CLIError
 from flashnerd.dynamics import backend_names
@@ -59,6 +60,8 @@ def parse_weights(text: str, weights: dict[str, float]) -> dict[str, float]:
             out[term] = float(value)
         except ValueError as err:
             raise CLIError(f"--reward_weights takes term=value[,term=value], got '{item}'") from err
+        if not math.isfinite(out[term]):
+            raise CLIError(f"--reward_weights: '{term}' must be a finite number, got '{value}'")
     return out
 
 

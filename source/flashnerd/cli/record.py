@@ -21,8 +21,10 @@ from flashnerd.cli.common import (
     resolve_checkpoint,
     uninterrupted_cfg,
 )
+from flashnerd.data.dataset import robot_layout
 from flashnerd.data.record import PolicySource, merge_recordings, record
 from flashnerd.dynamics import REFERENCE_BACKEND, backend_names
+from flashnerd.envs.memory import check_dynamics_memory, check_env_memory
 from flashnerd.envs.registry import task_cfgs
 from flashnerd.envs.rsl_rl import make_runner
 from flashnerd.robots import get_robot
@@ -70,6 +72,8 @@ def _policy_source(args: argparse.Namespace, gen: torch.Generator) -> PolicySour
     env_cfg = dataclasses.replace(uninterrupted_cfg(env_cfg, args.steps + args.traj_len), dynamics=args.dynamics,
                                   num_envs=args.num_worlds, seed=args.seed, device=args.device,
                                   terrain=args.terrain or env_cfg.terrain)
+    check_env_memory(args.task, env_cfg, None,
+                     _buffer_bytes(get_robot(env_cfg.robot), args.traj_len), flag="--num_worlds")
     wrapped, runner = make_runner(args.task, env_cfg, agent_cfg)
     policy = load_policy(runner, path, args.device)
     clip = agent_cfg.clip_actions
@@ -127,10 +131,21 @@ def _part_path(out: str, rank: int) -> Path:
     return path.with_name(f"{path.stem}.rank{rank}{path.suffix}")
 
 
+def _buffer_bytes(robot, traj_len: int) -> int:
+    """Bytes a world's batch buffers take while recording (states, controls, torques, contacts, probes; with the
+    copy of the kept rows)."""
+    nq, nv, nu, _ = robot_layout(robot)
+    width = nq + nv + 2 * nu + len(robot.all_contact_bodies) + len(robot.probes)
+    return 2 * 4 * (traj_len + 1) * width
+
+
 def _record_one(args: argparse.Namespace) -> dict:
     source = None
     robot = get_robot(args.robot or "anymal_c")
-    if args.task is not None:
+    if args.task is None:
+        check_dynamics_memory(args.dynamics, robot, args.num_worlds, args.device, args.terrain or "flat",
+                              _buffer_bytes(robot, args.traj_len))
+    else:
         source = _policy_source(args, torch.Generator().manual_seed(args.seed))
         robot = source.env.robot
     return record(robot, args.num_worlds, args.steps, args.out, traj_len=args.traj_len, seed=args.seed,

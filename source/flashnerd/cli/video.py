@@ -17,6 +17,7 @@ from flashnerd.cli.common import (
     add_checkpoint_args,
     add_env_args,
     check_positive,
+    check_writable,
     env_and_policy,
     make_env,
     uninterrupted_cfg,
@@ -61,6 +62,8 @@ def run_compare(args: argparse.Namespace) -> dict:
     """Roll the policy in the analytical env; feed the same actions to the learned env; render both."""
     for name in ("video_length", "video_width", "video_height"):
         check_positive(name, getattr(args, name))
+    if args.out:
+        check_writable("out", args.out)
     learned = args.dynamics
     args.dynamics = REFERENCE_BACKEND  # env_and_policy builds the analytical side
     checkpoint = args.dynamics_checkpoint

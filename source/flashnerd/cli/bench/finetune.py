@@ -13,6 +13,7 @@ from flashnerd.cli.common import (
     check_device,
     check_file_stem,
     check_positive,
+    check_writable,
     checkpoints_by_kind,
     write_json,
 )
@@ -44,6 +45,7 @@ def run(args: argparse.Namespace) -> dict:
     for name in ("pretrain_iterations", "iterations", "seeds", "eval_episodes"):
         check_positive(name, getattr(args, name))
     check_file_stem(args.name)
+    check_writable("out_dir", args.out_dir)
     check_device(args.device)
     checkpoints = checkpoints_by_kind(args.dynamics_checkpoint, args.dynamics.split(","))
     if args.pretrained is not None:

@@ -8,7 +8,7 @@ import json
 import shlex
 import sys
 
-from flashnerd.cli.common import CLIError, check_device, check_file_stem, check_positive
+from flashnerd.cli.common import CLIError, check_device, check_file_stem, check_positive, check_writable
 from flashnerd.training.suite import SuiteConfig, run_suite
 from flashnerd.viz.suite import write_outputs
 
@@ -57,6 +57,8 @@ def run(args: argparse.Namespace) -> dict:
     for name in ("fit_steps", "record_worlds", "record_steps", "traj_len", "eval_rollouts"):
         check_positive(name, getattr(args, name))
     check_file_stem(args.name)
+    check_writable("out_dir", args.out_dir)
+    check_writable("checkpoint_dir", args.checkpoint_dir)
     if args.fit_seconds < 0:
         raise CLIError(f"--fit_seconds must be >= 0, got {args.fit_seconds}")
     max_batch = args.max_batch or (512_000 if args.device.startswith("cuda") else 65_536)

@@ -1,0 +1,161 @@
+"""How much memory a run needs at its world count, estimated before anything big is allocated.
+
+A probe env of `PROBE_WORLDS` worlds is built on the same backend and device; every tensor and array it (and its
+backend) holds whose leading axis is the world axis is summed, which gives the bytes each world costs. PPO adds its
+rollout storage and the activations of one update mini-batch (`ppo_bytes_per_world`). The sum is multiplied by
+`HEADROOM` for what neither holds for long. The probe runs only when the world count is large enough for memory to
+matter at all. Checked against peak RSS on this CPU: see docs/safety.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from dataclasses import dataclass
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from flashnerd.dynamics import make_dynamics
+from flashnerd.envs.registry import task_spec
+
+PROBE_WORLDS = 8
+HEADROOM = 1.5  # allocator slack, activations of a (learned) step and copies the env does not hold
+GENEROUS_PER_WORLD = 1 << 20  # no task here needs 1 MiB a world; below that bound no probe is run
+
+
+@dataclass
+class MemoryEstimate:
+    """Bytes per world of the env (backend included) and of PPO (rollout storage and update), and the estimated
+    total."""
+
+    num_worlds: int
+    env_per_world: int
+    rollout_per_world: int
+    total: int
+
+    def describe(self) -> str:
+        return (f"about {_size(self.total)} ({_size(self.env_per_world)} per world for the env and backend, "
+                f"{_size(self.rollout_per_world)} for PPO's rollout storage and update, x{HEADROOM:g} headroom)")
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:,.1f} {unit}"
+        n /= 1024
+    return f"{n:,.1f} TiB"
+
+
+def world_axis_bytes(root: object, n: int, depth: int = 3) -> int:
+    """Bytes of every distinct tensor/array reachable from `root` (attributes, dicts, lists; `depth` levels) whose
+    first axis has length `n`."""
+    seen: set[int] = set()
+    total = 0
+
+    def visit(obj: object, level: int) -> None:
+        nonlocal total
+        if isinstance(obj, torch.Tensor):
+            key = obj.untyped_storage().data_ptr() if obj.numel() else id(obj)
+            if obj.dim() and obj.shape[0] == n and key not in seen:
+                seen.add(key)
+                total += obj.untyped_storage().nbytes()
+            return
+        if isinstance(obj, np.ndarray):
+            if obj.ndim and obj.shape[0] == n and id(obj) not in seen:
+                seen.add(id(obj))
+                total += obj.nbytes
+            return
+        if level == 0 or id(obj) in seen or isinstance(obj, (str, bytes, int, float, bool, type(None))):
+            return
+        seen.add(id(obj))
+        if isinstance(obj, dict):
+            children = obj.values()
+        elif isinstance(obj, (list, tuple)):
+            children = obj
+        else:
+            children = getattr(obj, "__dict__", {}).values()
+        for child in children:
+            visit(child, level - 1)
+
+    visit(root, depth)
+    return total
+
+
+def available_bytes(device: str | torch.device) -> int:
+    """Memory this process can still allocate on `device` (MemAvailable on the host; free memory on a GPU)."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0])
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def ppo_bytes_per_world(agent_cfg, obs_dim: int, num_actions: int) -> tuple[int, int]:
+    """(rollout storage, peak update activations) in bytes per world for the PPO settings `agent_cfg`: the storage
+    holds `num_steps_per_env` steps of observations, actions, action mean and std and six scalars; an update runs
+    one mini-batch of `num_steps_per_env / num_mini_batches` samples a world through actor and critic, keeping
+    every hidden activation and its gradient."""
+    steps = agent_cfg.num_steps_per_env
+    storage = steps * (obs_dim + 3 * num_actions + 6) * 4
+    hidden = sum(agent_cfg.policy.actor_hidden_dims) + sum(agent_cfg.policy.critic_hidden_dims)
+    update = math.ceil(steps / agent_cfg.algorithm.num_mini_batches) * (hidden + obs_dim) * 4 * 2
+    return storage, update
+
+
+def estimate_env_memory(task: str, env_cfg, agent_cfg=None, extra_per_world: int = 0) -> MemoryEstimate:
+    """Estimated bytes of `task` at `env_cfg.num_envs` worlds, plus PPO's storage and update for `agent_cfg` (None:
+    no PPO) and `extra_per_world` bytes of the caller's own buffers a world (counted with the env)."""
+    task_spec(task)  # registers the task ids
+    probe = gym.make(task, cfg=dataclasses.replace(env_cfg, num_envs=PROBE_WORLDS)).unwrapped
+    try:
+        probe.step(torch.zeros(PROBE_WORLDS, probe.num_actions, device=probe.device))  # caches built on first use
+        env = world_axis_bytes(probe, PROBE_WORLDS) // PROBE_WORLDS + extra_per_world
+        obs = sum(int(np.prod(s.shape)) for s in probe.single_observation_space.spaces.values())
+        ppo = sum(ppo_bytes_per_world(agent_cfg, obs, probe.num_actions)) if agent_cfg is not None else 0
+    finally:
+        probe.close()
+    total = int(env_cfg.num_envs * (env + ppo) * HEADROOM)
+    return MemoryEstimate(env_cfg.num_envs, env, ppo, total)
+
+
+def check_dynamics_memory(backend: str, robot, num_worlds: int, device: str, terrain: str,
+                          extra_per_world: int = 0, flag: str = "--num_worlds") -> None:
+    """One-line error before the run when backend `backend` at `num_worlds` worlds, plus `extra_per_world` bytes of
+    the caller's own buffers a world, would not fit in memory."""
+    free = available_bytes(device)
+    if num_worlds * (GENEROUS_PER_WORLD + extra_per_world) < free:
+        return
+    probe = make_dynamics(backend, robot, PROBE_WORLDS, device=device, terrain=terrain)
+    try:
+        probe.step(torch.zeros(PROBE_WORLDS, probe.nu, device=probe.device))  # caches built on first use
+        per_world = world_axis_bytes(probe, PROBE_WORLDS) // PROBE_WORLDS
+    finally:
+        probe.close()
+    total = int(num_worlds * (per_world + extra_per_world) * HEADROOM)
+    if total > free:
+        fits = int(free / max(1.0, total / num_worlds))
+        raise ValueError(f"{flag} {num_worlds} needs about {_size(total)} ({_size(per_world)} per world for the "
+                         f"backend, {_size(extra_per_world)} of buffers, x{HEADROOM:g} headroom), more than the "
+                         f"{_size(free)} available on {device}; use at most about {fits:,} worlds")
+
+
+def check_env_memory(task: str, env_cfg, agent_cfg=None, extra_per_world: int = 0,
+                     flag: str = "--num_envs") -> None:
+    """One-line error before the run when `task` at `env_cfg.num_envs` worlds would not fit in memory."""
+    free = available_bytes(env_cfg.device)
+    if env_cfg.num_envs * (GENEROUS_PER_WORLD + extra_per_world) < free:
+        return
+    est = estimate_env_memory(task, env_cfg, agent_cfg, extra_per_world)
+    if est.total > free:
+        fits = int(free / max(1, est.total / est.num_worlds))
+        raise ValueError(f"{flag} {env_cfg.num_envs} needs {est.describe()}, more than the {_size(free)} available "
+                         f"on {env_cfg.device}; use at most about {fits:,} worlds")
