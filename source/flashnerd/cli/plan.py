@@ -22,7 +22,7 @@ from flashnerd.cli.common import (
 )
 from flashnerd.cli.plan_args import add_planner_args, backend_kwargs, parse_backends, parse_lanes, planning_cfg
 from flashnerd.dynamics import backend_names
-from flashnerd.planning.climb import LEGACY_WEIGHTS, RolloutRecorder, climb_platform
+from flashnerd.planning.climb import RolloutRecorder, climb_platform
 from flashnerd.robots import get_robot
 
 RECORD_PER_CALL = 4  # planning rollouts kept per iteration when recording them
@@ -63,9 +63,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 _SETTINGS = ("task", "seed", "num_samples", "horizon", "iterations", "episode_s", "lookahead_in_stance",
              "stand_at_goal", "weights", "device")
-# files written before a setting was recorded ran with this value (none of them with another seed than 0: the
-# seed-100 runs of docs/results.md went to files of their own)
-_OLD_DEFAULTS = {"seed": 0, "lookahead_in_stance": True, "stand_at_goal": False, "weights": LEGACY_WEIGHTS}
 
 
 def _earlier(path: Path | None, summary: dict) -> dict:
@@ -76,7 +73,7 @@ def _earlier(path: Path | None, summary: dict) -> dict:
         old = json.loads(path.read_text())
     except ValueError as err:
         raise CLIError(f"--out '{path}' exists and is not JSON; remove it or choose another file") from err
-    if any(old.get(k, _OLD_DEFAULTS.get(k)) != summary[k] for k in _SETTINGS):
+    if any(old.get(k) != summary[k] for k in _SETTINGS):
         raise CLIError(f"--out '{path}' holds a run with other settings ({', '.join(_SETTINGS)}); remove it or "
                        "choose another file")
     return old.get("backends", {})

@@ -1,4 +1,8 @@
-"""Read recorded HDF5 datasets into torch tensors, validated where they are read.
+"""The dataset format (documented in docs/reference/dataset.md): its one writer, its reader and its checks.
+
+`write_arrays` is the only code that writes dataset files (temp file, then rename) and `concat_files` the only code
+that joins them; `sane_trajectories` is the one divergence filter and `dataset_attrs` the attributes every file
+carries. The reader returns torch tensors, validated where they are read.
 
 Missing, corrupt, foreign and other-robot files are one-line errors; so are arrays whose layout disagrees with the
 robot (nq, nv, nu) and a control time step the robot does not take. Trajectories with non-finite or runaway values,
@@ -127,8 +131,7 @@ def _validated(data: TrajectoryData, robot: RobotSpec, path: Path) -> Trajectory
         raise ValueError(f"dataset '{path}' has control_dt {dt!r}, robot '{robot.name}' steps "
                          f"{robot.control_dt} s; record (or resample) it at the robot's control step")
     qpos, qvel, ctrl = data.qpos.float(), data.qvel.float(), data.ctrl.float()
-    sane = lambda x: (torch.isfinite(x) & (x.abs() < MAX_ABS)).flatten(1).all(1)  # noqa: E731  (M,)
-    finite = sane(qpos) & sane(qvel) & sane(ctrl)  # (M,)
+    finite = torch.from_numpy(sane_trajectories(qpos, qvel, ctrl))  # (M,)
     unit = torch.ones_like(finite)  # (M,)
     for adr in quats:
         norm = qpos[..., adr:adr + 4].norm(dim=-1)  # (M, T+1)
@@ -182,6 +185,23 @@ def check_robot(attrs: dict, robot: RobotSpec, path: str | Path) -> None:
     if attrs.get("model_hash") != robot.model_hash():
         raise ValueError(f"dataset '{path}' was recorded with another version of the '{robot.name}' model "
                          f"(hash {attrs.get('model_hash')} != {robot.model_hash()}); record it again")
+
+
+def sane_trajectories(*arrays) -> np.ndarray:
+    """(M,) mask of the trajectories whose values in every array (M, ...) are finite and below MAX_ABS in size: the
+    one divergence filter of every writer and of the reader."""
+    keep = np.ones(len(arrays[0]), dtype=bool)
+    for a in arrays:
+        x = np.asarray(a).reshape(len(a), -1)
+        keep &= (np.isfinite(x) & (np.abs(x) < MAX_ABS)).all(1)
+    return keep
+
+
+def dataset_attrs(robot: RobotSpec, nq: int, nv: int, nu: int, **extra) -> dict:
+    """The attributes every dataset file carries (see docs/reference/dataset.md), plus `extra`."""
+    return {"robot": robot.name, "model_hash": robot.model_hash(), "control_dt": robot.control_dt, "nq": nq,
+            "nv": nv, "nu": nu, "format_version": DATASET_FORMAT_VERSION, "flashnerd_version": flashnerd.__version__,
+            **extra}
 
 
 def _growable(shape: tuple[int, ...]) -> tuple[int | None, ...]:
@@ -247,13 +267,10 @@ def write_dataset(path: str | Path, robot: RobotSpec, qpos: torch.Tensor, qvel: 
     if qpos.shape[:2] != qvel.shape[:2] or qpos.shape[1] != ctrl.shape[1] + 1 or qpos.shape[0] != ctrl.shape[0]:
         raise ValueError(f"inconsistent shapes qpos {tuple(qpos.shape)}, qvel {tuple(qvel.shape)}, "
                          f"ctrl {tuple(ctrl.shape)}")
-    finite = torch.isfinite(qpos).flatten(1).all(1) & torch.isfinite(qvel).flatten(1).all(1)  # (M,)
-    finite &= (qpos.abs().flatten(1).amax(1) < MAX_ABS) & (qvel.abs().flatten(1).amax(1) < MAX_ABS)
+    finite = torch.from_numpy(sane_trajectories(qpos, qvel))  # (M,)
     qpos, qvel, ctrl = qpos[finite], qvel[finite], ctrl[finite]
     write_arrays(path, {"qpos": qpos.numpy(), "qvel": qvel.numpy(), "ctrl": ctrl.numpy()},
-                 {"robot": robot.name, "model_hash": robot.model_hash(), "control_dt": robot.control_dt,
-                  "nq": qpos.shape[2], "nv": qvel.shape[2], "nu": ctrl.shape[2],
-                  "format_version": DATASET_FORMAT_VERSION, "flashnerd_version": flashnerd.__version__,
-                  "num_trajectories": qpos.shape[0], "dropped": int((~finite).sum()), **attrs})
+                 dataset_attrs(robot, qpos.shape[2], qvel.shape[2], ctrl.shape[2], num_trajectories=qpos.shape[0],
+                               dropped=int((~finite).sum()), **attrs))
     return {"out": str(path), "trajectories": int(qpos.shape[0]), "dropped": int((~finite).sum()),
             "traj_len": int(ctrl.shape[1]), "transitions": int(ctrl.shape[0] * ctrl.shape[1])}

@@ -7,15 +7,7 @@ Two sources of controls, one file format:
   Gaussian action noise, so the data covers the states a policy visits (gaits at commanded velocities). Worlds run
   on across trajectories; a trajectory during which its world was reset (a fall) is dropped, not cut.
 
-Layout (num_traj = number of trajectories, T = traj_len):
-
-    qpos (num_traj, T+1, nq), qvel (num_traj, T+1, nv), ctrl (num_traj, T, nu) joint targets applied from t to t+1,
-    torque (num_traj, T, nu) applied torque, contact_force (num_traj, T, nb) contact summary,
-    probe_distance (num_traj, T+1, P) signed distance of each fixed probe to the ground.
-
-Attributes: robot, model_hash, terrain (the scene's terrain, see sim/terrain.py), control_dt, nq, nv, nu, state_layout,
-format_version, flashnerd_version, seed, source, dropped (trajectories removed for NaN/Inf/huge values), interrupted
-(removed because the task reset their world).
+The file layout and attributes are documented once, in docs/reference/dataset.md.
 """
 
 from __future__ import annotations
@@ -31,17 +23,14 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-import flashnerd
 from flashnerd.contacts import contact_features
-from flashnerd.data.dataset import DATASET_FORMAT_VERSION, concat_files, write_arrays
+from flashnerd.data.dataset import concat_files, dataset_attrs, sane_trajectories, write_arrays
 from flashnerd.dynamics import REFERENCE_BACKEND, backend_info, check_backend, make_dynamics
 from flashnerd.dynamics.representation import StateRepresentation
 from flashnerd.robots import RobotSpec
 from flashnerd.sim.scene import actuator_ctrl_limits
 from flashnerd.sim.terrain import sample_spawn_xy, surface_height, terrain_boxes
 from flashnerd.utils.math import quat_from_euler_xyz
-
-HUGE = 1e5  # NeRD drops trajectories with |x| above this
 
 
 def _sample_initial_state(dyn, n: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
@@ -205,9 +194,8 @@ def record(robot: RobotSpec, num_worlds: int, steps: int, out: str | Path, traj_
     nq, nv, nu, nb, npb = dyn.nq, dyn.nv, dyn.nu, len(robot.all_contact_bodies), probes.num_probes
     identity = {"robot": robot.name, "model_hash": robot.model_hash(), "num_worlds": num_worlds, "steps": steps,
                 "traj_len": traj_len, "seed": seed, "source": source.kind, "terrain": source.terrain}
-    attrs = {**identity, "control_dt": robot.control_dt, "nq": nq, "nv": nv, "nu": nu,
-             "format_version": DATASET_FORMAT_VERSION, "flashnerd_version": flashnerd.__version__,
-             "state_layout": json.dumps(rep.layout()), "contact_bodies": json.dumps(list(robot.all_contact_bodies))}
+    attrs = {**dataset_attrs(robot, nq, nv, nu), **identity, "state_layout": json.dumps(rep.layout()),
+             "contact_bodies": json.dumps(list(robot.all_contact_bodies))}
     widths = {"qpos": (traj_len + 1, nq), "qvel": (traj_len + 1, nv), "ctrl": (traj_len, nu),
               "torque": (traj_len, nu), "contact_force": (traj_len, nb), "probe_distance": (traj_len + 1, npb)}
     try:
@@ -237,12 +225,9 @@ def record(robot: RobotSpec, num_worlds: int, steps: int, out: str | Path, traj_
                 bar.update(num_worlds)
             good = ~was_reset.numpy()
             interrupted = int(was_reset.sum())
-            dropped = 0
-            for k in ("qpos", "qvel", "torque"):
-                x = buf[k].reshape(num_worlds, -1)
-                finite = np.isfinite(x).all(1) & (np.abs(x) < HUGE).all(1)
-                dropped += int((good & ~finite).sum())
-                good &= finite
+            finite = sane_trajectories(buf["qpos"], buf["qvel"], buf["torque"])
+            dropped = int((good & ~finite).sum())
+            good &= finite
             # One file per batch, renamed into place when complete: a kill at any point leaves only whole batches.
             write_arrays(parts / f"chunk_{chunk:06d}.h5", {k: b[good] for k, b in buf.items()},
                          {"dropped": dropped, "interrupted": interrupted}, compress=False)

@@ -31,10 +31,6 @@ from flashnerd.sim.scene import build_scene, default_qpos
 from flashnerd.sim.terrain import LANE_GAP, PLATFORM_EDGE, PLATFORM_HEIGHTS, PLATFORM_SIZE
 from flashnerd.utils.math import quat_apply_inverse, yaw_from_quat
 
-# the reward weights of runs whose JSON did not record them (before `flashnerd plan --reward_weights`)
-LEGACY_WEIGHTS = {"forward": 1.0, "lane": 1.0, "heading": 0.5, "upright": 2.0, "height": 4.0, "feet": 8.0,
-                  "ang_vel": 0.02}
-
 
 @dataclass
 class ClimbPlanCfg:
@@ -69,7 +65,8 @@ class ClimbPlanCfg:
         "flashnerd": "flashnerd_platforms.safetensors", "nerd": "nerd_platforms.safetensors"})
     # lane 4: at weight 1 a lateral drift of 0.5 m cost less than a foot 0.2 m off its reference, and planning on a
     # learned model could drift off the platform's side at the goal (docs/results.md)
-    weights: dict[str, float] = field(default_factory=lambda: {**LEGACY_WEIGHTS, "lane": 4.0})
+    weights: dict[str, float] = field(default_factory=lambda: {
+        "forward": 1.0, "lane": 4.0, "heading": 0.5, "upright": 2.0, "height": 4.0, "feet": 8.0, "ang_vel": 0.02})
     planner: DialMPCConfig = field(default_factory=lambda: DialMPCConfig(
         num_samples=256, horizon=20, num_knots=5, iterations=2, first_iterations=6, sigma=0.5))
 

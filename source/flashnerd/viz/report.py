@@ -24,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from flashnerd.dynamics import REFERENCE_BACKEND
-from flashnerd.planning.climb import LEGACY_WEIGHTS, ClimbPlanCfg
+from flashnerd.planning.climb import ClimbPlanCfg
 from flashnerd.viz.figure import save_figure
 from flashnerd.viz.suite import plot_radar, suite_table
 
@@ -114,7 +114,7 @@ def _bench_model(data: dict, name: str, folder: Path) -> str:
     models = list(data["steps_per_s"])
     batches = list(data["steps_per_s"][models[0]])
     rows = [f"Robot `{data['robot']}`, size class `{data['size']}`, device `{data['device']}`, "
-            f"{data.get('threads', '?')} threads; steps x worlds per second.", "",
+            f"{data['threads']} threads; steps x worlds per second.", "",
             "| batch | " + " | ".join(models) + " | FlashNeRD / NeRD |", "|---" * (len(models) + 2) + "|"]
     for b in batches:
         cells = " | ".join(f"{data['steps_per_s'][m][b]:,.0f}" for m in models)
@@ -129,7 +129,7 @@ def _model_eval(data: dict, name: str, folder: Path) -> str:
             + f" | base pos. error H={horizons[-2]} (m) |", "|---" * (len(horizons) + 3) + "|"]
     for model, r in data.items():
         nrmse = " | ".join(f"{r['nrmse'][h]:.3f}" for h in horizons)
-        rows.append(f"| {model} | {r.get('train_seconds', '-')} | {nrmse} | {r['base_pos_err_m'][horizons[-2]]:.2f} |")
+        rows.append(f"| {model} | {r['train_seconds']} | {nrmse} | {r['base_pos_err_m'][horizons[-2]]:.2f} |")
     return "\n".join(rows)
 
 
@@ -152,7 +152,7 @@ def _fit_scaling(data: dict, name: str, folder: Path) -> str:
     for batch, runs in data.items():
         base = runs["1"]["windows_per_s"]
         for procs, r in runs.items():
-            rows.append(f"| {batch} | {procs} x {r.get('threads', 1)} | {r['steps']} | {r['windows_per_s']:,.1f} | "
+            rows.append(f"| {batch} | {procs} x {r['threads']} | {r['steps']} | {r['windows_per_s']:,.1f} | "
                         f"{r['windows_per_s'] / base:.2f}x | {r['val_loss_final']:.4f} |")
     return "\n".join(rows)
 
@@ -188,7 +188,7 @@ def _finetune(data: dict, name: str, folder: Path) -> str:
     plot_finetune(backends, folder / f"{name}.png", data["task"])
     ref = backends.get(REFERENCE_BACKEND, {}).get("seconds_per_100_iterations")
     rows = [f"{data['iterations']} fine-tuning iterations x {data['seeds']} seeds per backend, "
-            f"{data.get('num_envs', '?')} envs, device `{data['device']}`; every policy evaluated in MuJoCo.", "",
+            f"{data['num_envs']} envs, device `{data['device']}`; every policy evaluated in MuJoCo.", "",
             "| fine-tuned on | s / 100 iterations | speed-up vs `mujoco` | success rate (MuJoCo) | return (MuJoCo) |",
             "|---|---|---|---|---|"]
     for backend, r in backends.items():
@@ -250,9 +250,9 @@ def _climb(data: dict, name: str, folder: Path) -> str:
     heads = " | ".join(f"{p['height']:.3f} m" for p in lanes)
     rows = [f"{data['num_samples']} samples, horizon {data['horizon']}, {data['iterations']} iterations per control "
             f"step, {data['episode_s']:.0f} s per platform, {data['threads']} threads, device `{data['device']}`; "
-            + ("" if data.get("lookahead_in_stance", True) else "feet reference looks ahead in swing only; ")
-            + ("stands at the goal; " if data.get("stand_at_goal", False) else "")
-            + "".join(f"reward weight {k} {v:g}; " for k, v in data.get("weights", LEGACY_WEIGHTS).items()
+            + ("" if data["lookahead_in_stance"] else "feet reference looks ahead in swing only; ")
+            + ("stands at the goal; " if data["stand_at_goal"] else "")
+            + "".join(f"reward weight {k} {v:g}; " for k, v in data["weights"].items()
                       if v != ClimbPlanCfg().weights.get(k))
             + "every chosen action executed in MuJoCo.", "",
             f"| planning backend | climbs | median planning time per decision (ms) | vs `mujoco` | {heads} |",
@@ -261,7 +261,7 @@ def _climb(data: dict, name: str, folder: Path) -> str:
         rel = f"{r['median_planning_ms'] / ref:.2f}x" if ref else "-"
         done = {p["lane"]: p["climbed"] for p in r["per_platform"]}
         marks = " | ".join({True: "yes", False: "no", None: "-"}[done.get(p["lane"])] for p in lanes)
-        climbs = f"{r['climbs']}/{r['platforms']}" + ("" if r.get("complete", True) else " (incomplete)")
+        climbs = f"{r['climbs']}/{r['platforms']}" + ("" if r["complete"] else " (incomplete)")
         rows.append(f"| `{backend}` | {climbs} | {r['median_planning_ms']:.0f} | {rel} | {marks} |")
     rows += ["", f"![Base height over time per platform and planning backend](results/{name}.png)"]
     return "\n".join(rows)
