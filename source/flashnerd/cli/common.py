@@ -37,6 +37,9 @@ def add_env_args(p: argparse.ArgumentParser, num_envs: int | None = None) -> Non
     p.add_argument("--dynamics", default=None, help="dynamics backend (default: the task's, usually mujoco)")
     p.add_argument("--dynamics_checkpoint", default=None,
                    help="learned-model checkpoint for --dynamics flashnerd/nerd (default: the shipped one)")
+    p.add_argument("--robot_variant", default=None,
+                   help="YAML file of how the robot differs from its MJCF (payload, masses, joints, actuators, "
+                        "friction; see variants/)")
 
 
 def add_checkpoint_args(p: argparse.ArgumentParser) -> None:
@@ -70,7 +73,8 @@ def load_task_cfgs(args: argparse.Namespace):
         env_cfg, agent_cfg = task_cfgs(args.task, num_envs=args.num_envs, seed=args.seed, device=args.device,
                                        dynamics=args.dynamics,
                                        dynamics_checkpoint=getattr(args, "dynamics_checkpoint", None),
-                                       experiment_name=getattr(args, "experiment_name", None))
+                                       experiment_name=getattr(args, "experiment_name", None),
+                                       robot_variant=getattr(args, "robot_variant", None))
         check_env_memory(args.task, env_cfg, agent_cfg)  # before anything big is allocated
     except ValueError as err:
         raise CLIError(str(err)) from err

@@ -28,6 +28,7 @@ from flashnerd.envs.memory import check_dynamics_memory, check_env_memory
 from flashnerd.envs.registry import task_cfgs
 from flashnerd.envs.rsl_rl import make_runner
 from flashnerd.robots import get_robot
+from flashnerd.robots.variant import load_variant
 from flashnerd.sim.terrain import TERRAINS
 from flashnerd.utils.distributed import barrier, dist_info, init_distributed, shutdown
 
@@ -47,6 +48,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="terrain to record on (default flat; with --task, the task's terrain unless given)")
     p.add_argument("--resume", action="store_true",
                    help="continue an interrupted recording (<out>.tmp) made with the same settings")
+    p.add_argument("--robot_variant", default=None,
+                   help="YAML file of how the robot differs from its MJCF (see variants/); recorded in the dataset")
     g = p.add_argument_group("policy-driven recording (instead of exploration controls)")
     g.add_argument("--task", default=None, help="task whose trained policy drives the robot (mujoco backend)")
     g.add_argument("--checkpoint", default=None, help="policy checkpoint file, or a file-name regex inside the run")
@@ -64,7 +67,7 @@ ACTION_NOISE = 0.3  # default largest per-world std of the noise on a policy's a
 
 def _policy_source(args: argparse.Namespace, gen: torch.Generator) -> PolicySource:
     """Task env on the mujoco backend (no time-outs, no interval pushes) driven by the loaded policy."""
-    env_cfg, agent_cfg = task_cfgs(args.task, device=args.device)
+    env_cfg, agent_cfg = task_cfgs(args.task, device=args.device, robot_variant=args.robot_variant)
     if args.robot is not None and args.robot != env_cfg.robot:
         raise CLIError(f"--robot {args.robot} does not match task '{args.task}' (robot '{env_cfg.robot}')")
     path = resolve_checkpoint(args.log_root, agent_cfg.experiment_name, args.load_run, args.checkpoint)
@@ -142,6 +145,8 @@ def _buffer_bytes(robot, traj_len: int) -> int:
 def _record_one(args: argparse.Namespace) -> dict:
     source = None
     robot = get_robot(args.robot or "anymal_c")
+    if args.robot_variant and args.task is None:
+        robot = robot.with_variant(load_variant(args.robot_variant))
     if args.task is None:
         check_dynamics_memory(args.dynamics, robot, args.num_worlds, args.device, args.terrain or "flat",
                               _buffer_bytes(robot, args.traj_len))

@@ -143,7 +143,19 @@ def _validated(data: TrajectoryData, robot: RobotSpec, path: Path) -> Trajectory
                          f"beyond {MAX_ABS:g}, {dropped['quaternion']} with a non-unit quaternion); record it again")
     if not bool(keep.all()):
         qpos, qvel, ctrl = qpos[keep], qvel[keep], ctrl[keep]
-    return TrajectoryData(qpos, qvel, ctrl, {**data.attrs, "dropped_on_read": dropped})
+    return TrajectoryData(qpos, qvel, ctrl, {**data.attrs, "dropped_on_read": dropped,
+                                             "variants": [_variant_name(data.attrs, path)]})
+
+
+def _variant_name(attrs: dict, path: Path) -> str:
+    """The name of the robot variant a dataset was recorded on ("" for the nominal robot)."""
+    text = str(attrs.get("variant", "") or "")
+    if not text:
+        return ""
+    try:
+        return str(json.loads(text)["name"])
+    except (ValueError, KeyError, TypeError) as err:
+        raise ValueError(f"dataset '{path}' has a corrupt variant attribute; record it again") from err
 
 
 def load_datasets(paths: Sequence[str | Path], robot: RobotSpec | None = None) -> TrajectoryData:
@@ -164,11 +176,13 @@ def load_datasets(paths: Sequence[str | Path], robot: RobotSpec | None = None) -
         if d.traj_len != first.traj_len:
             raise ValueError(f"dataset '{path}' has {d.traj_len}-step trajectories, '{paths[0]}' {first.traj_len}; "
                              "record them with the same --traj_len")
+    variants = [v for d in parts for v in d.attrs["variants"]]  # a fit may mix simulation and robot data
     if len(parts) == 1:
         return first
     cat = lambda k: torch.cat([getattr(d, k) for d in parts])  # noqa: E731  (sum M, T(+1), D)
     dropped = {k: sum(d.attrs["dropped_on_read"][k] for d in parts) for k in first.attrs["dropped_on_read"]}
-    return TrajectoryData(cat("qpos"), cat("qvel"), cat("ctrl"), {**first.attrs, "dropped_on_read": dropped})
+    return TrajectoryData(cat("qpos"), cat("qvel"), cat("ctrl"), {**first.attrs, "dropped_on_read": dropped,
+                                                                   "variants": variants})
 
 
 def plain_attr(value):

@@ -193,7 +193,8 @@ def record(robot: RobotSpec, num_worlds: int, steps: int, out: str | Path, traj_
     n_chunks = math.ceil(steps / traj_len)
     nq, nv, nu, nb, npb = dyn.nq, dyn.nv, dyn.nu, len(robot.all_contact_bodies), probes.num_probes
     identity = {"robot": robot.name, "model_hash": robot.model_hash(), "num_worlds": num_worlds, "steps": steps,
-                "traj_len": traj_len, "seed": seed, "source": source.kind, "terrain": source.terrain}
+                "traj_len": traj_len, "seed": seed, "source": source.kind, "terrain": source.terrain,
+                "variant": json.dumps(robot.variant.describe(), sort_keys=True) if robot.variant else ""}
     attrs = {**dataset_attrs(robot, nq, nv, nu), **identity, "state_layout": json.dumps(rep.layout()),
              "contact_bodies": json.dumps(list(robot.all_contact_bodies))}
     widths = {"qpos": (traj_len + 1, nq), "qvel": (traj_len + 1, nv), "ctrl": (traj_len, nu),

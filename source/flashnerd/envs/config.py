@@ -104,6 +104,7 @@ class EnvCfg:
     goal: OrientationGoalCfg | None = None  # an object-orientation goal (in-hand tasks)
     terrain: str = "flat"
     objects: tuple[str, ...] = ()  # scene objects ("cube"); only backends with `object_state()` simulate them
+    robot_variant: str | None = None  # a variant YAML file (robots/variant.py) applied to the robot; None: nominal
     num_envs: int = 4096
     episode_length_s: float = 20.0
     action_scale: float = 0.5

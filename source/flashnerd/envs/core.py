@@ -20,6 +20,7 @@ from flashnerd.envs.commands import OrientationGoal, VelocityCommand
 from flashnerd.envs.config import EnvCfg
 from flashnerd.envs.registry import load_entry_point
 from flashnerd.robots import get_robot
+from flashnerd.robots.variant import load_variant
 from flashnerd.sim.scene import actuator_ctrl_limits, build_scene
 from flashnerd.utils.math import quat_apply_inverse, yaw_from_quat
 
@@ -70,6 +71,7 @@ class FlashNeRDEnv(gym.Env):
         device: str | None = None,
         seed: int | None = None,
         render_mode: str | None = None,
+        robot_variant: str | None = None,
         env_cfg_entry_point: Any = None,
         rsl_rl_cfg_entry_point: Any = None,
         plan_cfg_entry_point: Any = None,
@@ -79,8 +81,8 @@ class FlashNeRDEnv(gym.Env):
             if env_cfg_entry_point is None:
                 raise ValueError("FlashNeRDEnv needs cfg= or a registry entry with env_cfg_entry_point")
             cfg = load_entry_point(env_cfg_entry_point)()
-        overrides = {k: v for k, v in dict(num_envs=num_envs, dynamics=dynamics, device=device, seed=seed).items()
-                     if v is not None}
+        overrides = {k: v for k, v in dict(num_envs=num_envs, dynamics=dynamics, device=device, seed=seed,
+                                           robot_variant=robot_variant).items() if v is not None}
         if dynamics_kwargs:
             overrides["dynamics_kwargs"] = {**cfg.dynamics_kwargs, **dynamics_kwargs}
         cfg = dataclasses.replace(cfg, **overrides)
@@ -90,7 +92,7 @@ class FlashNeRDEnv(gym.Env):
         self.render_mode = render_mode
         self.device = _resolve_device(cfg.device)
         self.num_envs = cfg.num_envs
-        self.robot = get_robot(cfg.robot)
+        self.robot = get_robot(cfg.robot).with_variant(load_variant(cfg.robot_variant) if cfg.robot_variant else None)
         self.rng = torch.Generator(device=self.device).manual_seed(cfg.seed)
         torch.manual_seed(cfg.seed)
 

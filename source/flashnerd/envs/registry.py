@@ -8,6 +8,8 @@ from typing import Any
 import gymnasium as gym
 
 from flashnerd.dynamics import backend_info, backend_names
+from flashnerd.robots import get_robot
+from flashnerd.robots.variant import load_variant
 
 
 def load_entry_point(entry: Any) -> Any:
@@ -45,9 +47,9 @@ def load_cfg_from_registry(task: str, key: str) -> Any:
 
 def task_cfgs(task: str, num_envs: int | None = None, seed: int | None = None, device: str = "cpu",
               dynamics: str | None = None, dynamics_checkpoint: str | None = None,
-              experiment_name: str | None = None) -> tuple[Any, Any]:
+              experiment_name: str | None = None, robot_variant: str | None = None) -> tuple[Any, Any]:
     """(env_cfg, agent_cfg) of `task` with the given overrides (None keeps the task's value); a checkpoint for a
-    backend that takes none is a one-line error."""
+    backend that takes none, or a robot variant file that is malformed or for another robot, is a one-line error."""
     env_cfg = load_cfg_from_registry(task, "env_cfg_entry_point")
     agent_cfg = load_cfg_from_registry(task, "rsl_rl_cfg_entry_point")
     if num_envs is not None:
@@ -61,6 +63,9 @@ def task_cfgs(task: str, num_envs: int | None = None, seed: int | None = None, d
             raise ValueError(f"--dynamics_checkpoint applies to the backends that take a checkpoint "
                              f"({', '.join(backend_names(checkpoint=True))}), not '{env_cfg.dynamics}'")
         env_cfg.dynamics_kwargs = {**env_cfg.dynamics_kwargs, "checkpoint": dynamics_checkpoint}
+    if robot_variant:
+        get_robot(env_cfg.robot).with_variant(load_variant(robot_variant))  # checked now, applied by the env
+        env_cfg.robot_variant = robot_variant
     env_cfg.device = agent_cfg.device = device
     if experiment_name:
         agent_cfg.experiment_name = experiment_name

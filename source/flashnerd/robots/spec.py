@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from flashnerd.robots.variant import RobotVariant
 
 ASSET_DIR = Path(__file__).parent / "assets"
 
@@ -47,6 +50,7 @@ class RobotSpec:
     init_vel_noise: float = 0.5
     init_height_range: tuple[float, float] = (-0.15, 0.05)  # floating base: spawn height offsets around init height
     init_tilt: float = 0.3  # floating base: largest initial roll and pitch (rad); pi covers every orientation
+    variant: RobotVariant | None = None  # how this robot differs from its MJCF (robots/variant.py); None: nominal
 
     @property
     def mjcf_path(self) -> Path:
@@ -66,6 +70,13 @@ class RobotSpec:
     def all_contact_bodies(self) -> tuple[str, ...]:
         """Every named contact body, in group order (the order of the backend's contact summary)."""
         return tuple(b for group in self.contact_bodies.values() for b in group)
+
+    def with_variant(self, variant: RobotVariant | None) -> RobotSpec:
+        """This robot with `variant` applied to every scene built of it (None: the nominal robot)."""
+        if variant is not None and variant.robot != self.name:
+            raise ValueError(f"robot variant '{variant.source or variant.name}' is for robot '{variant.robot}', "
+                             f"not '{self.name}'")
+        return dataclasses.replace(self, variant=variant)
 
     def model_hash(self) -> str:
         """A short hash of the MJCF text: checkpoints and datasets carry it to refuse data from another robot."""

@@ -10,6 +10,7 @@ import numpy as np
 
 from flashnerd.robots import RobotSpec
 from flashnerd.sim.terrain import TERRAINS, add_terrain
+from flashnerd.sim.variant import apply_variant
 
 OBJECTS = ("cube",)
 CUBE_SIZE = 0.065  # m, edge (Isaac Lab's in-hand cube)
@@ -34,6 +35,8 @@ def build_scene_spec(robot: RobotSpec, terrain: str = "flat", objects: tuple[str
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise ValueError(f"robot MJCF {robot.mjcf_path} failed to load: {first}") from err
     spec.option.timestep = robot.sim_dt
+    if robot.variant is not None:  # before terrain and objects, so its regexes see the robot alone
+        apply_variant(spec, robot.variant)
     tex = spec.add_texture(
         name="grid", type=mujoco.mjtTexture.mjTEXTURE_2D, builtin=mujoco.mjtBuiltin.mjBUILTIN_CHECKER,
         rgb1=[0.22, 0.27, 0.32], rgb2=[0.15, 0.19, 0.23], width=256, height=256,

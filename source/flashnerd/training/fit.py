@@ -118,6 +118,7 @@ class Fitter:
                              "2 (one for validation)")
         self.data_path, self.transitions = str(data_path), data.num_trajectories * data.traj_len
         self.dropped_on_read = data.attrs["dropped_on_read"]  # trajectories the reader refused, by reason
+        self.variants = data.attrs["variants"]  # the robot variant of each dataset ("" for the nominal robot)
         if cfg.contacts == "rows" and not takes_contact_rows(cfg.model):
             rows_kinds = [k for k in MODEL_KINDS if takes_contact_rows(k)]
             raise ValueError(f"variable contact rows need the {' or '.join(rows_kinds)} model, not '{cfg.model}'; "
@@ -315,7 +316,7 @@ class Fitter:
             "step": self.step,
             "train_seconds": self.train_seconds,
             "rng": self.gen.get_state(),
-            "data": {"path": self.data_path, "transitions": self.transitions},
+            "data": {"path": self.data_path, "transitions": self.transitions, "variants": self.variants},
             "history": self.history,
         })
 

@@ -1,0 +1,150 @@
+"""Robot variants: how a robot differs from its nominal MJCF (payload, masses, joints, actuators, friction), as data.
+
+A variant is a YAML file (read with `yaml.safe_load`, so it runs no code):
+
+    robot: anymal_c
+    payload: {body: base, mass: 8.0, pos: [0.0, 0.0, 0.05]}            # a point mass welded to a body
+    mass_scale: {".*THIGH": 1.1}                                       # body-name regex -> factor (mass, inertia)
+    joints: {".*": {damping: 3.0, armature: 0.03, frictionloss: 1.0}}  # joint-name regex -> absolute values
+    actuators: {".*": {kp_scale: 0.75, kv_scale: 1.0, effort_scale: 0.7}}  # actuator-name regex -> factors
+    friction_scale: {".*FOOT": 0.6}                                    # geom- or body-name regex -> sliding factor
+
+This module parses and checks the values; `flashnerd.sim.variant` applies a variant to a scene with MuJoCo's
+`MjSpec` editing API (and refuses a regex that matches nothing). Every backend builds its scene through
+`build_scene`, so `mujoco`, `mjwarp` and the learned backends' contact scenes all see the variant.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+JOINT_KEYS = ("damping", "armature", "frictionloss")
+ACTUATOR_KEYS = ("kp_scale", "kv_scale", "effort_scale")
+NOT_YET = ("delay_s", "no_load_speed", "randomize")  # named by the schema, not applied by this version
+TOP_KEYS = ("robot", "payload", "mass_scale", "joints", "actuators", "friction_scale")
+
+
+@dataclass(frozen=True)
+class RobotVariant:
+    """A parsed variant: `spec` is the checked content (plain JSON types), `source` the file it came from."""
+
+    name: str
+    spec: dict[str, Any]
+    source: str = ""
+
+    @property
+    def robot(self) -> str:
+        return self.spec["robot"]
+
+    def digest(self) -> str:
+        """A short hash of the content (not of the file's formatting): datasets and checkpoints record it."""
+        return hashlib.sha256(json.dumps(self.spec, sort_keys=True).encode()).hexdigest()[:16]
+
+    def describe(self) -> dict[str, Any]:
+        """What datasets and checkpoints store about the variant they came from."""
+        return {"name": self.name, "digest": self.digest(), "spec": self.spec}
+
+
+class VariantError(ValueError):
+    """A variant file that cannot be used, with a one-line reason."""
+
+
+def _number(where: str, value: Any, low: float, high: float = math.inf, low_open: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise VariantError(f"{where} must be a finite number, got {value!r}")
+    if value < low or (low_open and value == low) or value > high:
+        bound = f"{'>' if low_open else '>='} {low:g}" + ("" if high == math.inf else f" and <= {high:g}")
+        raise VariantError(f"{where} must be {bound}, got {value!r}")
+    return float(value)
+
+
+def _regex(where: str, pattern: Any) -> str:
+    if not isinstance(pattern, str) or not pattern:
+        raise VariantError(f"{where}: a name regex must be a non-empty string, got {pattern!r}")
+    try:
+        re.compile(pattern)
+    except re.error as err:
+        raise VariantError(f"{where}: '{pattern}' is not a valid regex ({err})") from err
+    return pattern
+
+
+def _mapping(where: str, value: Any) -> dict:
+    if not isinstance(value, dict) or not value:
+        raise VariantError(f"{where} must be a non-empty mapping, got {value!r}")
+    return value
+
+
+def _fields(where: str, value: Any, allowed: tuple[str, ...], check) -> dict[str, float]:
+    value = _mapping(where, value)
+    out = {}
+    for key, v in value.items():
+        if key in NOT_YET:
+            raise VariantError(f"{where}.{key} is not applied by this flashnerd version yet; remove it")
+        if key not in allowed:
+            raise VariantError(f"{where}: unknown key '{key}'; use {', '.join(allowed)}")
+        out[key] = check(f"{where}.{key}", v)
+    return out
+
+
+def parse_variant(data: Any, name: str, source: str = "") -> RobotVariant:
+    """Check the content of a variant file (see the module docstring); every problem is a one-line error."""
+    where = source or name
+    if not isinstance(data, dict):
+        raise VariantError(f"variant '{where}' must be a YAML mapping with a 'robot' key")
+    for key in data:
+        if key in NOT_YET:
+            raise VariantError(f"variant '{where}': '{key}' is not applied by this flashnerd version yet; remove it")
+        if key not in TOP_KEYS:
+            raise VariantError(f"variant '{where}': unknown key '{key}'; use {', '.join(TOP_KEYS)}")
+    if not isinstance(data.get("robot"), str):
+        raise VariantError(f"variant '{where}' must name its robot ('robot: anymal_c')")
+    spec: dict[str, Any] = {"robot": data["robot"]}
+    if "payload" in data:
+        p = _mapping(f"{where}: payload", data["payload"])
+        unknown = set(p) - {"body", "mass", "pos"}
+        if unknown:
+            raise VariantError(f"{where}: payload has unknown key '{sorted(unknown)[0]}'; use body, mass, pos")
+        if not isinstance(p.get("body"), str):
+            raise VariantError(f"{where}: payload.body must name a body")
+        pos = p.get("pos", [0.0, 0.0, 0.0])
+        if not isinstance(pos, list) or len(pos) != 3:
+            raise VariantError(f"{where}: payload.pos must be [x, y, z], got {pos!r}")
+        spec["payload"] = {"body": p["body"], "mass": _number(f"{where}: payload.mass", p.get("mass"), 0.0, 1e4, True),
+                           "pos": [_number(f"{where}: payload.pos", x, -10.0, 10.0) for x in pos]}
+    if "mass_scale" in data:
+        spec["mass_scale"] = {_regex(f"{where}: mass_scale", k): _number(f"{where}: mass_scale['{k}']", v, 0.0, 100.0,
+                                                                           True)
+                              for k, v in _mapping(f"{where}: mass_scale", data["mass_scale"]).items()}
+    if "joints" in data:
+        spec["joints"] = {_regex(f"{where}: joints", k): _fields(f"{where}: joints['{k}']", v, JOINT_KEYS,
+                                                                  lambda w, x: _number(w, x, 0.0, 1e4))
+                          for k, v in _mapping(f"{where}: joints", data["joints"]).items()}
+    if "actuators" in data:
+        spec["actuators"] = {_regex(f"{where}: actuators", k): _fields(f"{where}: actuators['{k}']", v, ACTUATOR_KEYS,
+                                                                        lambda w, x: _number(w, x, 0.0, 100.0, True))
+                             for k, v in _mapping(f"{where}: actuators", data["actuators"]).items()}
+    if "friction_scale" in data:
+        spec["friction_scale"] = {_regex(f"{where}: friction_scale", k): _number(f"{where}: friction_scale['{k}']",
+                                                                                   v, 0.0, 100.0, True)
+                                  for k, v in _mapping(f"{where}: friction_scale", data["friction_scale"]).items()}
+    return RobotVariant(name, spec, source)
+
+
+def load_variant(path: str | Path) -> RobotVariant:
+    """Read and check a variant file (YAML, safe loader)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"robot variant '{path}' does not exist")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (yaml.YAMLError, UnicodeDecodeError) as err:
+        raise VariantError(f"robot variant '{path}' is not valid YAML ({type(err).__name__})") from err
+    return parse_variant(data, path.stem, str(path))

@@ -1,0 +1,73 @@
+"""Apply a `RobotVariant` to a robot's `MjSpec` (before terrain and objects are added).
+
+Each regex must match at least one element of the robot, or the variant is refused in one line (a typo must not
+silently leave the nominal model). Scales multiply the nominal values; joint values replace them.
+"""
+
+from __future__ import annotations
+
+import re
+
+import mujoco
+import numpy as np
+
+from flashnerd.robots.variant import RobotVariant, VariantError
+
+PAYLOAD_BODY = "variant_payload"
+PAYLOAD_INERTIA = 1e-6  # kg m^2 on each axis: a point mass, but MuJoCo needs a positive inertia
+
+
+def _matching(where: str, pattern: str, named: list) -> list:
+    found = [e for e in named if e.name and re.fullmatch(pattern, e.name)]
+    if not found:
+        names = ", ".join(e.name for e in named if e.name)[:200]
+        raise VariantError(f"{where}: '{pattern}' matches none of the robot's names ({names})")
+    return found
+
+
+def apply_variant(spec: mujoco.MjSpec, variant: RobotVariant) -> None:
+    """Edit `spec` (the robot alone) as `variant` says."""
+    v, where = variant.spec, variant.source or variant.name
+    bodies = [b for b in spec.bodies if b.name != "world"]
+    if "payload" in v:
+        p = v["payload"]
+        parent = _matching(f"{where}: payload.body", re.escape(p["body"]), bodies)[0]
+        # the mass sits at the body's origin (an unset ipos would let MuJoCo move the frame instead)
+        parent.add_body(name=PAYLOAD_BODY, pos=p["pos"], ipos=[0.0, 0.0, 0.0], explicitinertial=True,
+                        mass=p["mass"], inertia=[PAYLOAD_INERTIA] * 3)
+    for pattern, factor in v.get("mass_scale", {}).items():
+        for body in _matching(f"{where}: mass_scale", pattern, bodies):
+            body.mass *= factor
+            body.inertia = np.asarray(body.inertia) * factor  # the same shape, denser
+            body.fullinertia = np.asarray(body.fullinertia) * factor
+    for pattern, values in v.get("joints", {}).items():
+        for joint in _matching(f"{where}: joints", pattern, [j for j in spec.joints
+                                                             if j.type != mujoco.mjtJoint.mjJNT_FREE]):
+            for key, value in values.items():
+                if key == "damping":  # a vector in MjSpec; its first entry is the linear damping
+                    damping = np.asarray(joint.damping, dtype=float).copy()
+                    damping[0] = value
+                    joint.damping = damping
+                else:
+                    setattr(joint, key, value)
+    for pattern, scales in v.get("actuators", {}).items():
+        for act in _matching(f"{where}: actuators", pattern, list(spec.actuators)):
+            if act.gaintype != mujoco.mjtGain.mjGAIN_FIXED or act.biastype != mujoco.mjtBias.mjBIAS_AFFINE:
+                raise VariantError(f"{where}: actuator '{act.name}' is not a position actuator; kp/kv scales need one")
+            gain, bias = np.asarray(act.gainprm, dtype=float).copy(), np.asarray(act.biasprm, dtype=float).copy()
+            gain[0] *= scales.get("kp_scale", 1.0)
+            bias[1] *= scales.get("kp_scale", 1.0)
+            bias[2] *= scales.get("kv_scale", 1.0)
+            act.gainprm, act.biasprm = gain, bias
+            if "effort_scale" in scales:
+                act.forcerange = np.asarray(act.forcerange, dtype=float) * scales["effort_scale"]
+                act.forcelimited = mujoco.mjtLimited.mjLIMITED_TRUE
+    for pattern, factor in v.get("friction_scale", {}).items():
+        geoms = [g for b in bodies for g in b.geoms
+                 if (g.name and re.fullmatch(pattern, g.name)) or re.fullmatch(pattern, b.name)]
+        if not geoms:
+            raise VariantError(f"{where}: friction_scale '{pattern}' matches no geom and no body of the robot")
+        for geom in geoms:
+            friction = np.asarray(geom.friction, dtype=float).copy()
+            friction[0] *= factor  # sliding friction
+            geom.friction = friction

@@ -1,0 +1,142 @@
+"""Robot variants as data: each key changes the compiled model exactly as stated, everything else stays nominal, the
+actuation follows (a scaled torque limit clips where it says), and bad variant files are one-line errors."""
+
+from __future__ import annotations
+
+import mujoco
+import numpy as np
+import pytest
+import torch
+import yaml
+from conftest import TASK
+
+from flashnerd.cli.main import main
+from flashnerd.dynamics import make_dynamics
+from flashnerd.robots.variant import VariantError, parse_variant
+from flashnerd.sim.scene import build_scene
+from flashnerd.sim.variant import PAYLOAD_BODY
+
+
+def _variant(**spec):
+    return parse_variant({"robot": "anymal_c", **spec}, "test")
+
+
+def _compiled(anymal, **spec) -> tuple[mujoco.MjModel, mujoco.MjModel]:
+    return build_scene(anymal), build_scene(anymal.with_variant(_variant(**spec)))
+
+
+def test_payload_is_a_point_mass_at_the_stated_place(anymal):
+    nominal, m = _compiled(anymal, payload={"body": "base", "mass": 8.0, "pos": [0.1, 0.0, 0.05]})
+    assert m.nq == nominal.nq and m.nv == nominal.nv  # no new degree of freedom
+    assert np.isclose(m.body_mass.sum(), nominal.body_mass.sum() + 8.0)
+    b = m.body(PAYLOAD_BODY)
+    assert m.body_parentid[b.id] == m.body("base").id and np.allclose(m.body_pos[b.id], [0.1, 0.0, 0.05])
+    d0, d1 = mujoco.MjData(nominal), mujoco.MjData(m)
+    mujoco.mj_forward(nominal, d0)
+    mujoco.mj_forward(m, d1)
+    base0 = d0.subtree_com[nominal.body("base").id] * (M0 := nominal.body_subtreemass[nominal.body("base").id])
+    expected = (base0 + 8.0 * d1.xpos[b.id]) / (M0 + 8.0)  # the subtree's centre of mass moves by the point mass
+    assert np.allclose(d1.subtree_com[m.body("base").id], expected, atol=1e-9)
+
+
+def test_mass_scale_scales_mass_and_inertia_of_matching_bodies_only(anymal):
+    nominal, m = _compiled(anymal, mass_scale={".*THIGH": 1.1})
+    for i in range(nominal.nbody):
+        factor = 1.1 if nominal.body(i).name.endswith("THIGH") else 1.0
+        assert np.isclose(m.body_mass[i], factor * nominal.body_mass[i])
+        assert np.allclose(m.body_inertia[i], factor * nominal.body_inertia[i])
+
+
+def test_joint_values_replace_the_nominal_ones_on_matching_joints(anymal):
+    nominal, m = _compiled(anymal, joints={".*_KFE": {"damping": 3.0, "armature": 0.03, "frictionloss": 1.0}})
+    for j in range(1, nominal.njnt):  # joint 0 is the free joint of the base
+        dof = nominal.jnt_dofadr[j]
+        knee = nominal.joint(j).name.endswith("_KFE")
+        assert m.dof_damping[dof] == (3.0 if knee else nominal.dof_damping[dof])
+        assert m.dof_armature[dof] == pytest.approx(0.03 if knee else nominal.dof_armature[dof])
+        assert m.dof_frictionloss[dof] == (1.0 if knee else nominal.dof_frictionloss[dof])
+
+
+def test_actuator_scales_change_gains_and_limits(anymal):
+    nominal, m = _compiled(anymal, actuators={"LF_.*": {"kp_scale": 0.75, "kv_scale": 0.5, "effort_scale": 0.7}})
+    for a in range(nominal.nu):
+        s = nominal.actuator(a).name.startswith("LF_")
+        assert m.actuator_gainprm[a, 0] == pytest.approx(nominal.actuator_gainprm[a, 0] * (0.75 if s else 1))
+        assert m.actuator_biasprm[a, 1] == pytest.approx(nominal.actuator_biasprm[a, 1] * (0.75 if s else 1))
+        assert m.actuator_biasprm[a, 2] == pytest.approx(nominal.actuator_biasprm[a, 2] * (0.5 if s else 1))
+        assert np.allclose(m.actuator_forcerange[a], nominal.actuator_forcerange[a] * (0.7 if s else 1))
+
+
+def test_friction_scale_scales_sliding_friction_of_the_matching_geoms(anymal):
+    nominal, m = _compiled(anymal, friction_scale={".*FOOT": 0.6})
+    feet = {nominal.body(n).id for n in ("LF_FOOT", "RF_FOOT", "LH_FOOT", "RH_FOOT")}
+    for g in range(nominal.ngeom):
+        foot = nominal.geom_bodyid[g] in feet
+        assert m.geom_friction[g, 0] == pytest.approx(nominal.geom_friction[g, 0] * (0.6 if foot else 1))
+        assert np.allclose(m.geom_friction[g, 1:], nominal.geom_friction[g, 1:])
+
+
+def test_a_scaled_torque_limit_clips_the_applied_torque_where_it_says(anymal):
+    """A target far from the pose asks for more than any limit: the applied torque sits at 0.5 x 80 N m."""
+    robot = anymal.with_variant(_variant(actuators={".*": {"effort_scale": 0.5}}))
+    dyn = make_dynamics("mujoco", robot, 1)
+    ctrl = torch.tensor(anymal.default_joint_pos).unsqueeze(0) + 3.0  # (1, nu)
+    dyn.step(ctrl)
+    torque = dyn.state().joint_torque.abs()
+    assert torch.allclose(torque, torch.full_like(torque, 40.0), atol=1e-4), torque
+    dyn.close()
+
+
+def test_the_shipped_worn_variant_is_well_formed_and_recorded_in_datasets(anymal, tmp_path):
+    from flashnerd.data.dataset import load_dataset
+
+    out = tmp_path / "worn.h5"
+    assert main(["record", "--num_worlds", "2", "--steps", "8", "--traj_len", "8", "--out", str(out),
+                 "--robot_variant", "variants/anymal_c_worn.yaml"]) == 0
+    attrs = load_dataset(out).attrs
+    assert attrs["variants"] == ["anymal_c_worn"] and '"payload"' in attrs["variant"]
+
+
+@pytest.mark.parametrize("spec, message", [
+    ({"payload": {"body": "base", "mass": -1.0}}, "payload.mass must be > 0"),
+    ({"mass_scale": {".*THIGH": 0.0}}, "must be > 0"),
+    ({"joints": {".*": {"stiffness": 1.0}}}, "unknown key 'stiffness'"),
+    ({"actuators": {".*": {"delay_s": 0.01}}}, "not applied by this flashnerd version yet"),
+    ({"frobnicate": 1}, "unknown key 'frobnicate'"),
+    ({"mass_scale": {"(": 1.0}}, "is not a valid regex"),
+    ({"friction_scale": {".*FOOT": float("nan")}}, "must be a finite number"),
+])
+def test_malformed_variant_content_is_refused(spec, message):
+    with pytest.raises(VariantError, match=message):
+        _variant(**spec)
+
+
+@pytest.mark.parametrize("content, message", [
+    ("robot: anymal_c\nmass_scale: {'.*WING': 1.1}\n", "matches none of the robot's names"),
+    ("robot: anymal_c\npayload: {body: tail, mass: 1.0}\n", "matches none of the robot's names"),
+    ("robot: cartpole\nmass_scale: {'.*': 1.1}\n", "is for robot 'cartpole', not 'anymal_c'"),
+    ("robot: anymal_c\n  - not: [valid\n", "is not valid YAML"),
+    ("- a list\n", "must be a YAML mapping"),
+    ("!!python/object/apply:os.system ['touch {tmp}/ran']\n", "is not valid YAML"),
+])
+def test_bad_variant_files_are_one_line_errors_of_every_command(content, message, tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(content.replace("{tmp}", str(tmp_path)))
+    logs = tmp_path / "logs"
+    for argv in (["train", "--task", TASK, "--num_envs", "2", "--robot_variant", str(bad), "--log_root", str(logs)],
+                 ["record", "--num_worlds", "2", "--steps", "4", "--traj_len", "4", "--robot_variant", str(bad),
+                  "--out", str(tmp_path / "r.h5")]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert message in err and len(err.splitlines()) == 1, (argv, err)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.yaml"]  # nothing written, no code ran
+
+
+def test_a_variant_survives_the_yaml_round_trip(anymal, tmp_path):
+    spec = {"robot": "anymal_c", "payload": {"body": "base", "mass": 2.0, "pos": [0.0, 0.0, 0.1]}}
+    path = tmp_path / "v.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    from flashnerd.robots.variant import load_variant
+
+    v = load_variant(path)
+    assert v.name == "v" and v.spec == spec and len(v.digest()) == 16
