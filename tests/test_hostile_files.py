@@ -360,6 +360,7 @@ def test_env_bytes_scale_with_the_world_count():
     ["train", "--task", TASK, "--num_envs", str(10**9)],
     ["train", "--task", TASK, "--num_envs", str(10**9), "--dynamics", "flashnerd"],
     ["record", "--num_worlds", str(10**9), "--out", "{tmp}/r.h5"],
+    ["bench", "ppo", "--task", TASK, "--dynamics", "mujoco", "--num_envs", str(10**9), "--out_dir", "{tmp}/bench"],
 ])
 def test_a_run_that_cannot_fit_is_refused_with_its_estimate(argv, tmp_path, capsys):
     argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]

@@ -103,3 +103,16 @@ def test_cli_backend_errors_are_one_line(argv, capsys, tmp_path, monkeypatch):
     assert code == 2 and "Traceback" not in "\n".join(err)
     assert err[-1].startswith(f"flashnerd {argv[0]}: error:") and (usage_error or len(err) == 1), err
     assert not list(tmp_path.iterdir())  # nothing left behind
+
+
+@pytest.mark.parametrize("name, options, message", [
+    ("mujoco", {"nthread": "abc"}, "is not of type int or None"),
+    ("mujoco", {"nthread": 0}, "must be a positive number"),
+    ("mujoco", {"cube_mass": float("nan")}, "must be a positive number"),
+    ("mujoco", {"objects": "cube"}, "is not of type tuple"),
+    ("flashnerd", {"checkpoint": 3}, "is not of type str or Path or None"),
+    ("flashnerd", {"compile": "yes"}, "is not of type bool"),
+])
+def test_an_option_of_the_wrong_type_or_range_is_a_one_line_error(anymal, name, options, message):
+    with pytest.raises(ValueError, match=message):
+        make_dynamics(name, anymal, 1, **options)

@@ -9,9 +9,13 @@ one-line error that lists the ones it does.
 from __future__ import annotations
 
 import dataclasses
+import math
+import types
+import typing
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -59,7 +63,50 @@ class BackendInfo:
         if unknown:
             raise ValueError(f"backend '{self.name}' takes no option '{unknown[0]}'; its options are: "
                              f"{', '.join(self.options())}")
+        hints = typing.get_type_hints(self.config)
+        for key, value in options.items():
+            if not _fits(value, hints[key]):
+                raise ValueError(f"backend '{self.name}' option {key}={value!r} is not of type "
+                                 f"{_hint_name(hints[key])}")
+            numbers = [a for a in _alternatives(hints[key]) if a in (int, float)]
+            if numbers and _is_number(value) and not (math.isfinite(value) and value > 0):
+                raise ValueError(f"backend '{self.name}' option {key} must be a positive number, got {value!r}")
         return self.config(**options)
+
+
+def _alternatives(hint: Any) -> tuple:
+    """The members of a union hint (`int | None` -> (int, NoneType)), or the hint itself."""
+    return typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _fits(value: Any, hint: Any) -> bool:
+    """Whether `value` is of the config field type `hint` (ints count as floats; unknown classes are not checked)."""
+    for alt in _alternatives(hint):
+        origin = typing.get_origin(alt)
+        if alt is type(None) and value is None:
+            return True
+        if alt is bool and isinstance(value, bool):
+            return True
+        if alt is int and isinstance(value, int) and not isinstance(value, bool):
+            return True
+        if alt is float and _is_number(value):
+            return True
+        if alt in (str, Path) and isinstance(value, (str, Path)) and (alt is Path or isinstance(value, str)):
+            return True
+        if origin is tuple and isinstance(value, (tuple, list)):
+            inner = typing.get_args(alt)[:1]
+            return all(_fits(v, inner[0]) for v in value) if inner else True
+        if isinstance(alt, type) and alt not in (bool, int, float, str, Path, type(None)) and origin is None:
+            return True  # a protocol or class (e.g. a free-motion model object): checked where it is used
+    return False
+
+
+def _hint_name(hint: Any) -> str:
+    return " or ".join(getattr(a, "__name__", str(a)).replace("NoneType", "None") for a in _alternatives(hint))
 
 
 _BACKENDS: dict[str, BackendInfo] = {}

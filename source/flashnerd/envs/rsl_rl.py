@@ -16,6 +16,7 @@ from rsl_rl.runners import OnPolicyRunner
 from tensordict import TensorDict
 
 from flashnerd.envs.core import FlashNeRDEnv
+from flashnerd.envs.memory import check_env_memory
 from flashnerd.models.checkpoint import load_plain_pickle
 from flashnerd.utils.distributed import dist_info, init_distributed
 from flashnerd.utils.seeding import seed_everything
@@ -147,7 +148,9 @@ class FlashNeRDRunner(OnPolicyRunner):
 def make_runner(task: str, env_cfg, agent_cfg, log_dir: str | None = None,
                 verbose: bool = False) -> tuple[RslRlVecEnvWrapper, FlashNeRDRunner]:
     """The wrapped env of `task` on `env_cfg` and a PPO runner with `agent_cfg` that logs to `log_dir` (None: no
-    logs), as `flashnerd train`, `eval`, `play` and the benchmarks build them."""
+    logs), as `flashnerd train`, `eval`, `play` and the benchmarks build them. A world count that would not fit in
+    memory is a one-line error before anything is built."""
+    check_env_memory(task, env_cfg, agent_cfg)
     env = RslRlVecEnvWrapper(gym.make(task, cfg=env_cfg), clip_actions=agent_cfg.clip_actions)
     runner = FlashNeRDRunner(env, agent_cfg.to_rsl_rl_dict(), log_dir, device=agent_cfg.device, verbose=verbose)
     return env, runner
