@@ -185,6 +185,19 @@ def test_encoder_is_permutation_invariant_and_ignores_padding_exactly():
     assert not torch.allclose(enc(rows, some)[1], out[1])
 
 
+def test_encoder_compiles_to_one_graph_and_matches_the_eager_trimmed_result():
+    """Under torch.compile(fullgraph=True) the encoder has no host sync (a graph break would raise); it encodes every
+    row there, and the result equals the eager CPU path, which skips the trailing rows empty in every frame."""
+    torch.manual_seed(0)
+    enc = ContactEncoder(row_dim=6, n_embd=16, slots=3).eval()
+    rows = torch.randn(5, 8, 6)
+    mask = torch.zeros(5, 8, dtype=torch.bool)
+    mask[:, :3] = torch.rand(5, 3) < 0.7  # rows 3..7 are empty everywhere: eager trims them
+    compiled = torch.compile(enc, fullgraph=True, backend="eager")
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(rows, mask), enc(rows, mask), atol=1e-6, rtol=0)
+
+
 def test_variable_contact_flashnerd_streams_like_its_training_forward():
     torch.manual_seed(0)
     R, F = 5, 4

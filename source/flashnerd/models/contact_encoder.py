@@ -29,11 +29,14 @@ class ContactEncoder(nn.Module):
         self.out = nn.Linear(slots * width + 1, n_embd)
 
     def forward(self, rows: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        # masked rows contribute exactly nothing, so trailing rows empty in every frame of the batch are skipped (the
-        # detector sorts rows nearest first: a planning batch with a few contacts each encodes a few rows, not R)
-        used = mask.reshape(-1, mask.shape[-1]).any(dim=0).nonzero()  # (R_used, 1) rows real in some frame
-        last = int(used[-1]) + 1 if len(used) else 1
-        rows, mask = rows[..., :last, :], mask[..., :last]  # (..., R', F), (..., R')
+        if rows.device.type == "cpu" and not torch.compiler.is_compiling():
+            # Masked rows contribute exactly nothing, so trailing rows empty in every frame of the batch are skipped
+            # (the detector sorts rows nearest first: a planning batch with a few contacts each encodes a few rows,
+            # not R). Reading the count is no device sync on the CPU; on a GPU, and in a compiled graph, every row is
+            # encoded instead, so the step has no host sync and no graph break.
+            used = mask.reshape(-1, mask.shape[-1]).any(dim=0).nonzero()  # (R_used, 1) rows real in some frame
+            last = int(used[-1]) + 1 if len(used) else 1
+            rows, mask = rows[..., :last, :], mask[..., :last]  # (..., R', F), (..., R')
         h = self.row_mlp(rows)  # (..., R', E)
         k, v = self.key(h), self.value(h)  # (..., R', E)
         scores = k @ self.queries.T / math.sqrt(self.width)  # (..., R', M)
