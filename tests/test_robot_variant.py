@@ -125,7 +125,10 @@ def test_bad_variant_files_are_one_line_errors_of_every_command(content, message
     logs = tmp_path / "logs"
     for argv in (["train", "--task", TASK, "--num_envs", "2", "--robot_variant", str(bad), "--log_root", str(logs)],
                  ["record", "--num_worlds", "2", "--steps", "4", "--traj_len", "4", "--robot_variant", str(bad),
-                  "--out", str(tmp_path / "r.h5")]):
+                  "--out", str(tmp_path / "r.h5")],
+                 ["plan", "--platforms", "0", "--robot_variant", str(bad)],
+                 ["bench", "ppo", "--task", TASK, "--dynamics", "mujoco", "--num_envs", "2", "--robot_variant",
+                  str(bad), "--out_dir", str(tmp_path / "bench")]):
         assert main(argv) == 2
         err = capsys.readouterr().err.strip()
         assert message in err and len(err.splitlines()) == 1, (argv, err)

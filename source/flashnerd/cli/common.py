@@ -21,7 +21,9 @@ from flashnerd.envs.config import cfg_to_dict
 from flashnerd.envs.memory import check_env_memory
 from flashnerd.envs.registry import task_cfgs, task_spec
 from flashnerd.envs.rsl_rl import make_runner, read_policy_checkpoint
-from flashnerd.robots import get_robot
+from flashnerd.robots import RobotSpec, get_robot
+from flashnerd.robots.variant import load_variant
+from flashnerd.sim.scene import build_scene
 
 
 class CLIError(ValueError):
@@ -37,9 +39,23 @@ def add_env_args(p: argparse.ArgumentParser, num_envs: int | None = None) -> Non
     p.add_argument("--dynamics", default=None, help="dynamics backend (default: the task's, usually mujoco)")
     p.add_argument("--dynamics_checkpoint", default=None,
                    help="learned-model checkpoint for --dynamics flashnerd/nerd (default: the shipped one)")
+    add_variant_arg(p)
+
+
+def add_variant_arg(p: argparse.ArgumentParser) -> None:
+    """--robot_variant: a YAML file of how the robot differs from its MJCF (robots/variant.py)."""
     p.add_argument("--robot_variant", default=None,
                    help="YAML file of how the robot differs from its MJCF (payload, masses, joints, actuators, "
                         "friction; see variants/)")
+
+
+def variant_robot(name: str, path: str | None) -> RobotSpec:
+    """The registered robot `name`, with the variant file `path` applied when given (its scene is compiled once
+    here, so a regex that matches nothing fails before any work)."""
+    robot = get_robot(name).with_variant(load_variant(path) if path else None)
+    if path:
+        build_scene(robot)
+    return robot
 
 
 def add_checkpoint_args(p: argparse.ArgumentParser) -> None:
@@ -130,6 +146,7 @@ def add_training_bench_args(p: argparse.ArgumentParser, out_dir: str, name: str,
     p.add_argument("--name", default=name, help=f"file stem of {outputs} in --out_dir")
     p.add_argument("--dynamics_checkpoint", default="",
                    help="learned checkpoints as kind=path[,kind=path] (default: the shipped ones)")
+    add_variant_arg(p)
 
 
 def check_plain_name(flag: str, name: str | None) -> None:

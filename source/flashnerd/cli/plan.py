@@ -18,12 +18,12 @@ from flashnerd.cli.common import (
     check_writable,
     checkpoints_by_kind,
     refuse_unless,
+    variant_robot,
     write_json,
 )
 from flashnerd.cli.plan_args import add_planner_args, backend_kwargs, parse_backends, parse_lanes, planning_cfg
 from flashnerd.dynamics import backend_names
 from flashnerd.planning.climb import RolloutRecorder, climb_platform
-from flashnerd.robots import get_robot
 
 RECORD_PER_CALL = 4  # planning rollouts kept per iteration when recording them
 
@@ -119,7 +119,7 @@ def run(args: argparse.Namespace) -> dict:
     checkpoints = checkpoints_by_kind(args.dynamics_checkpoint, backends)
     cfg = planning_cfg(args)
     planner = cfg.planner
-    robot = get_robot(cfg.robot)
+    robot = variant_robot(cfg.robot, args.robot_variant)
     recorder = RolloutRecorder(args.record_per_call, seed=args.seed) if args.record_rollouts else None
     summary = {"task": args.task, "seed": args.seed, "num_samples": planner.num_samples, "horizon": planner.horizon,
                "iterations": planner.iterations, "episode_s": cfg.episode_s,

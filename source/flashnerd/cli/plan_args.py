@@ -6,7 +6,7 @@ import argparse
 import dataclasses
 import math
 
-from flashnerd.cli.common import CLIError
+from flashnerd.cli.common import CLIError, add_variant_arg
 from flashnerd.dynamics import backend_names
 from flashnerd.dynamics.learned import CHECKPOINT_DIR
 from flashnerd.envs.registry import load_cfg_from_registry
@@ -17,6 +17,7 @@ def add_planner_args(p: argparse.ArgumentParser) -> None:
     """The arguments `plan` and `bench plan` share: learned checkpoints, planner settings, seed, device, compile."""
     p.add_argument("--dynamics_checkpoint", default="",
                    help="learned checkpoints as kind=path[,kind=path] (default: the task's shipped platform models)")
+    add_variant_arg(p)
     p.add_argument("--num_samples", type=int, default=None, help="samples per planning iteration")
     p.add_argument("--horizon", type=int, default=None, help="control steps per plan")
     p.add_argument("--iterations", type=int, default=None, help="annealing iterations per control step")

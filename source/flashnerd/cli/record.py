@@ -20,6 +20,7 @@ from flashnerd.cli.common import (
     refuse_unless,
     resolve_checkpoint,
     uninterrupted_cfg,
+    variant_robot,
 )
 from flashnerd.data.dataset import robot_layout
 from flashnerd.data.record import PolicySource, merge_recordings, record
@@ -28,7 +29,6 @@ from flashnerd.envs.memory import check_dynamics_memory, check_env_memory
 from flashnerd.envs.registry import task_cfgs
 from flashnerd.envs.rsl_rl import make_runner
 from flashnerd.robots import get_robot
-from flashnerd.robots.variant import load_variant
 from flashnerd.sim.terrain import TERRAINS
 from flashnerd.utils.distributed import barrier, dist_info, init_distributed, shutdown
 
@@ -144,9 +144,7 @@ def _buffer_bytes(robot, traj_len: int) -> int:
 
 def _record_one(args: argparse.Namespace) -> dict:
     source = None
-    robot = get_robot(args.robot or "anymal_c")
-    if args.robot_variant and args.task is None:
-        robot = robot.with_variant(load_variant(args.robot_variant))
+    robot = variant_robot(args.robot or "anymal_c", None if args.task else args.robot_variant)
     if args.task is None:
         check_dynamics_memory(args.dynamics, robot, args.num_worlds, args.device, args.terrain or "flat",
                               _buffer_bytes(robot, args.traj_len))

@@ -56,7 +56,8 @@ def run(args: argparse.Namespace) -> dict:
 
     def cfgs_for(backend: str, seed: int, iterations: int):
         env_cfg, agent_cfg = task_cfgs(args.task, num_envs=args.num_envs, seed=seed, device=args.device,
-                                       dynamics=backend, dynamics_checkpoint=checkpoints.get(backend))
+                                       dynamics=backend, dynamics_checkpoint=checkpoints.get(backend),
+                                       robot_variant=args.robot_variant)
         agent_cfg.max_iterations, agent_cfg.save_interval = iterations, iterations
         return env_cfg, agent_cfg
 

@@ -9,10 +9,9 @@ import json
 import numpy as np
 import torch
 
-from flashnerd.cli.common import CLIError, check_device, check_positive, checkpoints_by_kind
+from flashnerd.cli.common import CLIError, check_device, check_positive, checkpoints_by_kind, variant_robot
 from flashnerd.cli.plan_args import add_planner_args, backend_kwargs, parse_backends, parse_lanes, planning_cfg
 from flashnerd.planning.climb import PlatformClimb
-from flashnerd.robots import get_robot
 from flashnerd.sim.terrain import PLATFORM_HEIGHTS
 
 
@@ -43,7 +42,7 @@ def run(args: argparse.Namespace) -> dict:
     backends = parse_backends(args.dynamics)
     checkpoints = checkpoints_by_kind(args.dynamics_checkpoint, backends)
     cfg = planning_cfg(args)
-    robot = get_robot(cfg.robot)
+    robot = variant_robot(cfg.robot, args.robot_variant)
     cfg = dataclasses.replace(cfg, episode_s=(args.warmup + args.decisions) * robot.control_dt)
     climbs = {b: PlatformClimb(cfg, robot, b, args.platform, seed=args.seed, device=args.device,
                                dynamics_kwargs=backend_kwargs(cfg, robot, b, checkpoints)) for b in backends}

@@ -69,7 +69,7 @@ def train_and_time(args: argparse.Namespace, backend: str, out_dir: Path, checkp
     """One PPO run on `backend`: accumulated iteration time, reward curve, evaluation of the final policy in the
     reference simulator."""
     env_cfg, agent_cfg = task_cfgs(args.task, num_envs=args.num_envs, seed=args.seed, device=args.device,
-                                   dynamics=backend, dynamics_checkpoint=checkpoint)
+                                   dynamics=backend, dynamics_checkpoint=checkpoint, robot_variant=args.robot_variant)
     agent_cfg.max_iterations = args.max_iterations
     runner, _ = train_policy(args.task, env_cfg, agent_cfg, str(out_dir / backend), agent_cfg.max_iterations)
     curve = runner.iteration_curve
