@@ -108,17 +108,47 @@ def _rewrite(path, out, **changes) -> None:
 
 
 @pytest.mark.parametrize("change, message", [
-    ({"model_config": {"input_dim": 10**9, "output_dim": 10**9}}, "do not match its model config|does not build"),
+    ({"model_config": {"input_dim": 10**9, "output_dim": 10**9}}, "out of range"),
+    ({"model_config": {"input_dim": 7, "output_dim": 10}}, "do not match its model config|does not build"),
     ({"kind": "transformer9000"}, "unknown model kind"),
     ({"control_dt": float("nan")}, "control_dt"),
     ({"robot": 3}, "field 'robot'"),
     ({"state_dict": {}}, "do not match its model config"),
+    ({"model_config": {"input_dim": 7, "output_dim": 5, "n_head": 0}}, "does not build|out of range|unexpected"),
+    ({"model_config": {"input_dim": 7, "output_dim": 5, "n_layer": 10**8}}, "out of range"),
+    ({"representation": {"num_joints": 1}}, "lacks a layout"),
+    ({"step": "many"}, "field 'step' is not a number"),
 ])
 def test_crafted_safetensors_fields_are_one_line_errors(change, message, tmp_path):
     out = tmp_path / "crafted.safetensors"
     _rewrite("checkpoints/cartpole/rwm.safetensors", out, **change)
     with pytest.raises(ValueError, match=message):
         model_from_checkpoint(read_checkpoint(out))
+
+
+def test_a_checkpoint_whose_header_length_starts_like_a_pickle_still_reads(tmp_path):
+    """A safetensors file opens with its header length (8 bytes, little endian): when that is 128 mod 256 its first
+    byte is 0x80, a pickle's first byte. Such a checkpoint is still read as the safetensors file it is."""
+    import struct
+
+    ckpt = read_checkpoint("checkpoints/cartpole/rwm.safetensors")
+    path = tmp_path / "c.safetensors"
+    for pad in range(2048):
+        save_checkpoint(path, {**ckpt, "pad": "x" * pad})
+        if path.read_bytes()[0] == 0x80:
+            break
+    assert path.read_bytes()[0] == 0x80 and struct.unpack("<Q", path.read_bytes()[:8])[0] % 256 == 128
+    assert read_checkpoint(path)["pad"] == "x" * pad
+
+
+def test_non_float_and_oddly_keyed_weights_are_refused(tmp_path):
+    ckpt = read_checkpoint("checkpoints/cartpole/rwm.safetensors")
+    name = next(iter(ckpt["state_dict"]))
+    for bad in ({**ckpt["state_dict"], name: ckpt["state_dict"][name].to(torch.complex64)},
+                {0: ckpt["state_dict"][name]}):
+        save_checkpoint(tmp_path / "odd.safetensors", {**ckpt, "state_dict": bad})
+        with pytest.raises(ValueError, match="is not a named float tensor"):
+            read_checkpoint(tmp_path / "odd.safetensors")
 
 
 def test_non_finite_weights_are_refused(tmp_path):
@@ -215,7 +245,24 @@ def _text(f):
     f.create_dataset("ctrl", data=[b"a", b"b"])
 
 
+def _group(f):
+    del f["ctrl"]
+    f.create_group("ctrl")
+
+
+def _huge(f):  # a few KB on disk that declare ~7 TB of float32
+    del f["qpos"]
+    f.create_dataset("qpos", shape=(10**8, 1000, 19), dtype="f4", chunks=(1, 1000, 19), compression="gzip")
+
+
+def _bad_version(f):
+    f.attrs["format_version"] = float("inf")
+
+
 @pytest.mark.parametrize("edit, message", [
+    (_group, "as a group, not an array"),
+    (_huge, "more than this machine can hold"),
+    (_bad_version, "corrupt format_version"),
     (_all_nan, "holds no usable trajectory"),
     (_narrow, "stores (nq, nv, nu)"),
     (_other_dt, "control_dt 0.01"),

@@ -67,13 +67,33 @@ def test_actuator_scales_change_gains_and_limits(anymal):
         assert np.allclose(m.actuator_forcerange[a], nominal.actuator_forcerange[a] * (0.7 if s else 1))
 
 
-def test_friction_scale_scales_sliding_friction_of_the_matching_geoms(anymal):
+def test_friction_scale_scales_the_friction_the_contacts_had(anymal):
+    """MuJoCo takes the larger friction of two geoms of equal priority: a foot of 0.8 on the floor's 1.0 slides at
+    1.0. Scaled by 0.6 the foot must slide at 0.6, so its geom gets 0.6 x max(own, ground) and a higher priority."""
     nominal, m = _compiled(anymal, friction_scale={".*FOOT": 0.6})
     feet = {nominal.body(n).id for n in ("LF_FOOT", "RF_FOOT", "LH_FOOT", "RH_FOOT")}
     for g in range(nominal.ngeom):
         foot = nominal.geom_bodyid[g] in feet
-        assert m.geom_friction[g, 0] == pytest.approx(nominal.geom_friction[g, 0] * (0.6 if foot else 1))
+        expected = 0.6 * max(nominal.geom_friction[g, 0], 1.0) if foot else nominal.geom_friction[g, 0]
+        assert m.geom_friction[g, 0] == pytest.approx(expected)
+        assert m.geom_priority[g] == (1 if foot else nominal.geom_priority[g])
         assert np.allclose(m.geom_friction[g, 1:], nominal.geom_friction[g, 1:])
+
+
+def test_scaled_foot_friction_is_the_friction_of_the_contact(anymal):
+    """In a simulated contact of a foot with the floor, the contact's friction is the scaled one."""
+    import mujoco as mj
+
+    robot = anymal.with_variant(_variant(friction_scale={".*FOOT": 0.6}))
+    m = build_scene(robot)
+    d = mj.MjData(m)
+    d.qpos[2] = 0.5
+    for _ in range(400):  # drop the robot onto the floor
+        mj.mj_step(m, d)
+    feet = {m.body(n).id for n in ("LF_FOOT", "RF_FOOT", "LH_FOOT", "RH_FOOT")}
+    contacts = [d.contact[i] for i in range(d.ncon)
+                if feet & {m.geom_bodyid[d.contact[i].geom1], m.geom_bodyid[d.contact[i].geom2]}]
+    assert contacts and all(c.friction[0] == pytest.approx(0.6) for c in contacts)
 
 
 def test_a_scaled_torque_limit_clips_the_applied_torque_where_it_says(anymal):

@@ -62,7 +62,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 _SETTINGS = ("task", "seed", "num_samples", "horizon", "iterations", "episode_s", "lookahead_in_stance",
-             "stand_at_goal", "weights", "device")
+             "stand_at_goal", "weights", "device", "robot_variant")
 
 
 def _earlier(path: Path | None, summary: dict) -> dict:
@@ -124,8 +124,10 @@ def run(args: argparse.Namespace) -> dict:
     summary = {"task": args.task, "seed": args.seed, "num_samples": planner.num_samples, "horizon": planner.horizon,
                "iterations": planner.iterations, "episode_s": cfg.episode_s,
                "lookahead_in_stance": cfg.lookahead_in_stance, "stand_at_goal": cfg.stand_at_goal,
-               "weights": cfg.weights, "threads": torch.get_num_threads(),
-               "device": args.device, "backends": {}}
+               "weights": cfg.weights, "threads": torch.get_num_threads(), "device": args.device,
+               "robot_variant": ({"name": robot.variant.name, "digest": robot.variant.digest()}
+                                 if robot.variant else None),
+               "backends": {}}
     out = Path(args.out) if args.out else None
     earlier = _earlier(out, summary)
     for backend in backends:

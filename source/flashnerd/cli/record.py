@@ -40,14 +40,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--steps", type=int, default=1000, help="control steps per world")
     p.add_argument("--traj_len", type=int, default=100, help="control steps per trajectory")
     p.add_argument("--seed", type=int, default=0, help="random seed")
-    p.add_argument("--out", required=True, help="output .h5 file (written to <out>.tmp, then renamed)")
+    p.add_argument("--out", required=True, help="output .h5 file (batches kept in <out>.parts/ until it is complete)")
     p.add_argument("--dynamics", default=REFERENCE_BACKEND, choices=backend_names(analytical=True),
                    help="analytical backend to record")
     p.add_argument("--device", default="cpu", help="torch device (mjwarp runs on cuda; mujoco computes on the CPU)")
     p.add_argument("--terrain", default=None, choices=list(TERRAINS),
                    help="terrain to record on (default flat; with --task, the task's terrain unless given)")
     p.add_argument("--resume", action="store_true",
-                   help="continue an interrupted recording (<out>.tmp) made with the same settings")
+                   help="continue an interrupted recording (<out>.parts/) made with the same settings")
     p.add_argument("--robot_variant", default=None,
                    help="YAML file of how the robot differs from its MJCF (see variants/); recorded in the dataset")
     g = p.add_argument_group("policy-driven recording (instead of exploration controls)")

@@ -30,6 +30,7 @@ from flashnerd.sim.scene import build_scene
 REQUIRED = ("qpos", "qvel", "ctrl")
 DATASET_FORMAT_VERSION = 1  # the layout `flashnerd record` writes and this module reads
 MAX_ABS = 1e5  # a state or control beyond this is a diverged simulation, not data
+MAX_READ_FRACTION = 0.8  # refuse a file whose arrays would take more than this share of free memory
 QUAT_TOL = 1e-3  # |norm - 1| of a stored unit quaternion (float32 round-off is ~1e-7)
 _LAYOUTS: dict[tuple[str, str], tuple[int, int, int, tuple[int, ...]]] = {}
 
@@ -73,15 +74,26 @@ def load_dataset(path: str | Path, robot: RobotSpec | None = None) -> Trajectory
                 raise ValueError(f"dataset '{path}' lacks {', '.join(missing)}; it was not written by flashnerd record")
             attrs = {k: plain_attr(v) for k, v in f.attrs.items()}
             arrays = {k: f[k] for k in REQUIRED}
+            groups = [k for k, a in arrays.items() if not isinstance(a, h5py.Dataset)]
+            if groups:
+                raise ValueError(f"dataset '{path}' stores {groups[0]} as a group, not an array; it was not written "
+                                 "by flashnerd record")
             bad = [k for k, a in arrays.items() if a.ndim != 3 or a.dtype.kind not in "fiu"]
             if bad:
                 raise ValueError(f"dataset '{path}' stores {bad[0]} as {arrays[bad[0]].ndim}-d "
                                  f"{arrays[bad[0]].dtype}; flashnerd record writes 3-d float arrays")
+            declared = sum(a.size * 4 for a in arrays.values())  # float32 in memory
+            if declared > MAX_READ_FRACTION * available_host_bytes():
+                raise ValueError(f"dataset '{path}' declares {declared / 2**30:,.1f} GiB of arrays, more than this "
+                                 "machine can hold; split it or use a larger machine")
             data = {k: torch.from_numpy(a[()]) for k, a in arrays.items()}
     except (OSError, KeyError, TypeError) as err:
         raise ValueError(f"dataset '{path}' is truncated or corrupt ({str(err).splitlines()[0][:120]}); "
                          "record it again") from err
-    if int(attrs.get("format_version", 1)) > DATASET_FORMAT_VERSION:
+    version = attrs.get("format_version", 1)
+    if isinstance(version, bool) or not isinstance(version, (int, float)) or not math.isfinite(version):
+        raise ValueError(f"dataset '{path}' has a corrupt format_version attribute; record it again")
+    if int(version) > DATASET_FORMAT_VERSION:
         raise ValueError(f"dataset '{path}' has format version {attrs['format_version']}, newer than this flashnerd "
                          f"reads ({DATASET_FORMAT_VERSION}); upgrade flashnerd or record it again")
     if robot is not None:
@@ -213,9 +225,22 @@ def sane_trajectories(*arrays) -> np.ndarray:
 
 def dataset_attrs(robot: RobotSpec, nq: int, nv: int, nu: int, **extra) -> dict:
     """The attributes every dataset file carries (see docs/reference/dataset.md), plus `extra`."""
+    variant = json.dumps(robot.variant.describe(), sort_keys=True) if robot.variant else ""
     return {"robot": robot.name, "model_hash": robot.model_hash(), "control_dt": robot.control_dt, "nq": nq,
             "nv": nv, "nu": nu, "format_version": DATASET_FORMAT_VERSION, "flashnerd_version": flashnerd.__version__,
-            **extra}
+            "variant": variant, **extra}
+
+
+def available_host_bytes() -> int:
+    """Memory this process can still allocate on the host (MemAvailable)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
 def _growable(shape: tuple[int, ...]) -> tuple[int | None, ...]:

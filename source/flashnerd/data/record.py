@@ -236,9 +236,10 @@ def record(robot: RobotSpec, num_worlds: int, steps: int, out: str | Path, traj_
     except KeyboardInterrupt:  # keep every complete batch for --resume
         source.close()
         raise
-    except BaseException:  # an error: leave no half-written dataset behind
+    except BaseException:  # an error: leave no half-written dataset behind (a resumed one keeps its earlier batches)
         source.close()
-        shutil.rmtree(parts, ignore_errors=True)
+        if not resume:
+            shutil.rmtree(parts, ignore_errors=True)
         raise
     source.close()
     return _assemble(parts, out, n_chunks, attrs, traj_len)

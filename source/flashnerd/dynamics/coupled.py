@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
 import mujoco
@@ -105,7 +106,7 @@ class CoupledConfig:
     """Options of the `coupled` and `oneway` backends."""
 
     free_motion: FreeMotion | str = "flashnerd"  # a learned model kind (its checkpoint below), "oracle", or an object
-    checkpoint: str | None = None  # the free-motion model's checkpoint (default: the shipped one)
+    checkpoint: str | Path | None = None  # the free-motion model's checkpoint (default: the shipped one)
     nthread: int | None = None  # threads stepping the worlds (default: one per core)
     integrator: str = "euler"  # euler (the coupling is exact) or implicitfast
     cube_mass: float = CUBE_MASS  # kg

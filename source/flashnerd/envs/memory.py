@@ -11,17 +11,17 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 from dataclasses import dataclass
 
 import gymnasium as gym
 import numpy as np
 import torch
 
+from flashnerd.data.dataset import available_host_bytes
 from flashnerd.dynamics import make_dynamics
 from flashnerd.envs.registry import task_spec
 
-PROBE_WORLDS = 8
+PROBE_WORLDS = 8  # not a size any per-world table has on another axis (so axis sizes identify world axes)
 HEADROOM = 1.5  # allocator slack, activations of a (learned) step and copies the env does not hold
 GENEROUS_PER_WORLD = 1 << 20  # no task here needs 1 MiB a world; below that bound no probe is run
 
@@ -59,7 +59,8 @@ def world_axis_bytes(root: object, n: int, depth: int = 3) -> int:
         nonlocal total
         if isinstance(obj, torch.Tensor):
             key = obj.untyped_storage().data_ptr() if obj.numel() else id(obj)
-            if obj.dim() and obj.shape[0] == n and key not in seen:
+            # the world axis leads, except in per-layer caches (L, N, ...)
+            if obj.dim() and n in tuple(obj.shape[:2]) and key not in seen:
                 seen.add(key)
                 total += obj.untyped_storage().nbytes()
             return
@@ -89,14 +90,7 @@ def available_bytes(device: str | torch.device) -> int:
     device = torch.device(device)
     if device.type == "cuda":
         return int(torch.cuda.mem_get_info(device)[0])
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    return available_host_bytes()
 
 
 def ppo_bytes_per_world(agent_cfg, obs_dim: int, num_actions: int) -> tuple[int, int]:

@@ -75,11 +75,12 @@ def task_cfgs(task: str, num_envs: int | None = None, seed: int | None = None, d
 
 def play_variant(task: str, env_cfg: Any) -> tuple[str, Any]:
     """(task id, env config) to evaluate a policy of `task` with: the registered `...-Play-vN` variant if there is
-    one (Isaac Lab's naming; e.g. no mid-roll starts, no observation noise), on `env_cfg`'s device and seed."""
+    one (Isaac Lab's naming; e.g. no mid-roll starts, no observation noise), on `env_cfg`'s device, seed and robot
+    variant."""
     base, _, version = task.rpartition("-v")
     play = f"{base}-Play-v{version}"
     if not base or play not in registered_tasks():
         return task, env_cfg
     cfg = load_cfg_from_registry(play, "env_cfg_entry_point")
-    cfg.device, cfg.seed = env_cfg.device, env_cfg.seed
+    cfg.device, cfg.seed, cfg.robot_variant = env_cfg.device, env_cfg.seed, env_cfg.robot_variant
     return play, cfg

@@ -39,6 +39,8 @@ class CheckpointError(ValueError):
     """A checkpoint that cannot be used, with a one-line reason."""
 
 
+MAX_CONFIG_INT = 1 << 16  # no model size, window or row count of a real checkpoint comes near this
+MAX_BUFFER_NUMEL = 1 << 27  # masks and tables a model builds itself (128M elements)
 REQUIRED = {"kind": str, "model_config": dict, "state_dict": dict, "input_normalizer": dict,
             "target_normalizer": dict, "robot": str, "model_hash": str, "control_dt": float, "representation": dict}
 
@@ -108,6 +110,8 @@ def save_checkpoint(path: str | Path, payload: dict[str, Any]) -> None:
 
 
 def _refuse_pickle(path: Path) -> None:
+    """After a file failed to parse as safetensors: say so if it is a torch pickle (a safetensors header length can
+    start with the same byte as a pickle, so this is only asked of files that are not safetensors)."""
     with path.open("rb") as f:
         head = f.read(4)
     if head.startswith(_PICKLE_MAGIC):
@@ -121,7 +125,6 @@ def read_checkpoint(path: str | Path, robot: RobotSpec | None = None) -> dict[st
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint '{path}' does not exist")
-    _refuse_pickle(path)
     try:
         with safe_open(str(path), framework="pt", device="cpu") as f:
             meta = f.metadata() or {}
@@ -138,7 +141,11 @@ def read_checkpoint(path: str | Path, robot: RobotSpec | None = None) -> dict[st
         ckpt = _decode(json.loads(meta["payload"]), tensors)
     except CheckpointError:
         raise
-    except (SafetensorError, OSError, KeyError, TypeError, ValueError, AttributeError, RuntimeError) as err:
+    except SafetensorError as err:
+        _refuse_pickle(path)
+        raise CheckpointError(f"cannot read checkpoint '{path}' ({type(err).__name__}); it is corrupt or not a "
+                              "FlashNeRD checkpoint") from err
+    except (OSError, KeyError, TypeError, ValueError, AttributeError, RuntimeError, OverflowError) as err:
         raise CheckpointError(f"cannot read checkpoint '{path}' ({type(err).__name__}); it is corrupt or not a "
                          "FlashNeRD checkpoint") from err
     _check_fields(path, ckpt)
@@ -162,14 +169,22 @@ def _check_fields(path: Path, ckpt: Any) -> None:
     if ckpt["kind"] not in MODEL_KINDS:
         raise CheckpointError(f"checkpoint '{path}' holds an unknown model kind '{ckpt['kind']}' "
                          f"(known: {', '.join(MODEL_KINDS)})")
+    rep = ckpt["representation"]
+    if not isinstance(rep.get("layout"), dict) or not isinstance(rep.get("max_rows", 16), int) \
+            or not 0 < rep.get("max_rows", 16) <= MAX_CONFIG_INT:
+        raise CheckpointError(f"checkpoint '{path}' is corrupt: its representation lacks a layout or has a bad "
+                              "max_rows")
+    for key in ("step", "train_seconds"):
+        if key in ckpt and (isinstance(ckpt[key], bool) or not isinstance(ckpt[key], (int, float))):
+            raise CheckpointError(f"checkpoint '{path}' is corrupt: field '{key}' is not a number")
     if not (math.isfinite(ckpt["control_dt"]) and ckpt["control_dt"] > 0):
         raise CheckpointError(f"checkpoint '{path}' is corrupt: control_dt {ckpt['control_dt']} is not a positive "
                               "number")
     for group in ("state_dict", "input_normalizer", "target_normalizer"):
         for name, value in ckpt[group].items():
-            if not isinstance(value, torch.Tensor):
-                raise CheckpointError(f"checkpoint '{path}' is corrupt: {group}.{name} is not a tensor")
-            if value.is_floating_point() and not bool(torch.isfinite(value).all()):
+            if not isinstance(name, str) or not isinstance(value, torch.Tensor) or not value.is_floating_point():
+                raise CheckpointError(f"checkpoint '{path}' is corrupt: {group}.{name} is not a named float tensor")
+            if not bool(torch.isfinite(value).all()):
                 raise CheckpointError(f"checkpoint '{path}' holds non-finite values in {group}.{name}; it cannot be "
                                       "used")
 
@@ -180,16 +195,24 @@ def model_from_checkpoint(ckpt: dict[str, Any], device: torch.device | str = "cp
     The model is first built on the meta device and its parameter shapes compared with the saved tensors, so a
     config that asks for a huge network allocates nothing and is a one-line error."""
     cfg = dict(ckpt["model_config"])
+    big = [k for k, v in cfg.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
+           and not (math.isfinite(v) and abs(v) <= MAX_CONFIG_INT)]
+    if big:
+        raise CheckpointError(f"checkpoint model config field '{big[0]}' = {cfg[big[0]]!r} is out of range")
     try:
-        with torch.device("meta"):
+        with torch.device("meta"):  # shapes only: nothing is allocated
             shell = build_model(ckpt["kind"], **cfg)
         dims = int(cfg["input_dim"]), int(cfg["output_dim"])
-    except (TypeError, ValueError, KeyError) as err:
-        raise CheckpointError(f"checkpoint model config does not build a {ckpt['kind']} model ({err})") from err
+    except Exception as err:  # a crafted config fails in many ways (asserts, divisions by zero, bad shapes)
+        raise CheckpointError(f"checkpoint model config does not build a {ckpt['kind']} model "
+                              f"({type(err).__name__}: {str(err)[:100]})") from err
+    buffers = sum(b.numel() for b in shell.buffers())  # non-persistent ones (masks) are not in the file
+    if buffers > MAX_BUFFER_NUMEL:
+        raise CheckpointError(f"checkpoint model config asks for {buffers:,} buffer elements; the file is corrupt")
     expected = {k: tuple(v.shape) for k, v in shell.state_dict().items()}
     saved = {k: tuple(v.shape) for k, v in ckpt["state_dict"].items()}
     if expected != saved:
-        diff = sorted(set(expected.items()) ^ set(saved.items()))[:1]
+        diff = sorted(set(expected.items()) ^ set(saved.items()), key=str)[:1]
         raise CheckpointError(f"checkpoint weights do not match its model config (first difference: {diff}); "
                          "the file is corrupt")
     model = build_model(ckpt["kind"], **cfg)
@@ -258,6 +281,9 @@ def convert_pickled(src: str | Path, dst: str | Path) -> dict[str, Any]:
         raise CheckpointError(f"'{src}' is not a format-1 FlashNeRD dynamics checkpoint")
     payload = {k: v for k, v in ckpt.items() if k not in ("format", "format_version")}
     _check_fields(src, payload)
-    save_checkpoint(dst, payload)
+    try:
+        save_checkpoint(dst, payload)
+    except TypeError as err:  # a value that is neither a tensor nor a plain type (a dtype, mixed keys)
+        raise CheckpointError(f"cannot convert '{src}': {err}") from err
     read_checkpoint(dst)  # what was written reads back
     return {"out": str(dst), "bytes": dst.stat().st_size, "kind": payload["kind"]}

@@ -14,6 +14,7 @@ import numpy as np
 from flashnerd.robots.variant import RobotVariant, VariantError
 
 PAYLOAD_BODY = "variant_payload"
+GROUND_FRICTION = 1.0  # sliding friction of the floor and of every terrain box (sim/scene.py, sim/terrain.py)
 PAYLOAD_INERTIA = 1e-6  # kg m^2 on each axis: a point mass, but MuJoCo needs a positive inertia
 
 
@@ -37,9 +38,16 @@ def apply_variant(spec: mujoco.MjSpec, variant: RobotVariant) -> None:
                         mass=p["mass"], inertia=[PAYLOAD_INERTIA] * 3)
     for pattern, factor in v.get("mass_scale", {}).items():
         for body in _matching(f"{where}: mass_scale", pattern, bodies):
-            body.mass *= factor
-            body.inertia = np.asarray(body.inertia) * factor  # the same shape, denser
-            body.fullinertia = np.asarray(body.fullinertia) * factor
+            if body.explicitinertial:  # the same shape, denser
+                body.mass *= factor
+                body.inertia = np.asarray(body.inertia) * factor
+                body.fullinertia = np.asarray(body.fullinertia) * factor
+            else:  # mass and inertia come from the geoms: make them denser
+                for geom in body.geoms:
+                    if np.isnan(geom.mass):
+                        geom.density *= factor
+                    else:
+                        geom.mass *= factor
     for pattern, values in v.get("joints", {}).items():
         for joint in _matching(f"{where}: joints", pattern, [j for j in spec.joints
                                                              if j.type != mujoco.mjtJoint.mjJNT_FREE]):
@@ -52,7 +60,8 @@ def apply_variant(spec: mujoco.MjSpec, variant: RobotVariant) -> None:
                     setattr(joint, key, value)
     for pattern, scales in v.get("actuators", {}).items():
         for act in _matching(f"{where}: actuators", pattern, list(spec.actuators)):
-            if act.gaintype != mujoco.mjtGain.mjGAIN_FIXED or act.biastype != mujoco.mjtBias.mjBIAS_AFFINE:
+            position = act.gaintype == mujoco.mjtGain.mjGAIN_FIXED and act.biastype == mujoco.mjtBias.mjBIAS_AFFINE
+            if not position and {"kp_scale", "kv_scale"} & set(scales):
                 raise VariantError(f"{where}: actuator '{act.name}' is not a position actuator; kp/kv scales need one")
             gain, bias = np.asarray(act.gainprm, dtype=float).copy(), np.asarray(act.biasprm, dtype=float).copy()
             gain[0] *= scales.get("kp_scale", 1.0)
@@ -68,6 +77,9 @@ def apply_variant(spec: mujoco.MjSpec, variant: RobotVariant) -> None:
         if not geoms:
             raise VariantError(f"{where}: friction_scale '{pattern}' matches no geom and no body of the robot")
         for geom in geoms:
+            # MuJoCo takes the larger friction of two geoms of equal priority, so scaling the robot's geom alone
+            # would change nothing on a grippier ground: scale the friction the contact had, and let it win
             friction = np.asarray(geom.friction, dtype=float).copy()
-            friction[0] *= factor  # sliding friction
+            friction[0] = factor * max(friction[0], GROUND_FRICTION)
             geom.friction = friction
+            geom.priority = max(geom.priority, 1)
