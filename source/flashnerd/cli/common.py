@@ -21,9 +21,7 @@ from flashnerd.envs.config import cfg_to_dict
 from flashnerd.envs.memory import check_env_memory
 from flashnerd.envs.registry import task_cfgs, task_spec
 from flashnerd.envs.rsl_rl import make_runner, read_policy_checkpoint
-from flashnerd.robots import RobotSpec, get_robot
-from flashnerd.robots.variant import load_variant
-from flashnerd.sim.scene import build_scene
+from flashnerd.robots import get_robot
 
 
 class CLIError(ValueError):
@@ -47,15 +45,6 @@ def add_variant_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--robot_variant", default=None,
                    help="YAML file of how the robot differs from its MJCF (payload, masses, joints, actuators, "
                         "friction; see variants/)")
-
-
-def variant_robot(name: str, path: str | None) -> RobotSpec:
-    """The registered robot `name`, with the variant file `path` applied when given (its scene is compiled once
-    here, so a regex that matches nothing fails before any work)."""
-    robot = get_robot(name).with_variant(load_variant(path) if path else None)
-    if path:
-        build_scene(robot)
-    return robot
 
 
 def add_checkpoint_args(p: argparse.ArgumentParser) -> None:
@@ -91,14 +80,15 @@ def load_task_cfgs(args: argparse.Namespace):
                                        dynamics_checkpoint=getattr(args, "dynamics_checkpoint", None),
                                        experiment_name=getattr(args, "experiment_name", None),
                                        robot_variant=getattr(args, "robot_variant", None))
-        check_env_memory(args.task, env_cfg, agent_cfg)  # before anything big is allocated
     except ValueError as err:
         raise CLIError(str(err)) from err
     return env_cfg, agent_cfg
 
 
 def make_env(task: str, env_cfg) -> gym.Env:
-    """`gym.make` with the given config (flashnerd_tasks is imported by the registry lookup)."""
+    """`gym.make` with the given config (flashnerd_tasks is imported by the registry lookup); a world count that
+    would not fit in memory is a one-line error first (`make_runner` checks the same, with PPO's share)."""
+    check_env_memory(task, env_cfg)
     return gym.make(task, cfg=env_cfg)
 
 

@@ -18,12 +18,12 @@ from flashnerd.cli.common import (
     check_writable,
     checkpoints_by_kind,
     refuse_unless,
-    variant_robot,
     write_json,
 )
 from flashnerd.cli.plan_args import add_planner_args, backend_kwargs, parse_backends, parse_lanes, planning_cfg
 from flashnerd.dynamics import backend_names
 from flashnerd.planning.climb import RolloutRecorder, climb_platform
+from flashnerd.sim.scene import variant_robot
 
 RECORD_PER_CALL = 4  # planning rollouts kept per iteration when recording them
 

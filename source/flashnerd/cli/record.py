@@ -13,6 +13,7 @@ import torch
 
 from flashnerd.cli.common import (
     CLIError,
+    add_variant_arg,
     check_device,
     check_positive,
     check_writable,
@@ -20,7 +21,6 @@ from flashnerd.cli.common import (
     refuse_unless,
     resolve_checkpoint,
     uninterrupted_cfg,
-    variant_robot,
 )
 from flashnerd.data.dataset import robot_layout
 from flashnerd.data.record import PolicySource, merge_recordings, record
@@ -29,6 +29,7 @@ from flashnerd.envs.memory import check_dynamics_memory, check_env_memory
 from flashnerd.envs.registry import task_cfgs
 from flashnerd.envs.rsl_rl import make_runner
 from flashnerd.robots import get_robot
+from flashnerd.sim.scene import variant_robot
 from flashnerd.sim.terrain import TERRAINS
 from flashnerd.utils.distributed import barrier, dist_info, init_distributed, shutdown
 
@@ -48,8 +49,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="terrain to record on (default flat; with --task, the task's terrain unless given)")
     p.add_argument("--resume", action="store_true",
                    help="continue an interrupted recording (<out>.parts/) made with the same settings")
-    p.add_argument("--robot_variant", default=None,
-                   help="YAML file of how the robot differs from its MJCF (see variants/); recorded in the dataset")
+    add_variant_arg(p)
     g = p.add_argument_group("policy-driven recording (instead of exploration controls)")
     g.add_argument("--task", default=None, help="task whose trained policy drives the robot (mujoco backend)")
     g.add_argument("--checkpoint", default=None, help="policy checkpoint file, or a file-name regex inside the run")

@@ -188,9 +188,9 @@ def load_datasets(paths: Sequence[str | Path], robot: RobotSpec | None = None) -
         if d.traj_len != first.traj_len:
             raise ValueError(f"dataset '{path}' has {d.traj_len}-step trajectories, '{paths[0]}' {first.traj_len}; "
                              "record them with the same --traj_len")
-    variants = [v for d in parts for v in d.attrs["variants"]]  # a fit may mix simulation and robot data
     if len(parts) == 1:
         return first
+    variants = [v for d in parts for v in d.attrs["variants"]]  # a fit may mix simulation and robot data
     cat = lambda k: torch.cat([getattr(d, k) for d in parts])  # noqa: E731  (sum M, T(+1), D)
     dropped = {k: sum(d.attrs["dropped_on_read"][k] for d in parts) for k in first.attrs["dropped_on_read"]}
     return TrajectoryData(cat("qpos"), cat("qvel"), cat("ctrl"), {**first.attrs, "dropped_on_read": dropped,

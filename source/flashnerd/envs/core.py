@@ -19,9 +19,7 @@ from flashnerd.dynamics import backend_info, backend_names, make_dynamics
 from flashnerd.envs.commands import OrientationGoal, VelocityCommand
 from flashnerd.envs.config import EnvCfg
 from flashnerd.envs.registry import load_entry_point
-from flashnerd.robots import get_robot
-from flashnerd.robots.variant import load_variant
-from flashnerd.sim.scene import actuator_ctrl_limits, build_scene
+from flashnerd.sim.scene import actuator_ctrl_limits, build_scene, variant_robot
 from flashnerd.utils.math import quat_apply_inverse, yaw_from_quat
 
 
@@ -92,7 +90,7 @@ class FlashNeRDEnv(gym.Env):
         self.render_mode = render_mode
         self.device = _resolve_device(cfg.device)
         self.num_envs = cfg.num_envs
-        self.robot = get_robot(cfg.robot).with_variant(load_variant(cfg.robot_variant) if cfg.robot_variant else None)
+        self.robot = variant_robot(cfg.robot, cfg.robot_variant, check=False)  # the backend builds its scene
         self.rng = torch.Generator(device=self.device).manual_seed(cfg.seed)
         torch.manual_seed(cfg.seed)
 

@@ -28,17 +28,19 @@ GENEROUS_PER_WORLD = 1 << 20  # no task here needs 1 MiB a world; below that bou
 
 @dataclass
 class MemoryEstimate:
-    """Bytes per world of the env (backend included) and of PPO (rollout storage and update), and the estimated
-    total."""
+    """Bytes per world by what holds them (e.g. "the env and backend", "PPO's rollout storage and update") and the
+    estimated total at `num_worlds` worlds, headroom included."""
 
     num_worlds: int
-    env_per_world: int
-    rollout_per_world: int
-    total: int
+    per_world: dict[str, int]
+
+    @property
+    def total(self) -> int:
+        return int(self.num_worlds * sum(self.per_world.values()) * HEADROOM)
 
     def describe(self) -> str:
-        return (f"about {_size(self.total)} ({_size(self.env_per_world)} per world for the env and backend, "
-                f"{_size(self.rollout_per_world)} for PPO's rollout storage and update, x{HEADROOM:g} headroom)")
+        parts = ", ".join(f"{_size(b)} per world for {what}" for what, b in self.per_world.items())
+        return f"about {_size(self.total)} ({parts}, x{HEADROOM:g} headroom)"
 
 
 def _size(n: float) -> str:
@@ -51,7 +53,7 @@ def _size(n: float) -> str:
 
 def world_axis_bytes(root: object, n: int, depth: int = 3) -> int:
     """Bytes of every distinct tensor/array reachable from `root` (attributes, dicts, lists; `depth` levels) whose
-    first axis has length `n`."""
+    first axis has length `n` (for tensors also the second: per-layer caches are (L, n, ...))."""
     seen: set[int] = set()
     total = 0
 
@@ -105,20 +107,35 @@ def ppo_bytes_per_world(agent_cfg, obs_dim: int, num_actions: int) -> tuple[int,
     return storage, update
 
 
+def _probe_bytes(probe, width: int) -> int:
+    """World-axis bytes per world of `probe` (PROBE_WORLDS worlds) after one step of zero inputs (`width` wide), so
+    caches built on first use are counted; the probe is closed."""
+    try:
+        probe.step(torch.zeros(PROBE_WORLDS, width, device=probe.device))
+        return world_axis_bytes(probe, PROBE_WORLDS) // PROBE_WORLDS
+    finally:
+        probe.close()
+
+
 def estimate_env_memory(task: str, env_cfg, agent_cfg=None, extra_per_world: int = 0) -> MemoryEstimate:
     """Estimated bytes of `task` at `env_cfg.num_envs` worlds, plus PPO's storage and update for `agent_cfg` (None:
     no PPO) and `extra_per_world` bytes of the caller's own buffers a world (counted with the env)."""
     task_spec(task)  # registers the task ids
     probe = gym.make(task, cfg=dataclasses.replace(env_cfg, num_envs=PROBE_WORLDS)).unwrapped
-    try:
-        probe.step(torch.zeros(PROBE_WORLDS, probe.num_actions, device=probe.device))  # caches built on first use
-        env = world_axis_bytes(probe, PROBE_WORLDS) // PROBE_WORLDS + extra_per_world
-        obs = sum(int(np.prod(s.shape)) for s in probe.single_observation_space.spaces.values())
-        ppo = sum(ppo_bytes_per_world(agent_cfg, obs, probe.num_actions)) if agent_cfg is not None else 0
-    finally:
-        probe.close()
-    total = int(env_cfg.num_envs * (env + ppo) * HEADROOM)
-    return MemoryEstimate(env_cfg.num_envs, env, ppo, total)
+    obs = sum(int(np.prod(s.shape)) for s in probe.single_observation_space.spaces.values())
+    ppo = {"PPO's rollout storage and update": sum(ppo_bytes_per_world(agent_cfg, obs, probe.num_actions))
+           } if agent_cfg is not None else {}
+    env = _probe_bytes(probe, probe.num_actions) + extra_per_world
+    return MemoryEstimate(env_cfg.num_envs, {"the env and backend": env, **ppo})
+
+
+def _refuse(flag: str, est: MemoryEstimate, free: int, device) -> None:
+    """One-line error when `est` does not fit in the `free` bytes of `device`, with the largest world count that
+    would."""
+    if est.total > free:
+        fits = int(free / max(1.0, est.total / est.num_worlds))
+        raise ValueError(f"{flag} {est.num_worlds} needs {est.describe()}, more than the {_size(free)} available on "
+                         f"{device}; use at most about {fits:,} worlds")
 
 
 def check_dynamics_memory(backend: str, robot, num_worlds: int, device: str, terrain: str,
@@ -129,17 +146,9 @@ def check_dynamics_memory(backend: str, robot, num_worlds: int, device: str, ter
     if num_worlds * (GENEROUS_PER_WORLD + extra_per_world) < free:
         return
     probe = make_dynamics(backend, robot, PROBE_WORLDS, device=device, terrain=terrain)
-    try:
-        probe.step(torch.zeros(PROBE_WORLDS, probe.nu, device=probe.device))  # caches built on first use
-        per_world = world_axis_bytes(probe, PROBE_WORLDS) // PROBE_WORLDS
-    finally:
-        probe.close()
-    total = int(num_worlds * (per_world + extra_per_world) * HEADROOM)
-    if total > free:
-        fits = int(free / max(1.0, total / num_worlds))
-        raise ValueError(f"{flag} {num_worlds} needs about {_size(total)} ({_size(per_world)} per world for the "
-                         f"backend, {_size(extra_per_world)} of buffers, x{HEADROOM:g} headroom), more than the "
-                         f"{_size(free)} available on {device}; use at most about {fits:,} worlds")
+    backend_bytes = _probe_bytes(probe, probe.nu)
+    _refuse(flag, MemoryEstimate(num_worlds, {"the backend": backend_bytes, "buffers": extra_per_world}), free,
+            device)
 
 
 def check_env_memory(task: str, env_cfg, agent_cfg=None, extra_per_world: int = 0,
@@ -148,8 +157,4 @@ def check_env_memory(task: str, env_cfg, agent_cfg=None, extra_per_world: int = 
     free = available_bytes(env_cfg.device)
     if env_cfg.num_envs * (GENEROUS_PER_WORLD + extra_per_world) < free:
         return
-    est = estimate_env_memory(task, env_cfg, agent_cfg, extra_per_world)
-    if est.total > free:
-        fits = int(free / max(1, est.total / est.num_worlds))
-        raise ValueError(f"{flag} {env_cfg.num_envs} needs {est.describe()}, more than the {_size(free)} available "
-                         f"on {env_cfg.device}; use at most about {fits:,} worlds")
+    _refuse(flag, estimate_env_memory(task, env_cfg, agent_cfg, extra_per_world), free, env_cfg.device)

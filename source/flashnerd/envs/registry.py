@@ -8,9 +8,7 @@ from typing import Any
 import gymnasium as gym
 
 from flashnerd.dynamics import backend_info, backend_names
-from flashnerd.robots import get_robot
-from flashnerd.robots.variant import load_variant
-from flashnerd.sim.scene import build_scene
+from flashnerd.sim.scene import variant_robot
 
 
 def load_entry_point(entry: Any) -> Any:
@@ -65,7 +63,7 @@ def task_cfgs(task: str, num_envs: int | None = None, seed: int | None = None, d
                              f"({', '.join(backend_names(checkpoint=True))}), not '{env_cfg.dynamics}'")
         env_cfg.dynamics_kwargs = {**env_cfg.dynamics_kwargs, "checkpoint": dynamics_checkpoint}
     if robot_variant:
-        build_scene(get_robot(env_cfg.robot).with_variant(load_variant(robot_variant)))  # checked now, used later
+        variant_robot(env_cfg.robot, robot_variant)  # checked now; the env applies it
         env_cfg.robot_variant = robot_variant
     env_cfg.device = agent_cfg.device = device
     if experiment_name:

@@ -136,25 +136,24 @@ def read_checkpoint(path: str | Path, robot: RobotSpec | None = None) -> dict[st
                 raise CheckpointError(f"checkpoint '{path}' is corrupt: format version '{version[:20]}'")
             if int(version) > FORMAT_VERSION:
                 raise CheckpointError(f"checkpoint '{path}' has format version {version}, newer than this flashnerd "
-                                 f"({FORMAT_VERSION}); upgrade flashnerd")
+                                      f"({FORMAT_VERSION}); upgrade flashnerd")
             tensors = {k: f.get_tensor(k) for k in f.keys()}
         ckpt = _decode(json.loads(meta["payload"]), tensors)
     except CheckpointError:
         raise
-    except SafetensorError as err:
-        _refuse_pickle(path)
+    except (SafetensorError, OSError, KeyError, TypeError, ValueError, AttributeError, RuntimeError,
+            OverflowError) as err:
+        if isinstance(err, SafetensorError):  # not safetensors at all: perhaps a pickle of format 1
+            _refuse_pickle(path)
         raise CheckpointError(f"cannot read checkpoint '{path}' ({type(err).__name__}); it is corrupt or not a "
                               "FlashNeRD checkpoint") from err
-    except (OSError, KeyError, TypeError, ValueError, AttributeError, RuntimeError, OverflowError) as err:
-        raise CheckpointError(f"cannot read checkpoint '{path}' ({type(err).__name__}); it is corrupt or not a "
-                         "FlashNeRD checkpoint") from err
     _check_fields(path, ckpt)
     if robot is not None:
         if ckpt["robot"] != robot.name:
             raise CheckpointError(f"checkpoint '{path}' is for robot '{ckpt['robot']}', not '{robot.name}'")
         if ckpt["model_hash"] != robot.model_hash():
             raise CheckpointError(f"checkpoint '{path}' was trained on another version of the '{robot.name}' model "
-                             f"(hash {ckpt['model_hash']} != {robot.model_hash()}); fit it again")
+                                  f"(hash {ckpt['model_hash']} != {robot.model_hash()}); fit it again")
     return ckpt
 
 
@@ -168,7 +167,7 @@ def _check_fields(path: Path, ckpt: Any) -> None:
             raise CheckpointError(f"checkpoint '{path}' is corrupt: field '{key}' is missing or not a {kind.__name__}")
     if ckpt["kind"] not in MODEL_KINDS:
         raise CheckpointError(f"checkpoint '{path}' holds an unknown model kind '{ckpt['kind']}' "
-                         f"(known: {', '.join(MODEL_KINDS)})")
+                              f"(known: {', '.join(MODEL_KINDS)})")
     rep = ckpt["representation"]
     if not isinstance(rep.get("layout"), dict) or not isinstance(rep.get("max_rows", 16), int) \
             or not 0 < rep.get("max_rows", 16) <= MAX_CONFIG_INT:
@@ -214,7 +213,7 @@ def model_from_checkpoint(ckpt: dict[str, Any], device: torch.device | str = "cp
     if expected != saved:
         diff = sorted(set(expected.items()) ^ set(saved.items()), key=str)[:1]
         raise CheckpointError(f"checkpoint weights do not match its model config (first difference: {diff}); "
-                         "the file is corrupt")
+                              "the file is corrupt")
     model = build_model(ckpt["kind"], **cfg)
     model.load_state_dict(ckpt["state_dict"])
     x_norm, y_norm = Normalizer(dims[0]), Normalizer(dims[1])
@@ -242,7 +241,7 @@ def export_for_inference(src: str | Path, dst: str | Path, metrics: dict | None 
         bad = non_finite(metrics)
         if bad:
             raise CheckpointError(f"the measured {', '.join(bad)} of '{src}' is not finite; fix the model before "
-                             "exporting it")
+                                  "exporting it")
         slim["metrics"] = metrics
     slim.update(extra or {})
     save_checkpoint(dst, slim)

@@ -8,7 +8,8 @@ from __future__ import annotations
 import mujoco
 import numpy as np
 
-from flashnerd.robots import RobotSpec
+from flashnerd.robots import RobotSpec, get_robot
+from flashnerd.robots.variant import load_variant
 from flashnerd.sim.terrain import TERRAINS, add_terrain
 from flashnerd.sim.variant import apply_variant
 
@@ -58,6 +59,16 @@ def build_scene(robot: RobotSpec, terrain: str = "flat", objects: tuple[str, ...
                 cube_mass: float = CUBE_MASS) -> mujoco.MjModel:
     """Compile `robot` on `terrain` (with `objects`) into an `MjModel`."""
     return build_scene_spec(robot, terrain, tuple(objects), cube_mass).compile()
+
+
+def variant_robot(name: str, path: str | None, check: bool = True) -> RobotSpec:
+    """The registered robot `name`, with the variant file `path` applied when given. With `check` its scene is
+    compiled once here, so a regex that matches nothing fails before any work (a caller that builds the scene next
+    anyway passes False)."""
+    robot = get_robot(name).with_variant(load_variant(path) if path else None)
+    if path and check:
+        build_scene(robot)
+    return robot
 
 
 def add_cube(spec: mujoco.MjSpec, pos, size: float = CUBE_SIZE, mass: float = CUBE_MASS) -> None:

@@ -83,3 +83,4 @@ def apply_variant(spec: mujoco.MjSpec, variant: RobotVariant) -> None:
             friction[0] = factor * max(friction[0], GROUND_FRICTION)
             geom.friction = friction
             geom.priority = max(geom.priority, 1)
+

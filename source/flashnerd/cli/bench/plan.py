@@ -9,9 +9,10 @@ import json
 import numpy as np
 import torch
 
-from flashnerd.cli.common import CLIError, check_device, check_positive, checkpoints_by_kind, variant_robot
+from flashnerd.cli.common import CLIError, check_device, check_positive, checkpoints_by_kind
 from flashnerd.cli.plan_args import add_planner_args, backend_kwargs, parse_backends, parse_lanes, planning_cfg
 from flashnerd.planning.climb import PlatformClimb
+from flashnerd.sim.scene import variant_robot
 from flashnerd.sim.terrain import PLATFORM_HEIGHTS
 
 
