@@ -18,6 +18,11 @@ def anymal():
 
 
 @pytest.fixture
+def cartpole():
+    return get_robot("cartpole")
+
+
+@pytest.fixture
 def mujoco_dyn(anymal):
     dyn = make_dynamics("mujoco", anymal, num_worlds=4)
     yield dyn

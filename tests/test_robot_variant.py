@@ -121,7 +121,9 @@ def test_the_shipped_worn_variant_is_well_formed_and_recorded_in_datasets(anymal
     ({"payload": {"body": "base", "mass": -1.0}}, "payload.mass must be > 0"),
     ({"mass_scale": {".*THIGH": 0.0}}, "must be > 0"),
     ({"joints": {".*": {"stiffness": 1.0}}}, "unknown key 'stiffness'"),
-    ({"actuators": {".*": {"delay_s": 0.01}}}, "not applied by this flashnerd version yet"),
+    ({"randomize": {"payload.mass": [0.0, 1.0]}}, "not applied by this flashnerd version yet"),
+    ({"actuators": {".*": {"delay_s": -0.01}}}, "delay_s must be >= 0"),
+    ({"actuators": {".*": {"no_load_speed": 0.0}}}, "no_load_speed must be > 0"),
     ({"frobnicate": 1}, "unknown key 'frobnicate'"),
     ({"mass_scale": {"(": 1.0}}, "is not a valid regex"),
     ({"friction_scale": {".*FOOT": float("nan")}}, "must be a finite number"),
@@ -135,6 +137,7 @@ def test_malformed_variant_content_is_refused(spec, message):
     ("robot: anymal_c\nmass_scale: {'.*WING': 1.1}\n", "matches none of the robot's names"),
     ("robot: anymal_c\npayload: {body: tail, mass: 1.0}\n", "matches none of the robot's names"),
     ("robot: cartpole\nmass_scale: {'.*': 1.1}\n", "is for robot 'cartpole', not 'anymal_c'"),
+    ("robot: anymal_c\nactuators: {'.*': {delay_s: 0.003}}\n", "is not a whole number of anymal_c's physics steps"),
     ("robot: anymal_c\n  - not: [valid\n", "is not valid YAML"),
     ("- a list\n", "must be a YAML mapping"),
     ("!!python/object/apply:os.system ['touch {tmp}/ran']\n", "is not valid YAML"),
@@ -163,3 +166,79 @@ def test_a_variant_survives_the_yaml_round_trip(anymal, tmp_path):
 
     v = load_variant(path)
     assert v.name == "v" and v.spec == spec and len(v.digest()) == 16
+
+
+# --- actuation: delay and the torque-speed line (sim/actuation.py) --------------------------------------------------
+
+def _responses(robot, targets, backend="mujoco"):
+    dyn = make_dynamics(backend, robot, targets[0].shape[0])
+    out = []
+    for t in targets:
+        dyn.step(t)
+        out.append(torch.cat([dyn.state().qpos, dyn.state().joint_torque], dim=1).clone())  # (N, nq + nu)
+    dyn.close()
+    return torch.stack(out)  # (T, N, nq + nu)
+
+
+@pytest.mark.parametrize("backend", ["mujoco", "mjwarp"])
+def test_a_delay_of_one_control_period_replays_the_nominal_response_one_step_later(anymal, backend):
+    g = torch.Generator().manual_seed(0)
+    hold = torch.tensor(anymal.default_joint_pos).expand(2, -1)  # (2, nu)
+    targets = [hold + 0.3 * torch.randn(2, anymal.num_joints, generator=g) for _ in range(12)]
+    delayed = _responses(anymal.with_variant(_variant(actuators={".*": {"delay_s": anymal.control_dt}})), targets,
+                         backend)
+    shifted = _responses(anymal, [hold] + targets[:-1], backend)  # the nominal robot, told everything a step late
+    nominal = _responses(anymal, targets, backend)
+    assert torch.allclose(delayed, shifted, atol=1e-4 if backend == "mjwarp" else 1e-5)  # float32 outputs
+    assert (delayed - nominal).abs().max() > 0.1  # the delay is not a no-op
+
+
+def test_a_delay_of_some_physics_steps_shifts_each_substep_control_by_that_many(cartpole):
+    """Against MuJoCo's own rollout of the scene under the per-substep controls shifted by 2 physics steps."""
+    from mujoco import rollout
+
+    robot = cartpole.with_variant(parse_variant({"robot": "cartpole", "actuators": {".*": {"delay_s": 0.01}}}, "d"))
+    targets = [torch.tensor([[0.4 * np.sin(k)]]) for k in range(10)]  # (1, 1) each
+    ours = _responses(robot, targets)[:, 0, :2].double().numpy()  # (T, nq)
+    dec, m = cartpole.decimation, build_scene(cartpole)
+    per_substep = np.repeat(np.concatenate([[0.0], np.array(targets).reshape(-1)]), dec)  # default target first
+    control = per_substep[dec - 2:dec - 2 + dec * len(targets)].reshape(1, -1, 1)  # (1, T*dec, nu) two steps late
+    state0 = np.zeros((1, mujoco.mj_stateSize(m, mujoco.mjtState.mjSTATE_FULLPHYSICS)))
+    state0[0, 1:1 + m.nq] = m.qpos0
+    states, _ = rollout.rollout(m, mujoco.MjData(m), state0, control)
+    assert np.allclose(ours, states[0, dec - 1::dec, 1:1 + m.nq], atol=1e-6)  # float32 outputs
+
+
+def test_a_reset_world_starts_from_held_default_targets(anymal):
+    robot = anymal.with_variant(_variant(actuators={".*": {"delay_s": 0.03}}))
+    hold = torch.tensor(anymal.default_joint_pos).unsqueeze(0)
+    fresh, used = make_dynamics("mujoco", robot, 1), make_dynamics("mujoco", robot, 1)
+    for _ in range(3):
+        used.step(hold + 0.5)
+    start = fresh.state()
+    used.reset(torch.tensor([0]), start.qpos.clone(), start.qvel.clone())
+    for t in (hold + 0.2, hold - 0.2, hold):
+        fresh.step(t)
+        used.step(t)
+        assert torch.allclose(fresh.state().qpos, used.state().qpos, atol=1e-9)
+
+
+@pytest.mark.parametrize("backend", ["mujoco", "mjwarp"])
+def test_the_torque_limit_falls_linearly_to_zero_at_the_no_load_speed(cartpole, backend):
+    """One physics step per control step: the force on the cart is min(asked, 100 N x (1 - |v| / 0.5)) in closed
+    form, whichever way the cart moves; the nominal actuator gives its full 100 N at every speed."""
+    import dataclasses
+
+    one_step = dataclasses.replace(cartpole, decimation=1)
+    line = parse_variant({"robot": "cartpole", "actuators": {".*": {"no_load_speed": 0.5}}}, "line")
+    speeds = torch.tensor([0.0, 0.1, 0.25, 0.45, 0.5, 0.7, -0.25, -0.6])
+    for robot, limited in ((one_step.with_variant(line), True), (one_step, False)):
+        dyn = make_dynamics(backend, robot, len(speeds))
+        qpos = torch.zeros(len(speeds), 2)
+        dyn.reset(torch.arange(len(speeds)), qpos, torch.stack([speeds, torch.zeros_like(speeds)], dim=1))
+        dyn.step(torch.full((len(speeds), 1), 1.5))  # 1.5 m ahead: kp 100 asks for more than the 100 N limit
+        asked = (100.0 * 1.5 - 15.0 * speeds).clamp(-100.0, 100.0)  # kp (target - x) - kv v, clamped
+        room = (1.0 - speeds.abs() / 0.5).clamp(min=0.0) if limited else torch.ones_like(speeds)
+        expected = torch.minimum(asked, 100.0 * room)
+        assert torch.allclose(dyn.state().joint_torque[:, 0], expected, atol=1e-3), (robot.variant, backend)
+        dyn.close()

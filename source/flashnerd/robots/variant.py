@@ -6,11 +6,14 @@ A variant is a YAML file (read with `yaml.safe_load`, so it runs no code):
     payload: {body: base, mass: 8.0, pos: [0.0, 0.0, 0.05]}            # a point mass welded to a body
     mass_scale: {".*THIGH": 1.1}                                       # body-name regex -> factor (mass, inertia)
     joints: {".*": {damping: 3.0, armature: 0.03, frictionloss: 1.0}}  # joint-name regex -> absolute values
-    actuators: {".*": {kp_scale: 0.75, kv_scale: 1.0, effort_scale: 0.7}}  # actuator-name regex -> factors
+    actuators: {".*": {kp_scale: 0.75, kv_scale: 1.0, effort_scale: 0.7,  # actuator-name regex -> factors,
+                       delay_s: 0.01, no_load_speed: 12.0}}                # and actuation (sim/actuation.py)
     friction_scale: {".*FOOT": 0.6}                                    # geom- or body-name regex -> sliding factor
 
 This module parses and checks the values; `flashnerd.sim.variant` applies a variant to a scene with MuJoCo's
-`MjSpec` editing API (and refuses a regex that matches nothing). Every backend builds its scene through
+`MjSpec` editing API (and refuses a regex that matches nothing), and `flashnerd.sim.actuation` adds what an MJCF
+cannot say: `delay_s` (the actuators see the joint targets that late) and `no_load_speed` (the torque limit falls
+linearly to zero at that joint speed, a DC motor's curve). Every backend builds its scene through
 `build_scene`, so `mujoco`, `mjwarp` and the learned backends' contact scenes all see the variant.
 """
 
@@ -27,8 +30,10 @@ from typing import Any
 import yaml
 
 JOINT_KEYS = ("damping", "armature", "frictionloss")
-ACTUATOR_KEYS = ("kp_scale", "kv_scale", "effort_scale")
-NOT_YET = ("delay_s", "no_load_speed", "randomize")  # named by the schema, not applied by this version
+# actuator key -> (low, high, low excluded): scales are positive factors, a delay may be zero
+ACTUATOR_KEYS = {"kp_scale": (0.0, 100.0, True), "kv_scale": (0.0, 100.0, True), "effort_scale": (0.0, 100.0, True),
+                 "delay_s": (0.0, 1.0, False), "no_load_speed": (0.0, 1e4, True)}
+NOT_YET = ("randomize",)  # named by the schema, not applied by this version
 TOP_KEYS = ("robot", "payload", "mass_scale", "joints", "actuators", "friction_scale")
 
 
@@ -82,7 +87,7 @@ def _mapping(where: str, value: Any) -> dict:
     return value
 
 
-def _fields(where: str, value: Any, allowed: tuple[str, ...], check) -> dict[str, float]:
+def _fields(where: str, value: Any, allowed, check) -> dict[str, float]:
     value = _mapping(where, value)
     out = {}
     for key, v in value.items():
@@ -90,7 +95,7 @@ def _fields(where: str, value: Any, allowed: tuple[str, ...], check) -> dict[str
             raise VariantError(f"{where}.{key} is not applied by this flashnerd version yet; remove it")
         if key not in allowed:
             raise VariantError(f"{where}: unknown key '{key}'; use {', '.join(allowed)}")
-        out[key] = check(f"{where}.{key}", v)
+        out[key] = check(f"{where}.{key}", v, key)
     return out
 
 
@@ -125,11 +130,12 @@ def parse_variant(data: Any, name: str, source: str = "") -> RobotVariant:
                               for k, v in _mapping(f"{where}: mass_scale", data["mass_scale"]).items()}
     if "joints" in data:
         spec["joints"] = {_regex(f"{where}: joints", k): _fields(f"{where}: joints['{k}']", v, JOINT_KEYS,
-                                                                  lambda w, x: _number(w, x, 0.0, 1e4))
+                                                                  lambda w, x, _: _number(w, x, 0.0, 1e4))
                           for k, v in _mapping(f"{where}: joints", data["joints"]).items()}
     if "actuators" in data:
+        in_range = lambda w, x, key: _number(w, x, *ACTUATOR_KEYS[key])  # noqa: E731
         spec["actuators"] = {_regex(f"{where}: actuators", k): _fields(f"{where}: actuators['{k}']", v, ACTUATOR_KEYS,
-                                                                        lambda w, x: _number(w, x, 0.0, 100.0, True))
+                                                                        in_range)
                              for k, v in _mapping(f"{where}: actuators", data["actuators"]).items()}
     if "friction_scale" in data:
         spec["friction_scale"] = {_regex(f"{where}: friction_scale", k): _number(f"{where}: friction_scale['{k}']",

@@ -14,6 +14,7 @@ import torch
 import warp as wp
 
 from flashnerd.robots import RobotSpec
+from flashnerd.sim.actuation import actuation_for
 from flashnerd.sim.config import MjwarpConfig
 from flashnerd.sim.scene import build_scene, check_actuators, default_qpos, robot_columns, sensor_address
 from flashnerd.types import RobotState
@@ -36,6 +37,33 @@ def _max_contact_force(
     a = contact_adr[body]
     force = wp.vec3(sensordata[world, a + 1], sensordata[world, a + 2], sensordata[world, a + 3])
     out[world, body] = wp.max(out[world, body], wp.length(force))
+
+
+@wp.kernel
+def _speed_limit(
+    qpos: wp.array2d(dtype=float),  # (N, nq)
+    qvel: wp.array2d(dtype=float),  # (N, nv)
+    target: wp.array2d(dtype=float),  # (N, nu) what this substep's actuators see
+    qadr: wp.array(dtype=int),  # (nu,) qpos address of each actuated joint
+    dadr: wp.array(dtype=int),  # (nu,) qvel address
+    prm: wp.array2d(dtype=float),  # (nu, 10) gear, gain, bias0-2, force lo/hi, ctrl lo/hi, no-load speed
+    ctrl: wp.array2d(dtype=float),  # (N, nu) out: the target
+    qfrc_applied: wp.array2d(dtype=float),  # (N, nv) out: the line's cut as a joint force
+    cut: wp.array2d(dtype=float),  # (N, nu) out: the cut in actuator-force units
+):
+    # Actuation.speed_limit (sim/actuation.py), one actuator of one world per thread
+    world, a = wp.tid()
+    ctrl[world, a] = target[world, a]
+    c = wp.float32(0.0)  # a dynamic variable: Warp needs its type before the branch assigns it
+    if not wp.isinf(prm[a, 9]):
+        qd = qvel[world, dadr[a]]
+        u = wp.clamp(target[world, a], prm[a, 7], prm[a, 8])
+        force = prm[a, 1] * u + prm[a, 2] + prm[a, 3] * prm[a, 0] * qpos[world, qadr[a]] + prm[a, 4] * prm[a, 0] * qd
+        applied = wp.clamp(force, prm[a, 5], prm[a, 6])
+        room = wp.clamp(1.0 - wp.abs(qd) / prm[a, 9], 0.0, 1.0)
+        c = wp.clamp(applied, prm[a, 5] * room, prm[a, 6] * room) - applied
+    cut[world, a] = c
+    qfrc_applied[world, dadr[a]] = prm[a, 0] * c
 
 
 class MjwarpDynamics:
@@ -68,6 +96,7 @@ class MjwarpDynamics:
         data0.qpos[:self.nq_r] = self.default_qpos()
         data0.ctrl[:] = robot.default_joint_pos
         mujoco.mj_forward(m, data0)
+        self._act = actuation_for(robot, m)  # a variant's delay and torque-speed limit (sim/actuation.py)
         with wp.ScopedDevice(self.wp_device):
             self._m = mjw.put_model(m)
             self._d = mjw.put_data(m, data0, nworld=num_worlds, nconmax=nconmax, njmax=njmax)
@@ -93,6 +122,8 @@ class MjwarpDynamics:
         self._object_t = torch.zeros(num_worlds, 13 if objects else 0, dtype=torch.float32,
                                      device=self.device)  # (N, 13) first object's state
         self._refresh_objects()
+        if self._act is not None:
+            self._init_actuation()
         self._qpos0 = torch.as_tensor(data0.qpos, dtype=torch.float32, device=self.device)  # (nq,) objects' spawn
 
         self._graph = None
@@ -124,6 +155,8 @@ class MjwarpDynamics:
         self._warmstart_t[ids] = 0.0
         self._contact_t[ids] = 0.0
         self._torque_t[ids] = 0.0
+        if self._act is not None:  # a restarted world has held its default targets
+            self._history[ids] = self._default_target
         self._refresh_objects()
 
     def set_qvel(self, world_ids: torch.Tensor, qvel: torch.Tensor) -> None:
@@ -149,12 +182,21 @@ class MjwarpDynamics:
 
     def step(self, ctrl: torch.Tensor) -> None:
         """Advance all worlds by one control period under joint position targets ctrl (N, nu)."""
-        self._ctrl_t.copy_(ctrl)
+        if self._act is None:
+            self._ctrl_t.copy_(ctrl)
+        else:
+            for i in range(self._history.shape[1] - 1):  # (N, H, nu) oldest first; in place, no allocation
+                self._history[:, i].copy_(self._history[:, i + 1])
+            self._history[:, -1].copy_(ctrl)
+            torch.gather(self._history, 1, self._gather_idx, out=self._gathered)  # (N, dec, nu) each substep's
+            self._substep_target.copy_(self._gathered.transpose(0, 1))  # (dec, N, nu)
         if self._graph is not None:
             wp.capture_launch(self._graph, stream=self._stream())
         else:
             self._control_step()
         torch.index_select(self._sens_t, 1, self._torque_adr, out=self._torque_t)  # (N, nu) last substep's torque
+        if self._act is not None and self._act.speed_limited:
+            self._torque_t.add_(self._cut_t)  # the actuatorfrc sensors see MuJoCo's force alone
         self._refresh_objects()
 
     def state(self) -> RobotState:
@@ -182,10 +224,40 @@ class MjwarpDynamics:
         scope = wp.ScopedStream(self._stream()) if self.wp_device.is_cuda else wp.ScopedDevice(self.wp_device)
         with scope:
             self._contact_max.zero_()
-            for _ in range(self.robot.decimation):
+            for k in range(self.robot.decimation):
+                if self._act is not None:
+                    self._actuate(k)
                 mjw.step(self._m, self._d)
                 wp.launch(_max_contact_force, dim=self._contact_max.shape,
                           inputs=[self._d.sensordata, self._contact_adr], outputs=[self._contact_max])
+
+    def _init_actuation(self) -> None:
+        act, n = self._act, self.num_worlds
+        f32 = dict(dtype=torch.float32, device=self.device)
+        self._default_target = torch.tensor(self.robot.default_joint_pos, **f32)  # (nu,)
+        self._history = self._default_target.repeat(n, act.history_len, 1)  # (N, H, nu)
+        self._gather_idx = torch.as_tensor(act.offsets, dtype=torch.long, device=self.device).expand(
+            n, *act.offsets.shape)  # (N, dec, nu)
+        self._gathered = torch.zeros(n, *act.offsets.shape, **f32)  # (N, dec, nu)
+        self._substep_target = torch.zeros(act.offsets.shape[0], n, self.nu, **f32)  # (dec, N, nu)
+        with wp.ScopedDevice(self.wp_device):
+            self._substep_target_wp = wp.from_torch(self._substep_target)  # (dec, N, nu) zero-copy
+            self._act_qadr = wp.array(act.qadr, dtype=int)
+            self._act_dadr = wp.array(act.dadr, dtype=int)
+            self._act_prm = wp.array(act.params.astype(np.float32), dtype=float)  # (nu, 10) sim/actuation.py PARAMS
+            self._cut = wp.zeros((n, self.nu), dtype=float)  # (N, nu) the line's cut at the last substep
+        self._cut_t = wp.to_torch(self._cut)
+
+    def _actuate(self, k: int) -> None:
+        """Write substep `k`'s control (its delayed target) and, under a speed limit, the line's cut of the actuator
+        force as an applied joint force."""
+        target = self._substep_target_wp[k]  # (N, nu)
+        if self._act.speed_limited:
+            wp.launch(_speed_limit, dim=(self.num_worlds, self.nu),
+                      inputs=[self._d.qpos, self._d.qvel, target, self._act_qadr, self._act_dadr, self._act_prm],
+                      outputs=[self._d.ctrl, self._d.qfrc_applied, self._cut])
+        else:
+            wp.copy(self._d.ctrl, target)
 
     def _capture(self) -> None:
         saved = [t.clone() for t in (self._qpos_t, self._qvel_t, self._time_t, self._warmstart_t)]

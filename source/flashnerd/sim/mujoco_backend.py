@@ -10,6 +10,7 @@ import torch
 from mujoco import rollout
 
 from flashnerd.robots import RobotSpec
+from flashnerd.sim.actuation import actuation_for
 from flashnerd.sim.config import MujocoConfig
 from flashnerd.sim.scene import build_scene, check_actuators, default_qpos, robot_columns, sensor_address
 from flashnerd.types import RobotState
@@ -50,7 +51,16 @@ class MujocoDynamics:
         self._out_state = np.zeros((num_worlds, robot.decimation, self._nstate))  # (N, dec, nstate)
         self._out_sens = np.zeros((num_worlds, robot.decimation, m.nsensordata))  # (N, dec, nsens)
         self._ctrl = np.zeros((num_worlds, robot.decimation, self.nu))  # (N, dec, nu), held over the substeps
+        # A variant's delay and torque-speed limit (sim/actuation.py): a history of the targets (N, H, nu), and
+        # under a speed limit one rollout call per substep, the line's cut applied as a joint force (qfrc_applied).
+        self._act = actuation_for(robot, m)
         self._models = [m] * num_worlds  # rollout with skip_checks takes one model reference per world
+        if self._act is not None:
+            self._history = np.repeat(np.asarray(robot.default_joint_pos, dtype=float)[None, None],
+                                      num_worlds, axis=0).repeat(self._act.history_len, axis=1)  # (N, H, nu)
+            self._ctrl1 = np.zeros((num_worlds, 1, self.nu + self.nv))  # (N, 1, nu + nv) ctrl, qfrc_applied
+            self._state1 = np.zeros((num_worlds, 1, self._nstate))  # (N, 1, nstate)
+            self._sens1 = np.zeros((num_worlds, 1, m.nsensordata))  # (N, 1, nsens)
 
         # Sensor addresses: one 'contact' sensor (found, fx, fy, fz) per contact body, one torque per actuator.
         self._contact_adr = np.array([self._sensor_adr(f"{b}_contact") for b in robot.all_contact_bodies], dtype=int)
@@ -91,6 +101,8 @@ class MujocoDynamics:
         q[:, :self.nq_r] = qpos.detach().cpu().double().numpy()
         self._state[ids, self._qpos_slice] = q
         self._state[ids, self._robot_qvel] = qvel.detach().cpu().double().numpy()
+        if self._act is not None:  # a restarted world has held its default targets
+            self._history[ids] = np.asarray(self.robot.default_joint_pos)
         self._refresh_torch(ids)
 
     def set_qvel(self, world_ids: torch.Tensor, qvel: torch.Tensor) -> None:
@@ -114,13 +126,37 @@ class MujocoDynamics:
 
     def step(self, ctrl: torch.Tensor) -> None:
         """Advance all worlds by one control period under joint position targets ctrl (N, nu)."""
-        self._ctrl[:] = ctrl.detach().cpu().numpy()[:, None, :]
-        self._roll.rollout(
-            self._models, self._datas, self._state, self._ctrl, nstep=self.robot.decimation,
-            state=self._out_state, sensordata=self._out_sens, skip_checks=True,
-        )
+        target = ctrl.detach().cpu().numpy()  # (N, nu)
+        if self._act is None:
+            self._ctrl[:] = target[:, None, :]
+        else:
+            self._history[:, :-1] = self._history[:, 1:]  # (N, H, nu) oldest first
+            self._history[:, -1] = target
+            self._ctrl[:] = self._act.substep_targets(self._history)  # (N, dec, nu) what each substep sees
+        if self._act is not None and self._act.speed_limited:
+            self._speed_limited_substeps()
+        else:
+            self._roll.rollout(
+                self._models, self._datas, self._state, self._ctrl, nstep=self.robot.decimation,
+                state=self._out_state, sensordata=self._out_sens, skip_checks=True,
+            )
         self._state[:] = self._out_state[:, -1]  # (N, nstate)
         self._refresh_torch(sensors=True)
+
+    def _speed_limited_substeps(self) -> None:
+        """One rollout call per physics substep, each with the line's cut of the actuator force (from the state at
+        its start) applied to the joints; the torque outputs report the force on the line."""
+        act, spec = self._act, mujoco.mjtState.mjSTATE_CTRL | mujoco.mjtState.mjSTATE_QFRC_APPLIED
+        for k in range(self.robot.decimation):
+            cut = act.speed_limit(self._ctrl[:, k], self._state[:, self._qpos_slice], self._state[:, self._qvel_slice])
+            self._ctrl1[:, 0, :self.nu] = self._ctrl[:, k]
+            self._ctrl1[:, 0, self.nu + act.dadr] = act.params[:, 0] * cut  # (N, nu) gear x force: joint torque
+            self._roll.rollout(self._models, self._datas, self._state, self._ctrl1, control_spec=spec, nstep=1,
+                               state=self._state1, sensordata=self._sens1, skip_checks=True)
+            self._sens1[:, 0, self._torque_adr] += cut  # the actuatorfrc sensors see MuJoCo's force alone
+            self._out_state[:, k] = self._state1[:, 0]
+            self._out_sens[:, k] = self._sens1[:, 0]
+            self._state[:] = self._state1[:, 0]
 
     def state(self) -> RobotState:
         """Views of the current state; valid until the next `step()`/`reset()`."""

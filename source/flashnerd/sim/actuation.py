@@ -1,0 +1,103 @@
+"""Actuation an MJCF cannot state: joint targets that reach the actuators late, and a torque limit that falls with
+joint speed. A robot variant's `actuators` entries set them (robots/variant.py):
+
+- `delay_s`: the actuators see the targets sent that long ago (a whole number of physics steps). The control of
+  each physics substep is read from a short history of the targets, so a delay of one control period replays the
+  nominal response one control step later.
+- `no_load_speed`: |actuator force| <= limit x max(0, 1 - |joint speed| / no_load_speed), a DC motor's torque-speed
+  line through the stall torque (the `forcerange` limit) and the no-load speed. MuJoCo's actuator still computes
+  and clamps its force from the target (as in the nominal model, with its own implicit velocity gain); before each
+  physics substep the part of that force beyond the line is computed from the state and taken off again as an
+  applied joint force (`qfrc_applied`), so the joint feels exactly the force on the line, and a line that never
+  binds steps exactly as the nominal model.
+
+The backends (`mujoco`, `mjwarp`) hold an `Actuation` when the robot's variant sets either key; without one they
+step exactly as before. When a later entry of the variant matches the same actuator, its value wins.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import mujoco
+import numpy as np
+
+from flashnerd.robots import RobotSpec
+from flashnerd.robots.variant import VariantError
+
+PARAMS = ("gear", "gain", "bias0", "bias1", "bias2", "force_lo", "force_hi", "ctrl_lo", "ctrl_hi", "no_load_speed")
+
+
+@dataclass(frozen=True)
+class Actuation:
+    """Per-actuator delay and torque-speed limit of one compiled scene (all arrays over the nu actuators)."""
+
+    delay: np.ndarray  # (nu,) physics substeps
+    history_len: int  # control steps of targets the delay reaches back, plus the newest
+    offsets: np.ndarray  # (dec, nu) history slot each substep's control comes from (history_len - 1: the newest)
+    qadr: np.ndarray  # (nu,) qpos address of each actuated joint
+    dadr: np.ndarray  # (nu,) qvel address
+    params: np.ndarray  # (nu, len(PARAMS)) float64, the force law and its limits, see PARAMS
+
+    @property
+    def speed_limited(self) -> bool:
+        """True when some actuator has a finite no-load speed (the backend then recomputes the cut each substep)."""
+        return bool(np.isfinite(self.params[:, PARAMS.index("no_load_speed")]).any())
+
+    def substep_targets(self, history: np.ndarray) -> np.ndarray:
+        """The target each substep's actuators see (N, dec, nu), from the targets of the last steps (N, H, nu)."""
+        return history[:, self.offsets, np.arange(self.offsets.shape[1])]  # (N, dec, nu)
+
+    def speed_limit(self, target: np.ndarray, qpos: np.ndarray, qvel: np.ndarray) -> np.ndarray:
+        """How much the torque-speed line cuts the force MuJoCo's actuators would apply under `target` (N, nu) at
+        the state qpos (N, nq), qvel (N, nv): (N, nu) in actuator-force units, <= 0 in magnitude, zero where no
+        line is set or where it cuts no deeper than the stall limit (MuJoCo's own clamp)."""
+        gear, gain, b0, b1, b2, lo, hi, clo, chi, v0 = self.params.T  # each (nu,)
+        q, qd = qpos[:, self.qadr], qvel[:, self.dadr]  # (N, nu)
+        force = gain * np.clip(target, clo, chi) + b0 + b1 * gear * q + b2 * gear * qd  # (N, nu) asked for
+        applied = np.clip(force, lo, hi)  # (N, nu) what MuJoCo applies
+        room = np.clip(1.0 - np.abs(qd) / v0, 0.0, 1.0)  # (N, nu) share of the stall limit left at this speed
+        return np.where(np.isfinite(v0), np.clip(applied, lo * room, hi * room) - applied, 0.0)  # (N, nu)
+
+
+def actuation_for(robot: RobotSpec, model: mujoco.MjModel) -> Actuation | None:
+    """The actuation `robot`'s variant adds to the compiled scene `model`, or None when it adds none. A delay that is
+    not a whole number of physics steps, or a speed limit on an actuator that is not a force-limited joint actuator
+    with a fixed gain and an affine bias, is a one-line `VariantError`."""
+    entries = (robot.variant.spec.get("actuators", {}) if robot.variant is not None else {})
+    if not any({"delay_s", "no_load_speed"} & set(v) for v in entries.values()):
+        return None
+    where = robot.variant.source or robot.variant.name
+    delay_s, speed = np.zeros(model.nu), np.full(model.nu, np.inf)
+    for pattern, values in entries.items():
+        for a in range(model.nu):
+            if re.fullmatch(pattern, model.actuator(a).name):
+                delay_s[a] = values.get("delay_s", delay_s[a])
+                speed[a] = values.get("no_load_speed", speed[a])
+    steps = delay_s / robot.sim_dt
+    delay = np.rint(steps).astype(int)
+    bad = np.flatnonzero(np.abs(steps - delay) > 1e-6)
+    if bad.size:
+        a = bad[0]
+        raise VariantError(f"{where}: delay_s {delay_s[a]:g} of actuator '{model.actuator(a).name}' is not a whole "
+                           f"number of {robot.name}'s physics steps ({robot.sim_dt:g} s); use a multiple of it")
+    for a in np.flatnonzero(np.isfinite(speed)):
+        fixed = (int(model.actuator_gaintype[a]) == mujoco.mjtGain.mjGAIN_FIXED
+                 and int(model.actuator_dyntype[a]) == mujoco.mjtDyn.mjDYN_NONE
+                 and int(model.actuator_biastype[a]) in (mujoco.mjtBias.mjBIAS_NONE, mujoco.mjtBias.mjBIAS_AFFINE)
+                 and int(model.actuator_trntype[a]) == mujoco.mjtTrn.mjTRN_JOINT and model.actuator_gainprm[a, 0] != 0)
+        if not fixed or not model.actuator_forcelimited[a]:
+            raise VariantError(f"{where}: no_load_speed needs a force-limited joint actuator with a fixed gain and "
+                               f"an affine bias; '{model.actuator(a).name}' is not one")
+    dec = robot.decimation
+    history_len = 1 + int(-(-delay.max() // dec))  # ceil(max delay / dec) older steps, plus the newest
+    k = np.arange(dec)[:, None]  # (dec, 1)
+    offsets = history_len - 1 + (k - delay[None, :]) // dec  # (dec, nu) floor division reaches back whole steps
+    joint = model.actuator_trnid[:, 0]  # (nu,)
+    ctrl = np.where(model.actuator_ctrllimited.astype(bool)[:, None], model.actuator_ctrlrange, [-np.inf, np.inf])
+    force = np.where(model.actuator_forcelimited.astype(bool)[:, None], model.actuator_forcerange, [-np.inf, np.inf])
+    params = np.stack([model.actuator_gear[:, 0], model.actuator_gainprm[:, 0], *model.actuator_biasprm[:, :3].T,
+                       force[:, 0], force[:, 1], ctrl[:, 0], ctrl[:, 1], speed], axis=1)  # (nu, 10)
+    qadr, dadr = model.jnt_qposadr[joint].astype(int), model.jnt_dofadr[joint].astype(int)
+    return Actuation(delay, history_len, offsets, qadr, dadr, params)
