@@ -44,6 +44,8 @@ setup(
         "rsl-rl-lib>=5.5,<6",
         "tensorboard>=2.15",
         "h5py>=3.9",
+        "pandas>=2.0",
+        "pyarrow>=14",
         "safetensors>=0.4",
         "numpy>=1.26",
         "pyyaml>=6",

@@ -1,5 +1,5 @@
 """Entry point of the `flashnerd` command: list-envs, train, play, eval, bench, record, fit, evaluate-model, plan,
-compare-video, report, convert-checkpoint."""
+compare-video, report, convert-checkpoint, import-logs."""
 
 from __future__ import annotations
 
@@ -7,7 +7,20 @@ import argparse
 import json
 import sys
 
-from flashnerd.cli import bench, convert, eval, evaluate_model, fit, plan, play, record, report, train, video
+from flashnerd.cli import (
+    bench,
+    convert,
+    eval,
+    evaluate_model,
+    fit,
+    import_logs,
+    plan,
+    play,
+    record,
+    report,
+    train,
+    video,
+)
 from flashnerd.cli.common import CLIError
 from flashnerd.envs.registry import registered_tasks, task_spec
 
@@ -44,6 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     video.add_parser(sub)
     report.add_parser(sub)
     convert.add_parser(sub)
+    import_logs.add_parser(sub)
     return parser
 
 

@@ -23,6 +23,8 @@ from flashnerd.cli.common import (
     uninterrupted_cfg,
 )
 from flashnerd.data.dataset import robot_layout
+from flashnerd.data.logs import SUFFIXES as LOG_SUFFIXES
+from flashnerd.data.logs import dataset_to_log
 from flashnerd.data.record import PolicySource, merge_recordings, record
 from flashnerd.dynamics import REFERENCE_BACKEND, backend_names
 from flashnerd.envs.memory import check_dynamics_memory, check_env_memory
@@ -41,7 +43,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--steps", type=int, default=1000, help="control steps per world")
     p.add_argument("--traj_len", type=int, default=100, help="control steps per trajectory")
     p.add_argument("--seed", type=int, default=0, help="random seed")
-    p.add_argument("--out", required=True, help="output .h5 file (batches kept in <out>.parts/ until it is complete)")
+    p.add_argument("--out", required=True, help="output .h5 file (batches kept in <out>.parts/ until it is complete); "
+                                                "with --format logs a .parquet or .csv robot log")
+    p.add_argument("--format", default="hdf5", choices=("hdf5", "logs"),
+                   help="hdf5: the dataset; logs: a robot log as a lab keeps one (docs/reference/robot_logs.md), "
+                        "for `flashnerd import-logs`")
     p.add_argument("--dynamics", default=REFERENCE_BACKEND, choices=backend_names(analytical=True),
                    help="analytical backend to record")
     p.add_argument("--device", default="cpu", help="torch device (mjwarp runs on cuda; mujoco computes on the CPU)")
@@ -102,12 +108,19 @@ def run(args: argparse.Namespace) -> dict:
         raise CLIError(f"--steps {args.steps} is shorter than one trajectory (--traj_len {args.traj_len}); "
                        "record at least --traj_len steps")
     check_writable("out", args.out)
+    if args.format == "logs" and Path(args.out).suffix not in LOG_SUFFIXES:
+        raise CLIError(f"--format logs writes a robot log; --out must end in {' or '.join(LOG_SUFFIXES)}")
+    if args.format == "hdf5" and Path(args.out).suffix in LOG_SUFFIXES:
+        raise CLIError(f"--out {args.out} names a robot log; add --format logs, or write a .h5 dataset")
     if not math.isfinite(args.action_noise) or args.action_noise < 0:
         raise CLIError(f"--action_noise must be a finite number >= 0, got {args.action_noise}")
     check_device(args.device)
     info, device = init_distributed(args.device)
     if info.world_size > args.num_worlds:
         raise CLIError(f"--num_worlds {args.num_worlds} is fewer than the {info.world_size} processes")
+    log_out = None
+    if args.format == "logs":  # record the dataset next to the log, then write the log from it
+        log_out, args.out = args.out, str(Path(args.out).with_name(Path(args.out).name + ".record.h5"))
     try:
         shard = argparse.Namespace(**{**vars(args), "device": device})
         if info.enabled:  # this rank's worlds, its own seed and its own part file
@@ -122,6 +135,10 @@ def run(args: argparse.Namespace) -> dict:
                 result = merge_recordings(parts, args.out, [args.seed + 100_003 * r for r in range(info.world_size)])
                 result["transitions"] = result["trajectories"] * args.traj_len
             barrier()
+        if log_out is not None and info.is_main:
+            recorded = result["out"]
+            result = {**result, **dataset_to_log(recorded, log_out)}
+            Path(recorded).unlink()
     finally:
         shutdown()
     if info.is_main:

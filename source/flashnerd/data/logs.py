@@ -1,0 +1,363 @@
+"""Robot logs, the way a lab keeps them: one row per sample in a Parquet or CSV file (docs/reference/robot_logs.md),
+read with pandas/pyarrow and turned into the project's HDF5 dataset by `import_logs`.
+
+Columns (joint names are the robot's, so the order of the columns does not matter):
+
+    time                                      s, strictly increasing within an episode
+    episode                                   optional: runs of one file (time may restart in each)
+    q_<joint>, dq_<joint>                     every joint of the robot: rad (m for a slide joint), rad/s
+    target_<joint>                            the position target sent to each actuated joint, applied from this row on
+    base_pos_{x,y,z}, base_quat_{w,x,y,z}     floating base: world position (m) and orientation
+    base_lin_vel_{x,y,z}, base_ang_vel_{x,y,z}  floating base: m/s and rad/s in the base frame (state estimation, IMU)
+    tau_<joint>, contact_<body>               optional: measured joint torque (N m), foot contact (0 or 1)
+
+Import resamples each run to the robot's control step (states interpolated, quaternions normalized, targets held
+from the last one sent), splits runs at gaps, drops and counts rows that are not finite, and checks units against
+the robot (velocities against the derivative of the positions, positions and targets against the joint and control
+ranges). Every problem is a one-line `LogError`. The stand-in robot writes this format too (`write_log`, used by
+`flashnerd record --format logs`), so a lab's path is the tested one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+from pathlib import Path
+
+import mujoco
+import numpy as np
+import pandas as pd
+import torch
+
+from flashnerd.data.dataset import MAX_READ_FRACTION, available_host_bytes, dataset_attrs, robot_layout, write_arrays
+from flashnerd.robots import RobotSpec, get_robot
+from flashnerd.sim.scene import build_scene, robot_columns
+from flashnerd.utils.math import quat_apply, quat_apply_inverse
+
+SUFFIXES = (".parquet", ".csv")
+GAP_FACTOR = 1.5  # a step between rows longer than this x the control step (or the log's own step) splits a run
+UNIT_RATIO = (0.5, 2.0)  # a velocity column must be within these factors of the derivative of its position
+MIN_MOTION = 0.05  # rad/s or m/s RMS of the derivative below which a column is too still to check its units
+RANGE_MARGIN = 0.5  # rad (or m) a joint may sit beyond its range before the log is taken for the wrong unit
+BASE = {"pos": ("base_pos_x", "base_pos_y", "base_pos_z"),
+        "quat": ("base_quat_w", "base_quat_x", "base_quat_y", "base_quat_z"),
+        "lin_vel": ("base_lin_vel_x", "base_lin_vel_y", "base_lin_vel_z"),
+        "ang_vel": ("base_ang_vel_x", "base_ang_vel_y", "base_ang_vel_z")}
+META_KEY = b"flashnerd.variant"  # Parquet file metadata: the variant the stand-in robot logged (JSON)
+
+
+class LogError(ValueError):
+    """A robot log that cannot be imported, with a one-line reason."""
+
+
+class _Layout:
+    """Where the robot's joints sit in qpos/qvel and what a log must name."""
+
+    def __init__(self, robot: RobotSpec) -> None:
+        model = build_scene(robot)
+        nq_r, _ = robot_columns(robot, model)
+        self.robot, self.nq, self.nv, self.nu, _ = robot, *robot_layout(robot)
+        joints = [j for j in range(model.njnt) if model.jnt_qposadr[j] < nq_r
+                  and model.jnt_type[j] != mujoco.mjtJoint.mjJNT_FREE]
+        if any(model.jnt_type[j] == mujoco.mjtJoint.mjJNT_BALL for j in joints):
+            raise LogError(f"robot '{robot.name}' has a ball joint; robot logs support hinge and slide joints only")
+        self.joints = [model.joint(j).name for j in joints]
+        self.qadr = np.array([model.jnt_qposadr[j] for j in joints], dtype=int)
+        self.dadr = np.array([model.jnt_dofadr[j] for j in joints], dtype=int)
+        self.range = np.where(model.jnt_limited[joints].astype(bool)[:, None], model.jnt_range[joints],
+                              [-np.inf, np.inf])  # (nj, 2)
+        self.actuated = list(robot.joint_names)
+        limited = model.actuator_ctrllimited.astype(bool)[:, None]
+        self.ctrl_range = np.where(limited, model.actuator_ctrlrange, [-np.inf, np.inf])  # (nu, 2)
+        self.contacts = list(robot.all_contact_bodies)
+        self.floating = robot.floating_base
+
+    def state_columns(self) -> list[str]:
+        base = [*BASE["pos"], *BASE["quat"], *BASE["lin_vel"], *BASE["ang_vel"]] if self.floating else []
+        return [*base, *(f"q_{j}" for j in self.joints), *(f"dq_{j}" for j in self.joints)]
+
+    def target_columns(self) -> list[str]:
+        return [f"target_{j}" for j in self.actuated]
+
+
+# --- writing (the stand-in robot) -------------------------------------------------------------------------------
+
+def log_frame(robot: RobotSpec, qpos: np.ndarray, qvel: np.ndarray, ctrl: np.ndarray,
+              torque: np.ndarray | None = None) -> pd.DataFrame:
+    """Trajectories qpos (M, T+1, nq), qvel (M, T+1, nv), ctrl (M, T, nu) (and torque (M, T, nu)) as log rows: one
+    episode per trajectory, T+1 rows each; the last row of an episode has no target (nothing was sent after it)."""
+    lay = _Layout(robot)
+    m, t1 = qpos.shape[:2]
+    cols: dict[str, np.ndarray] = {"episode": np.repeat(np.arange(m), t1),
+                                   "time": np.tile(np.arange(t1) * robot.control_dt, m)}
+    flat_q, flat_v = qpos.reshape(m * t1, -1).astype(np.float64), qvel.reshape(m * t1, -1).astype(np.float64)
+    if lay.floating:
+        quat = torch.from_numpy(flat_q[:, 3:7])
+        lin_b = quat_apply_inverse(quat, torch.from_numpy(flat_v[:, 0:3])).numpy()  # world -> base frame
+        for i, name in enumerate(BASE["pos"]):
+            cols[name] = flat_q[:, i]
+        for i, name in enumerate(BASE["quat"]):
+            cols[name] = flat_q[:, 3 + i]
+        for i, name in enumerate(BASE["lin_vel"]):
+            cols[name] = lin_b[:, i]
+        for i, name in enumerate(BASE["ang_vel"]):  # MuJoCo's free-joint angular velocity is in the body frame
+            cols[name] = flat_v[:, 3 + i]
+    for j, name in enumerate(lay.joints):
+        cols[f"q_{name}"], cols[f"dq_{name}"] = flat_q[:, lay.qadr[j]], flat_v[:, lay.dadr[j]]
+    pad = lambda a: np.concatenate([a, np.full((m, 1, a.shape[2]), np.nan)], 1).reshape(m * t1, -1)  # noqa: E731
+    targets = pad(ctrl.astype(np.float64))
+    for i, name in enumerate(lay.actuated):
+        cols[f"target_{name}"] = targets[:, i]
+    if torque is not None:  # a step's torque is measured at its end: row t + 1
+        taus = np.concatenate([np.full((m, 1, torque.shape[2]), np.nan), torque.astype(np.float64)], 1)
+        taus = taus.reshape(m * t1, -1)
+        for i, name in enumerate(lay.actuated):
+            cols[f"tau_{name}"] = taus[:, i]
+    return pd.DataFrame(cols)
+
+
+def write_log(path: str | Path, frame: pd.DataFrame, variant: str = "") -> None:
+    """Write log rows to `path` (.parquet or .csv; temp file, then rename). A Parquet file keeps `variant` (the
+    JSON of the robot variant that made it) in its metadata."""
+    path = Path(path)
+    if path.suffix not in SUFFIXES:
+        raise LogError(f"robot log '{path}' must end in {' or '.join(SUFFIXES)}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        if path.suffix == ".csv":
+            frame.to_csv(tmp, index=False)
+        else:
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+
+            table = pa.Table.from_pandas(frame, preserve_index=False)
+            table = table.replace_schema_metadata({**(table.schema.metadata or {}), META_KEY: variant.encode()})
+            pq.write_table(table, tmp)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+# --- reading and importing --------------------------------------------------------------------------------------
+
+def read_log(path: str | Path) -> tuple[pd.DataFrame, str]:
+    """The rows of a log file and the variant JSON in its metadata ("" when none); data only, no code runs."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"robot log '{path}' does not exist")
+    if path.suffix not in SUFFIXES:
+        raise LogError(f"robot log '{path}' must be {' or '.join(SUFFIXES)}, got '{path.suffix}'")
+    if path.stat().st_size > MAX_READ_FRACTION * available_host_bytes() / 4:  # rows expand as they are read
+        raise LogError(f"robot log '{path}' ({path.stat().st_size / 2**30:,.1f} GiB) is too large for this machine's "
+                       "memory; split it into several files")
+    try:
+        if path.suffix == ".csv":
+            return pd.read_csv(path), ""
+        import pyarrow.parquet as pq
+
+        table = pq.read_table(path)
+        variant = (table.schema.metadata or {}).get(META_KEY, b"").decode("utf-8", "replace")
+        return table.to_pandas(), variant
+    except (OSError, ValueError, UnicodeDecodeError) as err:
+        first = str(err).strip().splitlines()[0][:120] if str(err).strip() else type(err).__name__
+        raise LogError(f"robot log '{path}' cannot be read ({first}); write it again") from err
+
+
+def _checked_columns(frame: pd.DataFrame, lay: _Layout, where: str) -> None:
+    names = set(frame.columns)
+    for prefix, expected in (("q_", lay.joints), ("dq_", lay.joints), ("target_", lay.actuated)):
+        given = sorted(c[len(prefix):] for c in names if c.startswith(prefix))
+        extra, absent = [g for g in given if g not in expected], [e for e in expected if e not in given]
+        if extra or absent:
+            which = f"unknown: {prefix}{extra[0]}" if extra else f"missing: {prefix}{absent[0]}"
+            raise LogError(f"robot log '{where}' has {len(given)} {prefix}<joint> columns, robot '{lay.robot.name}' "
+                           f"has {len(expected)} ({which}); log each of the robot's joints by name")
+    required = ["time", *lay.state_columns(), *lay.target_columns()]
+    missing = [c for c in required if c not in names]
+    if missing:
+        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+        raise LogError(f"robot log '{where}' lacks column {missing[0]}{more}; see docs/reference/robot_logs.md")
+    optional = [f"tau_{j}" for j in lay.actuated] + [f"contact_{b}" for b in lay.contacts] + ["episode"]
+    for c in [*required, *(c for c in optional if c in names)]:
+        if not pd.api.types.is_numeric_dtype(frame[c]):
+            raise LogError(f"robot log '{where}': column {c} holds {frame[c].dtype}, not numbers")
+
+
+def _runs(frame: pd.DataFrame, where: str) -> list[pd.DataFrame]:
+    """The episodes of a log, each in row order, with time checked to increase strictly."""
+    runs = [g for _, g in frame.groupby("episode", sort=False)] if "episode" in frame else [frame]
+    for run in runs:
+        t = run["time"].to_numpy(dtype=float)
+        ok = np.isfinite(t)
+        back = np.flatnonzero(np.diff(t[ok]) <= 0)
+        if back.size:
+            i = back[0]
+            raise LogError(f"robot log '{where}': time does not increase at row {run.index[ok][i + 1]} "
+                           f"({t[ok][i + 1]:g} s after {t[ok][i]:g} s); sort it, or give each run its own episode")
+    return runs
+
+
+def _segments(run: pd.DataFrame, lay: _Layout, dt: float) -> tuple[list[pd.DataFrame], int]:
+    """Split a run at rows that are not finite (dropped) and at gaps in time; returns (segments, rows dropped). A
+    row whose state is finite but whose target is not may end a segment (no target followed it)."""
+    state = run[["time", *lay.state_columns()]].to_numpy(dtype=float)
+    good = np.isfinite(state).all(1)  # (R,)
+    target_ok = np.isfinite(run[lay.target_columns()].to_numpy(dtype=float)).all(1)  # (R,)
+    t = run["time"].to_numpy(dtype=float)
+    step = np.median(np.diff(t[good])) if good.sum() > 1 else dt
+    cut = np.zeros(len(run), dtype=bool)  # a new segment starts at this row
+    cut[1:] = np.diff(t) > GAP_FACTOR * max(step, dt)
+    segments, start, dropped = [], None, int((~good).sum())
+    for i in range(len(run) + 1):
+        end_here = i == len(run) or not good[i] or cut[i]
+        if end_here and start is not None:
+            segments.append(run.iloc[start:i])
+            start = None
+        if i < len(run) and good[i] and start is None:
+            start = i
+        if i < len(run) and good[i] and not target_ok[i] and start is not None:  # keep it as the last row
+            segments.append(run.iloc[start:i + 1])
+            start = None
+    return segments, dropped
+
+
+def _resampled(seg: pd.DataFrame, lay: _Layout, dt: float) -> dict[str, np.ndarray]:
+    """One segment at the control step: qpos (L, nq), qvel (L, nv), ctrl (L-1, nu), and tau/contact if logged."""
+    t = seg["time"].to_numpy(dtype=float)
+    grid = t[0] + dt * np.arange(int(math.floor((t[-1] - t[0]) / dt + 1e-6)) + 1)  # (L,)
+    lo = np.clip(np.searchsorted(t, grid + 1e-6 * dt, side="right") - 1, 0, len(t) - 1)  # (L,) row at or before
+    hi = np.minimum(lo + 1, len(t) - 1)  # (L,)
+    gap = np.where(hi > lo, t[hi] - t[lo], 1.0)  # (L,)
+    w = np.where(hi > lo, np.clip((grid - t[lo]) / gap, 0.0, 1.0), 0.0)  # (L,) 0 on a logged row
+    w[np.abs(grid - t[lo]) < 1e-6 * dt] = 0.0
+    w = w[:, None]  # (L, 1)
+
+    def interp(cols: list[str]) -> np.ndarray:
+        x = seg[cols].to_numpy(dtype=float)  # (R, k)
+        return np.where(w > 0, (1 - w) * x[lo] + w * x[hi], x[lo])  # (L, k); a row's own value where logged
+
+    qpos, qvel = np.zeros((len(grid), lay.nq)), np.zeros((len(grid), lay.nv))
+    if lay.floating:
+        x = seg[list(BASE["quat"])].to_numpy(dtype=float)  # (R, 4)
+        b = np.where((x[lo] * x[hi]).sum(1, keepdims=True) < 0, -x[hi], x[hi])  # (L, 4) same hemisphere
+        quat = np.where(w > 0, (1 - w) * x[lo] + w * b, x[lo])  # (L, 4) normalized lerp
+        quat /= np.linalg.norm(quat, axis=1, keepdims=True)
+        qpos[:, 0:3], qpos[:, 3:7] = interp(list(BASE["pos"])), quat
+        lin_w = quat_apply(torch.from_numpy(quat), torch.from_numpy(interp(list(BASE["lin_vel"])))).numpy()
+        qvel[:, 0:3], qvel[:, 3:6] = lin_w, interp(list(BASE["ang_vel"]))  # MuJoCo: linear in world, angular in body
+    qpos[:, lay.qadr] = interp([f"q_{j}" for j in lay.joints])
+    qvel[:, lay.dadr] = interp([f"dq_{j}" for j in lay.joints])
+    out = {"qpos": qpos, "qvel": qvel, "ctrl": seg[lay.target_columns()].to_numpy(dtype=float)[lo[:-1]]}
+    if all(f"tau_{j}" in seg for j in lay.actuated):
+        out["torque"] = interp([f"tau_{j}" for j in lay.actuated])[1:]  # measured over each step: at its end
+    if all(f"contact_{b}" in seg for b in lay.contacts):
+        out["contact"] = seg[[f"contact_{b}" for b in lay.contacts]].to_numpy(dtype=float)[lo]
+    return out
+
+
+def _check_units(seg: pd.DataFrame, lay: _Layout, where: str) -> None:
+    """Velocities against the derivative of the positions; positions and targets against their ranges."""
+    t = seg["time"].to_numpy(dtype=float)
+    if len(t) < 3:
+        return
+    q = seg[[f"q_{j}" for j in lay.joints]].to_numpy(dtype=float)  # (R, nj)
+    beyond = (q < lay.range[:, 0] - RANGE_MARGIN) | (q > lay.range[:, 1] + RANGE_MARGIN)  # (R, nj)
+    if beyond.any():
+        r, j = np.argwhere(beyond)[0]
+        raise LogError(f"robot log '{where}': q_{lay.joints[j]} reaches {q[r, j]:g}, outside the joint's range "
+                       f"[{lay.range[j, 0]:g}, {lay.range[j, 1]:g}]; log positions in rad (m for slide joints)")
+    tg = seg[lay.target_columns()].to_numpy(dtype=float)  # (R, nu)
+    beyond = np.isfinite(tg) & ((tg < lay.ctrl_range[:, 0] - RANGE_MARGIN) | (tg > lay.ctrl_range[:, 1] + RANGE_MARGIN))
+    if beyond.any():
+        r, a = np.argwhere(beyond)[0]
+        raise LogError(f"robot log '{where}': target_{lay.actuated[a]} reaches {tg[r, a]:g}, outside the control "
+                       f"range [{lay.ctrl_range[a, 0]:g}, {lay.ctrl_range[a, 1]:g}]; log targets in rad")
+    span = (t[2:] - t[:-2])[:, None]  # (R-2, 1) central differences
+    pairs = [(f"dq_{j}", (q[2:, i:i + 1] - q[:-2, i:i + 1]) / span, seg[[f"dq_{j}"]].to_numpy(float)[1:-1])
+             for i, j in enumerate(lay.joints)]
+    if lay.floating:
+        pos = seg[list(BASE["pos"])].to_numpy(dtype=float)
+        quat = torch.from_numpy(seg[list(BASE["quat"])].to_numpy(dtype=float)[1:-1].copy())
+        lin_w = quat_apply(quat, torch.from_numpy(seg[list(BASE["lin_vel"])].to_numpy(float)[1:-1].copy())).numpy()
+        pairs.append(("base_lin_vel", (pos[2:] - pos[:-2]) / span, lin_w))
+    for name, derivative, logged in pairs:
+        if np.sqrt((derivative ** 2).mean()) < MIN_MOTION:
+            continue
+        ratio = float((logged * derivative).sum() / (derivative ** 2).sum())
+        if not UNIT_RATIO[0] <= ratio <= UNIT_RATIO[1]:
+            unit = "m/s in the base frame" if name == "base_lin_vel" else "rad/s (m/s for slide joints)"
+            raise LogError(f"robot log '{where}': {name} is {ratio:.3g} x the time derivative of its position; log it "
+                           f"in {unit}, and time in s")
+
+
+def import_logs(paths: list[str | Path], robot: RobotSpec, out: str | Path, traj_len: int = 100) -> dict:
+    """Import robot logs into one dataset `out` of `traj_len`-step trajectories at the robot's control step;
+    returns counts (rows, rows dropped as not finite, segments, segments shorter than a trajectory, minutes)."""
+    if traj_len < 1:
+        raise LogError("traj_len must be positive")
+    lay, dt = _Layout(robot), robot.control_dt
+    arrays: dict[str, list[np.ndarray]] = {}
+    counts = {"rows": 0, "non_finite_rows": 0, "segments": 0, "short_segments": 0}
+    sources, variants = [], set()
+    for path in paths:
+        frame, variant = read_log(path)
+        where = str(path)
+        _checked_columns(frame, lay, where)
+        if variant:
+            variants.add(_variant_name(variant, where))
+        counts["rows"] += len(frame)
+        for run in _runs(frame, where):
+            segments, dropped = _segments(run, lay, dt)
+            counts["non_finite_rows"] += dropped
+            for seg in segments:
+                _check_units(seg, lay, where)
+                counts["segments"] += 1
+                res = _resampled(seg, lay, dt)
+                n = (len(res["qpos"]) - 1) // traj_len
+                if n == 0:
+                    counts["short_segments"] += 1
+                    continue
+                for k, v in res.items():
+                    width = traj_len + (1 if len(v) == len(res["qpos"]) else 0)
+                    arrays.setdefault(k, []).append(np.stack([v[i * traj_len:i * traj_len + width]
+                                                              for i in range(n)]))
+        sources.append({"file": Path(path).name, "sha256": hashlib.sha256(Path(path).read_bytes()).hexdigest()})
+    if not arrays:
+        raise LogError(f"the logs hold no run of {traj_len + 1} control steps ({counts['segments']} segments, "
+                       f"{counts['non_finite_rows']} rows not finite); lower --traj_len or log longer runs")
+    joined = {k: np.concatenate(v) for k, v in arrays.items() if len(v) == len(arrays["qpos"])}
+    m = len(joined["qpos"])
+    variant = sorted(variants)[0] if len(variants) == 1 else ""
+    attrs = dataset_attrs(robot, lay.nq, lay.nv, lay.nu, source="logs", terrain="flat", num_trajectories=m,
+                          traj_len=traj_len, dropped=0, logs=json.dumps(sources), **counts)
+    attrs["variant"] = variant
+    write_arrays(out, joined, attrs)
+    minutes = m * traj_len * dt / 60
+    return {"out": str(out), "trajectories": m, "transitions": m * traj_len, "minutes": round(minutes, 3), **counts}
+
+
+def _variant_name(text: str, where: str) -> str:
+    """The variant JSON a stand-in log carries, checked to be what `RobotVariant.describe` writes."""
+    try:
+        data = json.loads(text)
+        if not isinstance(data, dict) or not isinstance(data.get("name"), str):
+            raise ValueError("no name")
+    except ValueError as err:
+        raise LogError(f"robot log '{where}' has corrupt flashnerd.variant metadata; write it again") from err
+    return json.dumps(data, sort_keys=True)
+
+
+def dataset_to_log(dataset: str | Path, out: str | Path) -> dict:
+    """Write a dataset that `flashnerd record` has just made as a robot log `out` (what the stand-in robot logs)."""
+    import h5py
+
+    with h5py.File(dataset, "r") as f:
+        arrays = {k: f[k][()] for k in ("qpos", "qvel", "ctrl", "torque") if k in f}
+        variant = str(f.attrs.get("variant", "") or "")
+        robot = get_robot(str(f.attrs["robot"]))  # the layout a log names is the nominal robot's
+    frame = log_frame(robot, arrays["qpos"], arrays["qvel"], arrays["ctrl"], arrays.get("torque"))
+    write_log(out, frame, variant)
+    return {"out": str(out), "rows": len(frame), "episodes": int(arrays["qpos"].shape[0])}

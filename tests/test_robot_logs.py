@@ -1,0 +1,119 @@
+"""Robot logs in (data/logs.py): a log of the stand-in robot imports back to the trajectories it was made from, at
+the control rate or resampled from a faster one; rows that are not finite are dropped and counted; bad logs are
+one-line errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from flashnerd.cli.main import main
+from flashnerd.data.dataset import load_dataset
+from flashnerd.data.logs import LogError, import_logs, log_frame, read_log, write_log
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    """One recording of the worn variant, as a dataset and as the log the stand-in robot writes."""
+    root = tmp_path_factory.mktemp("logs")
+    common = ["record", "--num_worlds", "3", "--steps", "60", "--traj_len", "30", "--seed", "3",
+              "--robot_variant", "variants/anymal_c_worn.yaml"]
+    assert main([*common, "--out", str(root / "ref.h5")]) == 0
+    assert main([*common, "--out", str(root / "log.parquet"), "--format", "logs"]) == 0
+    return root
+
+
+def _arrays(path):
+    import h5py
+
+    with h5py.File(path, "r") as f:
+        return {k: f[k][()] for k in ("qpos", "qvel", "ctrl", "torque")}
+
+
+def test_a_recorded_log_imports_back_to_the_recorded_trajectories(recorded):
+    out = recorded / "imported.h5"
+    assert main(["import-logs", str(recorded / "log.parquet"), "--out", str(out), "--traj_len", "30"]) == 0
+    ref, got = _arrays(recorded / "ref.h5"), _arrays(out)
+    for k in ref:
+        assert got[k].shape == ref[k].shape and np.allclose(got[k], ref[k], atol=1e-6), k
+    data = load_dataset(out)
+    assert data.attrs["source"] == "logs" and data.attrs["variants"] == ["anymal_c_worn"]
+    assert data.attrs["non_finite_rows"] == 0 and data.attrs["segments"] == 6
+
+
+def test_a_faster_log_is_resampled_to_the_control_step(recorded, anymal):
+    """Midpoints added between the rows (states interpolated, targets held) must not change the import."""
+    frame, variant = read_log(recorded / "log.parquet")
+    mid = frame.copy()
+    nxt = frame.groupby("episode").shift(-1)
+    for c in frame.columns:
+        if c.startswith(("q_", "dq_", "base_")):
+            mid[c] = (frame[c] + nxt[c]) / 2
+    mid["time"] = frame["time"] + anymal.control_dt / 2
+    mid = mid[nxt["time"].notna()]
+    fast = pd.concat([frame, mid]).sort_values(["episode", "time"], kind="stable").reset_index(drop=True)
+    write_log(recorded / "fast.csv", fast)
+    out = recorded / "fast.h5"
+    import_logs([recorded / "fast.csv"], anymal, out, traj_len=30)
+    ref, got = _arrays(recorded / "ref.h5"), _arrays(out)
+    for k in ("qpos", "qvel", "ctrl"):
+        assert np.allclose(got[k], ref[k], atol=1e-5), k
+
+
+def test_rows_that_are_not_finite_are_dropped_counted_and_split_the_run(recorded, anymal):
+    frame, _ = read_log(recorded / "log.parquet")
+    one = frame[frame["episode"] == 0].drop(columns="episode").reset_index(drop=True)  # 31 rows, one run
+    one.loc[10, "dq_LF_KFE"] = np.nan
+    write_log(recorded / "holed.parquet", one)
+    result = import_logs([recorded / "holed.parquet"], anymal, recorded / "holed.h5", traj_len=8)
+    assert result["non_finite_rows"] == 1 and result["segments"] == 2
+    assert result["trajectories"] == 1 + 2  # rows 0-9 give one 8-step trajectory, rows 11-30 two
+
+
+def _bad(recorded, edit):
+    frame, _ = read_log(recorded / "log.parquet")
+    return edit(frame.copy())
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda f: f.drop(columns="base_quat_w"), "lacks column base_quat_w"),
+    (lambda f: f.drop(columns=["q_RH_KFE"]), "has 11 q_<joint> columns, robot 'anymal_c' has 12 (missing: q_RH_KFE)"),
+    (lambda f: f.assign(q_TAIL=0.0), "has 13 q_<joint> columns, robot 'anymal_c' has 12 (unknown: q_TAIL)"),
+    (lambda f: f.assign(time=f["time"][::-1].to_numpy()), "time does not increase"),
+    (lambda f: f.assign(**{c: np.degrees(f[c]) for c in f if c.startswith("dq_")}),
+     "x the time derivative of its position; log it in rad/s"),
+    (lambda f: f.assign(**{c: np.degrees(f[c]) for c in f if c.startswith(("q_", "dq_"))}),
+     "outside the joint's range"),
+    (lambda f: f.assign(q_LF_HAA="left"), "column q_LF_HAA holds str, not numbers"),
+])
+def test_bad_logs_are_one_line_errors(recorded, edit, message, capsys, tmp_path):
+    path = tmp_path / "bad.parquet"
+    write_log(path, _bad(recorded, edit))
+    assert main(["import-logs", str(path), "--out", str(tmp_path / "out.h5")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1, err
+    assert not (tmp_path / "out.h5").exists()
+
+
+def test_a_file_that_is_not_a_log_is_a_one_line_error(tmp_path, capsys):
+    junk = tmp_path / "junk.parquet"
+    junk.write_bytes(b"PAR1" + bytes(range(256)) * 4)
+    assert main(["import-logs", str(junk), "--out", str(tmp_path / "o.h5")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "cannot be read" in err and len(err.splitlines()) == 1
+    with pytest.raises(LogError, match="must be .parquet or .csv"):
+        read_log(junk.rename(tmp_path / "junk.txt"))
+
+
+def test_a_log_of_a_fixed_base_robot_has_no_base_columns(cartpole, tmp_path):
+    m, t = 2, 20
+    rng = np.random.default_rng(0)
+    qpos = np.cumsum(rng.normal(0, 0.01, (m, t + 1, 2)), axis=1)
+    qvel = np.gradient(qpos, cartpole.control_dt, axis=1)
+    frame = log_frame(cartpole, qpos, qvel, rng.normal(0, 0.1, (m, t, 1)))
+    assert not any(c.startswith("base_") for c in frame) and {"q_slider", "q_hinge", "target_slider"} <= set(frame)
+    write_log(tmp_path / "c.csv", frame)
+    result = import_logs([tmp_path / "c.csv"], cartpole, tmp_path / "c.h5", traj_len=t)
+    assert result["trajectories"] == m
+    assert np.allclose(load_dataset(tmp_path / "c.h5").qpos.numpy(), qpos, atol=1e-6)
