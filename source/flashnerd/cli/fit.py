@@ -38,7 +38,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--resume", action="store_true", help="continue from --out if it exists")
     p.add_argument("--init", default="",
                    help="start from this checkpoint's weights and normalizers (same model settings; new optimizer "
-                        "and schedule), e.g. to refit a model on more data")
+                        "and schedule), e.g. to refit a model on more data or adapt it to a robot's own data; the "
+                        "held-out NRMSE before and after goes into the checkpoint")
+    p.add_argument("--mix_data", nargs="+", default=(),
+                   help="datasets trained on beside --data (e.g. the simulation data of --init), never validated on")
+    p.add_argument("--mix", type=float, default=None,
+                   help=f"share of every batch drawn from --mix_data (default {FitConfig.mix})")
+    p.add_argument("--patience", type=int, default=None,
+                   help=f"stop after this many validations without a better held-out loss; --out keeps the best step "
+                        f"(default {INIT_PATIENCE} with --init, else 0: off)")
     p.set_defaults(func=run)
     e = sub.add_parser("export-model", help="strip a fitting checkpoint to what inference needs (to ship it)")
     e.add_argument("--checkpoint", required=True, help="checkpoint written by `flashnerd fit`")
@@ -47,8 +55,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     e.set_defaults(func=run_export)
 
 
+INIT_PATIENCE = 5  # early stopping by default when adapting a model (--init)
+
+
 def run(args: argparse.Namespace) -> dict:
     check_positive("max_steps", args.max_steps)
+    refuse_unless(bool(args.mix_data), args, ("mix",), "sets the share of --mix_data; add --mix_data, or drop --mix")
+    args.mix = FitConfig.mix if args.mix is None else args.mix
+    args.patience = (INIT_PATIENCE if args.init else 0) if args.patience is None else args.patience
     check_positive("batch_size", args.batch_size)
     check_positive("ar_batch_size", args.ar_batch_size)
     refuse_unless(args.contacts == "rows", args, ("max_rows",), "applies to --contacts rows only; add it, or drop "
@@ -63,7 +77,8 @@ def run(args: argparse.Namespace) -> dict:
                               time_budget_s=args.time_budget, batch_size=args.batch_size,
                               ar_batch_size=args.ar_batch_size, lr=args.lr,
                               ar_weight=args.ar_weight, seed=args.seed, contacts=args.contacts,
-                              max_rows=args.max_rows, init=args.init)
+                              max_rows=args.max_rows, init=args.init, mix_data=tuple(args.mix_data), mix=args.mix,
+                              patience=args.patience)
     check_fit_config(cfg)
     out = Path(args.out)
     if args.init and args.resume:
@@ -81,6 +96,8 @@ def run(args: argparse.Namespace) -> dict:
             fitter.init_from(args.init)
         log_dir = args.log_dir or str(Path("logs") / "fit" / out.stem)
         result = fitter.fit(out, log_dir=log_dir, progress=info.is_main)
+        if args.init:
+            result["adaptation"] = fitter.adaptation_report(args.init, out)
     finally:
         shutdown()
     result["world_size"] = info.world_size

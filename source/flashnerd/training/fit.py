@@ -5,6 +5,11 @@ Loss = teacher-forced MSE on normalized increments over windows + `ar_weight` x 
 input noise, real controls) for `ar_steps` forecast steps, and their state features are compared with the recorded
 ones. AdamW with warm-up and cosine decay, gradient clipping, validation split by trajectory, TensorBoard scalars,
 and resumable checkpoints that carry the model config, normalizers and the robot-model hash.
+
+Adaptation (a model fitted in simulation refitted on a robot's own data): `init` starts from its weights and
+normalizers, `mix_data` trains on simulation data beside the robot's (a share `mix` of every batch), validation uses
+held-out robot data only, `patience` stops when it no longer improves (the checkpoint keeps the best step), and
+`adaptation_report` puts the held-out NRMSE before and after into the checkpoint.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -23,12 +29,14 @@ from tqdm import tqdm
 
 from flashnerd.contacts import contact_features
 from flashnerd.data.dataset import TrajectoryData, check_robot, load_datasets
+from flashnerd.dynamics import make_dynamics
 from flashnerd.dynamics.representation import StateRepresentation
 from flashnerd.models import MODEL_KINDS, build_model, model_sizes, num_params, takes_contact_rows
 from flashnerd.models.checkpoint import config_dict, read_checkpoint, save_checkpoint
 from flashnerd.models.normalizer import Normalizer
 from flashnerd.robots import get_robot
 from flashnerd.sim.scene import build_scene
+from flashnerd.training.evaluate import rollout_errors
 from flashnerd.training.features import trajectory_tensors
 from flashnerd.utils.distributed import DistInfo, all_reduce_max
 
@@ -59,6 +67,9 @@ class FitConfig:
     contacts: str = "probes"  # "probes": fixed ground probes (NeRD); "rows": variable contact rows (FlashNeRD only)
     max_rows: int = 16  # contact rows per frame in "rows" mode
     init: str = ""  # start from this checkpoint's weights and normalizers (fresh optimizer and schedule)
+    mix_data: tuple[str, ...] = ()  # datasets (e.g. simulation) trained on beside the data, never validated on
+    mix: float = 0.5  # share of every batch drawn from mix_data
+    patience: int = 0  # stop after this many validations without a better loss; `out` keeps the best (0: off)
 
 
 def check_fit_config(cfg: FitConfig) -> None:
@@ -79,6 +90,10 @@ def check_fit_config(cfg: FitConfig) -> None:
             raise ValueError(f"--{name} must be a finite number >= 0, got {value}")
     if not 0 < cfg.val_fraction < 1:
         raise ValueError(f"val_fraction must lie in (0, 1), got {cfg.val_fraction}")
+    if not (math.isfinite(cfg.mix) and 0 <= cfg.mix < 1):
+        raise ValueError(f"--mix must lie in [0, 1), the share of each batch from --mix_data; got {cfg.mix}")
+    if cfg.patience < 0:
+        raise ValueError(f"--patience must be >= 0 (0: no early stopping), got {cfg.patience}")
     for name in ("window", "ar_history", "ar_steps", "ar_batch_size", "batch_size", "max_steps", "eval_every",
                  "max_rows"):
         if getattr(cfg, name) < 1:
@@ -129,6 +144,12 @@ class Fitter:
         self.probes = contact_features(self.robot, scene, self.device, **contacts)
         self.rep = StateRepresentation.for_robot(self.robot, scene, self.probes.dim)
         train, val = data.split(cfg.val_fraction, seed=cfg.seed)
+        # Trajectories are drawn uniformly, or, with mix_data, a share `mix` of every batch from the mixed-in data
+        self.train_weights = None
+        self.data_transitions = self.transitions  # of the data validated on
+        if cfg.mix_data:
+            train, self.train_weights = self._mixed(train, data, cfg)
+            self.transitions = train.num_trajectories * train.traj_len + val.num_trajectories * val.traj_len
         self.train, self.val = self._to_device(train), self._to_device(val)
         cpu_probes = contact_features(self.robot, scene, **contacts)  # features are built once, on the CPU
         x_tr, y_tr = trajectory_tensors(train, self.rep, cpu_probes)
@@ -163,12 +184,34 @@ class Fitter:
             ids = [self.device.index] if self.device.type == "cuda" else None
             self._step_fn = DistributedDataParallel(self.objective, device_ids=ids)
 
+    def _mixed(self, train: TrajectoryData, data: TrajectoryData, cfg: FitConfig):
+        """`train` with the trajectories of cfg.mix_data appended, and the sampling weight of each (M,)."""
+        where = ", ".join(cfg.mix_data)
+        mix = load_datasets(list(cfg.mix_data), self.robot)
+        if mix.traj_len != data.traj_len:
+            raise ValueError(f"--mix_data '{where}' has {mix.traj_len}-step trajectories, --data {data.traj_len}; "
+                             "import or record them with the same --traj_len")
+        if str(mix.attrs.get("terrain", "flat")) != str(data.attrs.get("terrain", "flat")):
+            raise ValueError(f"--mix_data '{where}' was recorded on terrain '{mix.attrs.get('terrain', 'flat')}', "
+                             f"--data on '{data.attrs.get('terrain', 'flat')}'; mix data of one terrain")
+        self.mix_variants = mix.attrs["variants"]
+        m_own, m_mix = train.num_trajectories, mix.num_trajectories
+        weights = torch.cat([torch.full((m_own,), (1 - cfg.mix) / m_own, dtype=torch.float64),
+                             torch.full((m_mix,), cfg.mix / m_mix, dtype=torch.float64)])  # (M,)
+        cat = lambda k: torch.cat([getattr(train, k), getattr(mix, k)])  # noqa: E731
+        return TrajectoryData(cat("qpos"), cat("qvel"), cat("ctrl"), train.attrs), weights.to(self.device)
+
     def _to_device(self, d: TrajectoryData) -> TrajectoryData:
         return TrajectoryData(d.qpos.to(self.device), d.qvel.to(self.device), d.ctrl.to(self.device), d.attrs)
 
-    def _sample_windows(self, m: int, t: int, w: int, b: int, gen: torch.Generator):
-        """b random windows of w frames from m trajectories of t frames: indices (b, 1) and (b, w)."""
-        traj = torch.randint(0, m, (b,), device=self.device, generator=gen)  # (b,)
+    def _sample_windows(self, m: int, t: int, w: int, b: int, gen: torch.Generator,
+                        weights: torch.Tensor | None = None):
+        """b random windows of w frames from m trajectories of t frames (drawn by `weights` when given): indices
+        (b, 1) and (b, w)."""
+        if weights is None:
+            traj = torch.randint(0, m, (b,), device=self.device, generator=gen)  # (b,)
+        else:  # (M,) sampling weight of each trajectory
+            traj = torch.multinomial(weights, b, replacement=True, generator=gen)  # (b,)
         t0 = torch.randint(0, t - w + 1, (b,), device=self.device, generator=gen)  # (b,)
         return traj[:, None], t0[:, None] + torch.arange(w, device=self.device)  # (b, 1), (b, w)
 
@@ -192,7 +235,8 @@ class Fitter:
         """Dual autoregression: true history, then the model's own predicted states for `ar_steps` steps."""
         c, rep = self.cfg, self.rep
         hist, steps = c.ar_history, c.ar_steps
-        traj, tt = self._sample_windows(xn.shape[0], xn.shape[1], hist + steps, c.ar_batch_size, self.gen)
+        traj, tt = self._sample_windows(xn.shape[0], xn.shape[1], hist + steps, c.ar_batch_size, self.gen,
+                                        self.train_weights)
         traj, tt = traj[self._ar_rows], tt[self._ar_rows]  # this rank's share of the global batch
         seq = xn[traj, tt[:, :hist]]  # (b, H, I) true normalized frames
         last_t = tt[:, hist - 1]  # (b,)
@@ -228,11 +272,14 @@ class Fitter:
         writer = SummaryWriter(str(log_dir)) if log_dir and main else None
         if self.step == 0:
             self.history.append({"step": 0, "val_loss": self.validate()})
+            if c.patience:  # `out` holds the best model so far, which may be the starting one
+                self.save(out)
         bar = tqdm(total=c.max_steps, initial=self.step, desc=f"fit {c.model}",
                    disable=None if progress and main else True)
         self.model.train()
         try:
-            while self.step < c.max_steps and not (c.time_budget_s and self.train_seconds >= c.time_budget_s):
+            while (self.step < c.max_steps and not (c.time_budget_s and self.train_seconds >= c.time_budget_s)
+                   and not (c.patience and self._stale() >= c.patience)):
                 self._train_step(writer)
                 bar.update(1)
                 if self.step % c.eval_every == 0 or self.step == c.max_steps:
@@ -245,7 +292,7 @@ class Fitter:
         bar.close()
         if self.history[-1]["step"] != self.step:  # stopped by the time budget between validations
             self._validate_and_save(out, writer)
-        else:
+        elif not c.patience:
             self.save(out)  # also when resumed with no step left to take
         if writer:
             writer.close()
@@ -254,7 +301,32 @@ class Fitter:
                 "train_seconds": round(self.train_seconds, 1), "transitions": self.transitions,
                 "dropped_on_read": self.dropped_on_read,
                 "windows_per_s": round(windows / max(self.train_seconds, 1e-9), 1),
-                "val_loss_initial": self.history[0]["val_loss"], "val_loss_final": self.history[-1]["val_loss"]}
+                "val_loss_initial": self.history[0]["val_loss"], "val_loss_final": self.history[-1]["val_loss"],
+                **({"best_step": self._best()["step"], "stopped_early": self._stale() >= c.patience}
+                   if c.patience else {})}
+
+    def adaptation_report(self, before: str | Path, after: str | Path, horizons=(1, 15, 100)) -> dict:
+        """Recursive-rollout NRMSE of the checkpoints `before` (the starting model) and `after` on this fit's
+        held-out trajectories of --data (the robot's own data, never trained on); stored in `after`'s card."""
+        val = TrajectoryData(self.val.qpos.cpu(), self.val.qvel.cpu(), self.val.ctrl.cpu(), self.val.attrs)
+        report: dict[str, Any] = {"held_out_trajectories": val.num_trajectories, "init": str(before)}
+        for name, path in (("before", before), ("after", after)):
+            dyn = make_dynamics(self.cfg.model, self.robot, val.num_trajectories, device=str(self.device),
+                                terrain=self.terrain, checkpoint=str(path))
+            errors = rollout_errors(dyn, val, [h for h in horizons if h <= val.traj_len])
+            report[f"nrmse_{name}"] = {str(h): e["nrmse"] for h, e in errors.items()}
+        if self.dist.is_main:
+            ckpt = read_checkpoint(after, self.robot)
+            save_checkpoint(after, {**ckpt, "adaptation": report})
+        return report
+
+    def _best(self) -> dict:
+        """The validation with the lowest loss (the first of equals)."""
+        return min(self.history, key=lambda h: h["val_loss"])
+
+    def _stale(self) -> int:
+        """Validations since the best one."""
+        return len(self.history) - 1 - self.history.index(self._best())
 
     def _train_step(self, writer: SummaryWriter | None) -> None:
         """One optimizer step on a teacher-forced batch plus the autoregressive loss."""
@@ -282,7 +354,8 @@ class Fitter:
         self.history.append({"step": self.step, "val_loss": val, "train_seconds": self.train_seconds})
         if writer:
             writer.add_scalar("val/loss_teacher_forced", val, self.step)
-        self.save(out)
+        if not self.cfg.patience or self._stale() == 0:  # with early stopping, only a better model replaces `out`
+            self.save(out)
         return val
 
     def _diverged(self, out: str | Path, what: str) -> None:
@@ -316,7 +389,10 @@ class Fitter:
             "step": self.step,
             "train_seconds": self.train_seconds,
             "rng": self.gen.get_state(),
-            "data": {"path": self.data_path, "transitions": self.transitions, "variants": self.variants},
+            "data": {"path": self.data_path, "transitions": self.transitions, "variants": self.variants,
+                     **({"mix_data": list(self.cfg.mix_data), "mix": self.cfg.mix,
+                         "data_transitions": self.data_transitions, "mix_variants": self.mix_variants}
+                        if self.cfg.mix_data else {})},
             "history": self.history,
         })
 
@@ -335,7 +411,9 @@ class Fitter:
     def _load_weights(self, path: str | Path, verb: str) -> dict:
         """Load weights and normalizers of a checkpoint of the same model; the data are re-normalized with them."""
         ckpt = read_checkpoint(path, self.robot)
-        if ckpt["kind"] != self.cfg.model or ckpt["model_config"] != config_dict(self.model.config):
+        ours = config_dict(self.model.config)
+        # a checkpoint older than a config field holds that field's default (what `build_model` gives it)
+        if ckpt["kind"] != self.cfg.model or {**ours, **ckpt["model_config"]} != ours:
             raise ValueError(f"checkpoint '{path}' holds a different model ({ckpt['kind']}, "
                              f"{ckpt['model_config']}); cannot {verb} it with this fit's settings")
         self.model.load_state_dict(ckpt["state_dict"])
@@ -363,7 +441,8 @@ class _Objective(torch.nn.Module):
     def forward(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         f = self._fitter[0]
         c = f.cfg
-        traj, tt = f._sample_windows(f.xn_tr.shape[0], f.xn_tr.shape[1], f.window, c.batch_size, f.gen)
+        traj, tt = f._sample_windows(f.xn_tr.shape[0], f.xn_tr.shape[1], f.window, c.batch_size, f.gen,
+                                     f.train_weights)
         loss_tf = f.teacher_forced_loss(f.xn_tr, f.yn_tr, (traj[f._tf_rows], tt[f._tf_rows]))
         loss_ar = f.autoregressive_loss(f.train, f.xn_tr) if c.ar_weight > 0 else torch.zeros((), device=f.device)
         return loss_tf + c.ar_weight * loss_ar, loss_tf, loss_ar

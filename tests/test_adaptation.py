@@ -1,0 +1,90 @@
+"""Adaptation (`flashnerd fit --init ... --mix_data ... --patience ...`): a model fitted on the nominal robot refitted
+on a variant's data. Batches mix the two at the stated share, validation is held-out variant data alone, early
+stopping keeps the best step, and the card's before/after NRMSE is that of `evaluate-model`-style rollouts."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from flashnerd.cli.main import main
+from flashnerd.data.dataset import load_dataset
+from flashnerd.data.record import record
+from flashnerd.dynamics import make_dynamics
+from flashnerd.models.checkpoint import read_checkpoint
+from flashnerd.robots import get_robot
+from flashnerd.robots.variant import load_variant
+from flashnerd.training.evaluate import rollout_errors
+from flashnerd.training.fit import FitConfig, Fitter
+
+SMALL = dict(batch_size=8, ar_batch_size=4, window=8, eval_every=2, ar_history=4, ar_steps=2)
+
+
+@pytest.fixture(scope="module")
+def fitted(tmp_path_factory):
+    """A nominal model fitted briefly on nominal data, and data of the worn variant."""
+    root = tmp_path_factory.mktemp("adapt")
+    nominal, worn = get_robot("anymal_c"), get_robot("anymal_c").with_variant(load_variant(
+        "variants/anymal_c_worn.yaml"))
+    record(nominal, num_worlds=6, steps=40, out=root / "sim.h5", traj_len=20, seed=1, progress=False)
+    record(worn, num_worlds=10, steps=40, out=root / "worn.h5", traj_len=20, seed=2, progress=False)
+    cfg = dataclasses.replace(FitConfig(), max_steps=6, **SMALL)
+    Fitter(root / "sim.h5", cfg).fit(root / "sim.safetensors", progress=False)
+    return root
+
+
+def test_a_batch_draws_the_stated_share_from_the_mixed_in_data(fitted):
+    cfg = dataclasses.replace(FitConfig(), max_steps=1, mix_data=(str(fitted / "sim.h5"),), mix=0.3, **SMALL)
+    fitter = Fitter(fitted / "worn.h5", cfg)
+    own = fitter.xn_tr.shape[0] - 12  # the 12 simulation trajectories follow the variant's training ones
+    traj, _ = fitter._sample_windows(fitter.xn_tr.shape[0], fitter.xn_tr.shape[1], 8, 20_000, fitter.gen,
+                                     fitter.train_weights)
+    share = (traj[:, 0] >= own).float().mean().item()
+    assert share == pytest.approx(0.3, abs=0.015)
+    assert fitter.val.num_trajectories == 2  # 10% of the variant's 20 trajectories, none of the simulation's
+    assert load_dataset(fitted / "worn.h5").attrs["variants"] == ["anymal_c_worn"]
+
+
+def test_early_stopping_keeps_the_best_step_and_the_card_has_before_and_after(fitted):
+    out = fitted / "adapted.safetensors"
+    cfg = dataclasses.replace(FitConfig(), max_steps=40, lr=3e-2, warmup_steps=1, patience=2,
+                              init=str(fitted / "sim.safetensors"), mix_data=(str(fitted / "sim.h5"),), **SMALL)
+    fitter = Fitter(fitted / "worn.h5", cfg)
+    fitter.init_from(fitted / "sim.safetensors")
+    result = fitter.fit(out, progress=False)
+    report = fitter.adaptation_report(fitted / "sim.safetensors", out, horizons=(1, 15))
+    ckpt = read_checkpoint(out)
+    losses = [h["val_loss"] for h in fitter.history]  # every validation (the checkpoint's history ends at its step)
+    best = fitter.history[losses.index(min(losses))]
+    assert ckpt["step"] == best["step"] == result["best_step"]  # `out` holds the best validation, not the last
+    if result["stopped_early"]:
+        assert len(losses) - 1 - losses.index(min(losses)) == 2 and result["steps"] < 40
+    assert ckpt["adaptation"] == report and ckpt["data"]["mix"] == 0.5
+    # the card's figures are those of rollouts of each checkpoint on the held-out variant trajectories
+    val = fitter.val
+    for name, path in (("before", fitted / "sim.safetensors"), ("after", out)):
+        dyn = make_dynamics("flashnerd", get_robot("anymal_c"), val.num_trajectories, checkpoint=str(path))
+        errors = rollout_errors(dyn, val, [1, 15])
+        assert report[f"nrmse_{name}"]["15"] == pytest.approx(errors[15]["nrmse"], rel=1e-5)
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--mix", "0.4"], "--mix sets the share of --mix_data"),
+    (["--mix_data", "{sim}", "--mix", "1.0"], "--mix must lie in [0, 1)"),
+    (["--patience", "-1"], "--patience must be >= 0"),
+])
+def test_bad_adaptation_flags_are_one_line_errors(fitted, extra, message, capsys):
+    argv = ["fit", "--data", str(fitted / "worn.h5"), "--out", str(fitted / "bad.safetensors"),
+            *[e.replace("{sim}", str(fitted / "sim.h5")) for e in extra]]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1, err
+
+
+def test_mixed_in_data_of_another_trajectory_length_is_refused(fitted, tmp_path):
+    record(get_robot("anymal_c"), num_worlds=2, steps=30, out=tmp_path / "long.h5", traj_len=30, seed=3,
+           progress=False)
+    cfg = dataclasses.replace(FitConfig(), max_steps=1, mix_data=(str(tmp_path / "long.h5"),), **SMALL)
+    with pytest.raises(ValueError, match="has 30-step trajectories, --data 20"):
+        Fitter(fitted / "worn.h5", cfg)
