@@ -107,14 +107,15 @@ def test_a_scaled_torque_limit_clips_the_applied_torque_where_it_says(anymal):
     dyn.close()
 
 
-def test_the_shipped_worn_variant_is_well_formed_and_recorded_in_datasets(anymal, tmp_path):
+@pytest.mark.parametrize("name, key", [("anymal_c_worn", '"payload"'), ("anymal_c_slow_motors", '"no_load_speed"')])
+def test_the_shipped_variants_are_well_formed_and_recorded_in_datasets(anymal, tmp_path, name, key):
     from flashnerd.data.dataset import load_dataset
 
-    out = tmp_path / "worn.h5"
+    out = tmp_path / f"{name}.h5"
     assert main(["record", "--num_worlds", "2", "--steps", "8", "--traj_len", "8", "--out", str(out),
-                 "--robot_variant", "variants/anymal_c_worn.yaml"]) == 0
+                 "--robot_variant", f"variants/{name}.yaml"]) == 0
     attrs = load_dataset(out).attrs
-    assert attrs["variants"] == ["anymal_c_worn"] and '"payload"' in attrs["variant"]
+    assert attrs["variants"] == [name] and key in attrs["variant"]
 
 
 @pytest.mark.parametrize("spec, message", [

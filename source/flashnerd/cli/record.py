@@ -71,7 +71,7 @@ LOG_ROOT = "logs/rsl_rl"  # where --load_run looks for runs (train's default)
 ACTION_NOISE = 0.3  # default largest per-world std of the noise on a policy's actions
 
 
-def _policy_source(args: argparse.Namespace, gen: torch.Generator) -> PolicySource:
+def policy_source(args: argparse.Namespace, gen: torch.Generator) -> PolicySource:
     """Task env on the mujoco backend (no time-outs, no interval pushes) driven by the loaded policy."""
     env_cfg, agent_cfg = task_cfgs(args.task, device=args.device, robot_variant=args.robot_variant)
     if args.robot is not None and args.robot != env_cfg.robot:
@@ -166,7 +166,7 @@ def _record_one(args: argparse.Namespace) -> dict:
         check_dynamics_memory(args.dynamics, robot, args.num_worlds, args.device, args.terrain or "flat",
                               _buffer_bytes(robot, args.traj_len))
     else:
-        source = _policy_source(args, torch.Generator().manual_seed(args.seed))
+        source = policy_source(args, torch.Generator().manual_seed(args.seed))
         robot = source.env.robot
     return record(robot, args.num_worlds, args.steps, args.out, traj_len=args.traj_len, seed=args.seed,
                   source=source, resume=args.resume, progress=dist_info().is_main, backend=args.dynamics,

@@ -309,12 +309,8 @@ class Fitter:
         """Recursive-rollout NRMSE of the checkpoints `before` (the starting model) and `after` on this fit's
         held-out trajectories of --data (the robot's own data, never trained on); stored in `after`'s card."""
         val = TrajectoryData(self.val.qpos.cpu(), self.val.qvel.cpu(), self.val.ctrl.cpu(), self.val.attrs)
-        report: dict[str, Any] = {"held_out_trajectories": val.num_trajectories, "init": str(before)}
-        for name, path in (("before", before), ("after", after)):
-            dyn = make_dynamics(self.cfg.model, self.robot, val.num_trajectories, device=str(self.device),
-                                terrain=self.terrain, checkpoint=str(path))
-            errors = rollout_errors(dyn, val, [h for h in horizons if h <= val.traj_len])
-            report[f"nrmse_{name}"] = {str(h): e["nrmse"] for h, e in errors.items()}
+        report = {"held_out_trajectories": val.num_trajectories, "init": str(before),
+                  **nrmse_before_after(self, before, after, val, horizons)}
         if self.dist.is_main:
             ckpt = read_checkpoint(after, self.robot)
             save_checkpoint(after, {**ckpt, "adaptation": report})
@@ -427,6 +423,19 @@ class Fitter:
                                ("yn_tr", y_old, self.y_norm), ("yn_va", y_old, self.y_norm)):
             setattr(self, name, new.normalize(old.denormalize(getattr(self, name))))  # the checkpoint's units
         return ckpt
+
+
+def nrmse_before_after(fitter: Fitter, before: str | Path, after: str | Path, data: TrajectoryData,
+                       horizons=(1, 15, 100)) -> dict[str, Any]:
+    """{"nrmse_before": {H: ...}, "nrmse_after": {H: ...}}: recursive rollouts of two checkpoints of `fitter`'s
+    model kind on `data` (horizons longer than its trajectories are left out)."""
+    out: dict[str, Any] = {}
+    for name, path in (("before", before), ("after", after)):
+        dyn = make_dynamics(fitter.cfg.model, fitter.robot, data.num_trajectories, device=str(fitter.device),
+                            terrain=fitter.terrain, checkpoint=str(path))
+        errors = rollout_errors(dyn, data, [h for h in horizons if h <= data.traj_len])
+        out[f"nrmse_{name}"] = {str(h): e["nrmse"] for h, e in errors.items()}
+    return out
 
 
 class _Objective(torch.nn.Module):

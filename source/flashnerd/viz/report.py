@@ -96,6 +96,33 @@ def plot_finetune(backends: dict, path: str | Path, title: str) -> None:
     save_figure(fig, path)
 
 
+def plot_reality_gap(summary: dict, path: str | Path) -> None:
+    """Return in the robot variant of the policy trained on the adapted model, against minutes of robot data; the
+    baselines (nominal MuJoCo, the oracle on the variant) as horizontal lines."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5.2, 3.6))
+    minutes = [b["minutes"] for b in summary["budgets"]]
+    ax.plot(minutes, [b["eval_variant"]["mean_return"] for b in summary["budgets"]], "o-", color="#55a868",
+            label=f"PPO on {summary['model']} adapted to the robot's logs")
+    styles = {"nominal": ("#4c72b0", "--", "PPO on nominal MuJoCo"), "oracle": ("#c44e52", ":", "oracle: PPO on "
+                                                                                               "the variant")}
+    for name, result in summary["baselines"].items():
+        color, style, label = styles.get(name, ("#8172b2", "-.", name))
+        ax.axhline(result["eval_variant"]["mean_return"], color=color, linestyle=style, label=label)
+    ax.set_xscale("log")
+    ax.set_xticks(minutes, [f"{m:g}" for m in minutes])
+    ax.set_xlabel("minutes of robot data (summed over robots)")
+    ax.set_ylabel(f"return in the variant ({summary['eval_episodes']} episodes)")
+    ax.set_title(f"{Path(summary['robot_variant']).stem}: the reality gap", fontsize=9)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    save_figure(fig, path)
+
+
 def _bench_ppo(data: dict, name: str, folder: Path) -> str:
     plot_ppo(data["backends"], folder / f"{name}.png", data["task"])
     fastest = min(r["seconds_per_iteration"] for r in data["backends"].values())
