@@ -60,7 +60,7 @@ def test_early_stopping_keeps_the_best_step_and_the_card_has_before_and_after(fi
     assert ckpt["step"] == best["step"] == result["best_step"]  # `out` holds the best validation, not the last
     if result["stopped_early"]:
         assert len(losses) - 1 - losses.index(min(losses)) == 2 and result["steps"] < 40
-    assert ckpt["adaptation"] == report and ckpt["data"]["mix"] == 0.5
+    assert ckpt["adaptation"] == report and ckpt["data"]["mix"] == 0.1
     # the card's figures are those of rollouts of each checkpoint on the held-out variant trajectories
     val = fitter.val
     for name, path in (("before", fitted / "sim.safetensors"), ("after", out)):
@@ -98,7 +98,8 @@ def test_bench_reality_gap_runs_the_loop_a_lab_runs(tmp_path, capsys):
     out = tmp_path / "rg"
     assert main(["bench", "reality-gap", "--robot_variant", "variants/anymal_c_worn.yaml", "--real_minutes", "0.2",
                  "--iterations", "1", "--num_envs", "4", "--eval_episodes", "2", "--robot_worlds", "2",
-                 "--sim_minutes", "0.1", "--fit_budget", "1", "--traj_len", "20", "--out_dir", str(out)]) == 0
+                 "--mix", "0.3", "--sim_minutes", "0.1", "--fit_budget", "1", "--traj_len", "20",
+                 "--out_dir", str(out)]) == 0
     summary = json.loads((out / "reality_gap.json").read_text())
     assert set(summary["baselines"]) == {"nominal", "oracle"} and (out / "reality_gap.png").is_file()
     budget = summary["budgets"][0]

@@ -14,6 +14,9 @@ from flashnerd.models.checkpoint import export_for_inference
 from flashnerd.training.fit import FitConfig, Fitter, check_fit_config
 from flashnerd.utils.distributed import init_distributed, shutdown
 
+INIT_PATIENCE = 5  # early stopping by default when adapting a model (--init)
+INIT_LR = 3e-4  # a fitted model adapts to a robot's data at a lower learning rate (docs/results.md, the reality gap)
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("fit", help="fit a learned dynamics model")
@@ -26,7 +29,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--batch_size", type=int, default=FitConfig.batch_size, help="windows per step")
     p.add_argument("--ar_batch_size", type=int, default=FitConfig.ar_batch_size,
                    help="autoregressive rollouts per step")
-    p.add_argument("--lr", type=float, default=FitConfig.lr, help="peak learning rate")
+    p.add_argument("--lr", type=float, default=None,
+                   help=f"peak learning rate (default {FitConfig.lr}; {INIT_LR} with --init, which starts from a "
+                        "fitted model)")
     p.add_argument("--ar_weight", type=float, default=FitConfig.ar_weight, help="weight of the autoregressive loss")
     p.add_argument("--seed", type=int, default=0, help="random seed")
     p.add_argument("--contacts", default=FitConfig.contacts, choices=CONTACT_MODES,
@@ -55,14 +60,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     e.set_defaults(func=run_export)
 
 
-INIT_PATIENCE = 5  # early stopping by default when adapting a model (--init)
-
 
 def run(args: argparse.Namespace) -> dict:
     check_positive("max_steps", args.max_steps)
     refuse_unless(bool(args.mix_data), args, ("mix",), "sets the share of --mix_data; add --mix_data, or drop --mix")
     args.mix = FitConfig.mix if args.mix is None else args.mix
     args.patience = (INIT_PATIENCE if args.init else 0) if args.patience is None else args.patience
+    args.lr = (INIT_LR if args.init else FitConfig.lr) if args.lr is None else args.lr
     check_positive("batch_size", args.batch_size)
     check_positive("ar_batch_size", args.ar_batch_size)
     refuse_unless(args.contacts == "rows", args, ("max_rows",), "applies to --contacts rows only; add it, or drop "

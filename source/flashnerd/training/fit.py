@@ -68,7 +68,7 @@ class FitConfig:
     max_rows: int = 16  # contact rows per frame in "rows" mode
     init: str = ""  # start from this checkpoint's weights and normalizers (fresh optimizer and schedule)
     mix_data: tuple[str, ...] = ()  # datasets (e.g. simulation) trained on beside the data, never validated on
-    mix: float = 0.5  # share of every batch drawn from mix_data
+    mix: float = 0.1  # share of every batch drawn from mix_data
     patience: int = 0  # stop after this many validations without a better loss; `out` keeps the best (0: off)
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 
 from flashnerd.cli.common import CLIError, check_device, check_file_stem, check_positive, check_writable, write_json
+from flashnerd.cli.fit import INIT_LR, INIT_PATIENCE
 from flashnerd.cli.record import policy_source
 from flashnerd.data.dataset import load_dataset
 from flashnerd.data.logs import dataset_to_log, import_logs
@@ -46,9 +47,11 @@ def add_parser(bsub: argparse._SubParsersAction) -> None:
     p.add_argument("--eval_episodes", type=int, default=64, help="evaluation episodes in the variant per policy")
     p.add_argument("--robot_worlds", type=int, default=16, help="robots logging at once (the budget is summed)")
     p.add_argument("--action_noise", type=float, default=0.3, help="largest per-world std of the safe policy's noise")
+    p.add_argument("--mix", type=float, default=0.0,
+                   help="share of every fitting batch from nominal simulation data (default 0: the robot's data "
+                        "alone; mixing in the nominal robot blends the two, see docs/results.md)")
     p.add_argument("--sim_minutes", type=float, default=10.0,
-                   help="minutes of nominal exploration data mixed into the adaptation")
-    p.add_argument("--mix", type=float, default=FitConfig.mix, help="share of every fitting batch from simulation")
+                   help="minutes of nominal exploration data recorded for --mix above 0")
     p.add_argument("--fit_budget", type=float, default=600.0, help="seconds of training per adaptation")
     p.add_argument("--traj_len", type=int, default=100, help="control steps per logged trajectory")
     p.add_argument("--model", default="flashnerd", help="the learned model kind to adapt")
@@ -113,9 +116,10 @@ def run(args: argparse.Namespace) -> dict:
     baselines["oracle"], _ = ppo("oracle", REFERENCE_BACKEND, args.robot_variant)
 
     # simulation data of the nominal robot to mix in, and held-out robot data to measure the model on
-    sim_steps = max(args.traj_len, math.ceil(args.sim_minutes * 60 / dt / 64 / args.traj_len) * args.traj_len)
-    record(variant_robot(env_cfg.robot, None), 64, sim_steps, out / "sim.h5", traj_len=args.traj_len,
-           seed=args.seed + 1, progress=False)
+    if args.mix > 0:
+        sim_steps = max(args.traj_len, math.ceil(args.sim_minutes * 60 / dt / 64 / args.traj_len) * args.traj_len)
+        record(variant_robot(env_cfg.robot, None), 64, sim_steps, out / "sim.h5", traj_len=args.traj_len,
+               seed=args.seed + 1, progress=False)
     held_out = _robot_log(args, safe_policy, out / "held_out", 2.0, args.seed + 2)
 
     budgets_out = []
@@ -123,8 +127,8 @@ def run(args: argparse.Namespace) -> dict:
         tag = f"{minutes:g}min"
         logged = _robot_log(args, safe_policy, out / tag, minutes, args.seed + 3)
         cfg = dataclasses.replace(FitConfig(), model=args.model, max_steps=10**9, time_budget_s=args.fit_budget,
-                                  init=init, mix_data=(str(out / "sim.h5"),), mix=args.mix, patience=5,
-                                  seed=args.seed)
+                                  init=init, mix_data=(str(out / "sim.h5"),) if args.mix > 0 else (),
+                                  mix=args.mix, lr=INIT_LR, patience=INIT_PATIENCE, seed=args.seed)
         fitter = Fitter(logged["dataset"], cfg, device=args.device)
         fitter.init_from(init)
         adapted = out / tag / "adapted.safetensors"
