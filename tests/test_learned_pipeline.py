@@ -221,7 +221,7 @@ def test_ctrl_c_during_fit_saves_a_resumable_checkpoint(tiny, tmp_path):
     proc = subprocess.Popen(_fit_cmd(path, out, tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     _wait_for(out, proc)
     proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=120)
+    _, err = proc.communicate(timeout=300)  # a loaded 2-core machine can take minutes to save and exit
     assert proc.returncode == 130 and "interrupted" in err
     ckpt = read_checkpoint(out)
     assert ckpt["step"] >= 100 and not list(tmp_path.glob("*.tmp"))
