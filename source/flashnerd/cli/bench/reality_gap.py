@@ -29,6 +29,7 @@ from flashnerd.dynamics.learned import default_checkpoint
 from flashnerd.envs.evaluate import evaluate_on_backends
 from flashnerd.envs.registry import play_variant, task_cfgs
 from flashnerd.envs.rsl_rl import train_policy
+from flashnerd.models.checkpoint import read_checkpoint
 from flashnerd.sim.scene import variant_robot
 from flashnerd.training.fit import FitConfig, Fitter, nrmse_before_after
 from flashnerd.viz.report import plot_reality_gap
@@ -85,7 +86,11 @@ def run(args: argparse.Namespace) -> dict:
         raise CLIError("--mix must lie in [0, 1) and --action_noise be a finite number >= 0")
     env_cfg, _ = task_cfgs(args.task, robot_variant=args.robot_variant)  # a bad variant fails here, before work
     robot = variant_robot(env_cfg.robot, args.robot_variant)
+    for name in ("fit_budget", "sim_minutes"):
+        if not math.isfinite(getattr(args, name)) or getattr(args, name) <= 0:
+            raise CLIError(f"--{name} must be a finite number > 0, got {getattr(args, name)}")
     init = args.dynamics_checkpoint or str(default_checkpoint(robot, args.model))
+    read_checkpoint(init, robot)  # a missing or foreign model fails now, not after the baselines' PPO runs
     out = Path(args.out_dir)
     dt = robot.control_dt
 
