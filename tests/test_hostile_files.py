@@ -118,6 +118,9 @@ def _rewrite(path, out, **changes) -> None:
     ({"model_config": {"input_dim": 7, "output_dim": 5, "n_layer": 10**8}}, "out of range"),
     ({"representation": {"num_joints": 1}}, "lacks a layout"),
     ({"step": "many"}, "field 'step' is not a number"),
+    ({"ensemble": 10**6}, "field 'ensemble'"),
+    ({"ensemble": "4"}, "field 'ensemble'"),
+    ({"ensemble": 3}, "do not match its model config"),  # one model's weights claimed as 3 members
 ])
 def test_crafted_safetensors_fields_are_one_line_errors(change, message, tmp_path):
     out = tmp_path / "crafted.safetensors"

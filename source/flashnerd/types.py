@@ -31,6 +31,9 @@ class RobotState:
     joint_torque: torch.Tensor  # (N, nu) actuator torque applied during the last substep
     contact_force: torch.Tensor  # (N, nb) largest net contact force norm (N) on each contact body over the step
     floating_base: bool = True
+    # (N,) spread of a learned ensemble's predictions of the last step, in units of the increments' std (0: the
+    # members agree); None where the backend has no ensemble (analytical physics, a single learned model)
+    disagreement: torch.Tensor | None = None
 
     @property
     def root_pos_w(self) -> torch.Tensor:

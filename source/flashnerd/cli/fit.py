@@ -38,6 +38,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="contact input: fixed ground probes (NeRD) or variable contact rows (flashnerd only)")
     p.add_argument("--max_rows", type=int, default=None,
                    help=f"contact rows per frame (--contacts rows; default {FitConfig.max_rows})")
+    p.add_argument("--ensemble", type=int, default=FitConfig.ensemble,
+                   help="members trained together, each from its own initialization and batches, stored in one "
+                        "checkpoint and stepped as one model; their disagreement measures model error (default 1)")
     p.add_argument("--device", default="cpu", help="torch device")
     p.add_argument("--log_dir", default=None, help="TensorBoard folder (default: logs/fit/<out stem>)")
     p.add_argument("--resume", action="store_true", help="continue from --out if it exists")
@@ -82,7 +85,7 @@ def run(args: argparse.Namespace) -> dict:
                               ar_batch_size=args.ar_batch_size, lr=args.lr,
                               ar_weight=args.ar_weight, seed=args.seed, contacts=args.contacts,
                               max_rows=args.max_rows, init=args.init, mix_data=tuple(args.mix_data), mix=args.mix,
-                              patience=args.patience)
+                              patience=args.patience, ensemble=args.ensemble)
     check_fit_config(cfg)
     out = Path(args.out)
     if args.init and args.resume:

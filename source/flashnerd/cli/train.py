@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 
@@ -23,6 +24,7 @@ from flashnerd.cli.common import (
     resolve_checkpoint,
     write_json,
 )
+from flashnerd.dynamics.learned import MEMBER_MODES
 from flashnerd.envs.evaluate import evaluate_on_backends
 from flashnerd.envs.rsl_rl import make_runner
 from flashnerd.utils.distributed import dist_info, shutdown
@@ -40,6 +42,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--run_name", default=None, help="suffix of the run folder name")
     p.add_argument("--logger", default=None, choices=["tensorboard"], help="log writer")
     p.add_argument("--resume", action="store_true", help="continue from a checkpoint (--load_run/--checkpoint)")
+    p.add_argument("--uncertainty_penalty", type=float, default=None,
+                   help="on a learned ensemble (fit --ensemble K): reward -W x the members' disagreement per second, "
+                        "so PPO stays where the model knows the robot (default 0: off)")
+    p.add_argument("--uncertainty_threshold", type=float, default=None,
+                   help="on a learned ensemble: end an episode where the disagreement exceeds this (default 0: off)")
+    p.add_argument("--members", default=None, choices=MEMBER_MODES,
+                   help="on a learned ensemble, what moves each world: the members' mean, a random member redrawn "
+                        "every step, or one per episode (default: mean)")
     p.add_argument("--eval_episodes", type=int, default=64,
                    help="after training, evaluate this many episodes on the training backend and in MuJoCo (0: skip)")
     p.set_defaults(func=run)
@@ -51,6 +61,7 @@ def run(args: argparse.Namespace) -> dict:
     check_positive("save_interval", args.save_interval)
     if args.eval_episodes < 0:
         raise CLIError(f"--eval_episodes must be zero or positive, got {args.eval_episodes}")
+    apply_uncertainty_args(args, env_cfg)
     if args.max_iterations is not None:
         agent_cfg.max_iterations = args.max_iterations
     if args.save_interval is not None:
@@ -131,6 +142,19 @@ def run(args: argparse.Namespace) -> dict:
     return summary
 
 
+def apply_uncertainty_args(args: argparse.Namespace, env_cfg) -> None:
+    """--uncertainty_penalty, --uncertainty_threshold and --members into the task config (the env checks that its
+    backend is a learned ensemble)."""
+    for name in ("uncertainty_penalty", "uncertainty_threshold"):
+        value = getattr(args, name)
+        if value is not None:
+            if not (math.isfinite(value) and value >= 0):
+                raise CLIError(f"--{name} must be a finite number >= 0 (0: off), got {value}")
+            setattr(env_cfg, name, value)
+    if args.members is not None:
+        env_cfg.dynamics_kwargs = {**env_cfg.dynamics_kwargs, "members": args.members}
+
+
 def print_comparison(evaluation: dict, trained_on: str, episodes: int) -> None:
     """The evaluated returns side by side, as a small table on stderr (stdout carries the JSON summary)."""
     lines = [f"[flashnerd] policy trained on '{trained_on}', evaluated for {episodes} episodes on each backend:",
@@ -142,4 +166,4 @@ def print_comparison(evaluation: dict, trained_on: str, episodes: int) -> None:
     print("\n".join(lines), file=sys.stderr)
 
 
-__all__ = ["add_parser", "print_comparison", "run"]
+__all__ = ["add_parser", "apply_uncertainty_args", "print_comparison", "run"]

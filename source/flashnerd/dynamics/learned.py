@@ -18,6 +18,7 @@ import torch
 
 from flashnerd.contacts import contact_features
 from flashnerd.dynamics.representation import StateRepresentation
+from flashnerd.models import Ensemble, disagreement
 from flashnerd.models.checkpoint import SUFFIX, model_from_checkpoint, read_checkpoint
 from flashnerd.robots import RobotSpec
 from flashnerd.sim.scene import build_scene, default_qpos
@@ -27,6 +28,7 @@ from flashnerd.types import RobotState
 # points elsewhere, e.g. for a copy of that folder next to a non-editable install.
 CHECKPOINT_DIR = Path(os.environ.get("FLASHNERD_CHECKPOINTS", Path(__file__).resolve().parents[3] / "checkpoints"))
 CONTACT_STIFFNESS = 2.0e4  # N/m: penetration -> force estimate (about body weight at a few millimetres)
+MEMBER_MODES = ("mean", "step", "episode")  # how an ensemble's predictions move the worlds (LearnedConfig.members)
 CONTACT_MARGIN = 0.002  # m: a probe this close to the ground counts as touching (MuJoCo's soft contact sinks ~mm)
 
 
@@ -41,6 +43,9 @@ class LearnedConfig:
 
     checkpoint: str | Path | None = None  # a `flashnerd fit` checkpoint (default: the shipped one of the robot)
     compile: bool = False  # torch.compile the contact features (planning: many steps at one batch size)
+    # With an ensemble checkpoint, which prediction moves each world: "mean" of the members, a random member per
+    # world redrawn every "step", or one per world kept for its "episode" (redrawn at reset), as PETS samples.
+    members: str = "mean"
 
 
 class LearnedDynamics:
@@ -77,6 +82,18 @@ class LearnedDynamics:
             raise ValueError(f"checkpoint '{path}' uses another state layout than this flashnerd; fit it again")
         self.nq, self.nv, self.nu = self.scene.nq, self.scene.nv, self.scene.nu
         self.cache = self.network.init_cache(num_worlds, device=self.device)
+        self.num_members = self.network.num_members if isinstance(self.network, Ensemble) else 1
+        if config.members not in MEMBER_MODES:
+            raise ValueError(f"unknown members mode '{config.members}'; choose one of: {', '.join(MEMBER_MODES)}")
+        if config.members != "mean" and self.num_members == 1:
+            raise ValueError(f"members='{config.members}' samples ensemble members, and '{path}' holds one model; "
+                             "fit an ensemble with `flashnerd fit --ensemble K`")
+        self.members_mode = config.members
+        seed = int(torch.randint(0, 2**62, (1,)))  # member draws follow the global seed (the env sets it)
+        self._member_gen = torch.Generator(device=self.device).manual_seed(seed)
+        self._member = torch.randint(0, self.num_members, (num_worlds,), device=self.device,
+                                     generator=self._member_gen)  # (N,) the member moving each world
+        self._worlds = torch.arange(num_worlds, device=self.device)  # (N,)
 
         # Which probes belong to which contact body of the contact summary (probes on other bodies are ignored).
         bodies = list(robot.all_contact_bodies)
@@ -98,7 +115,9 @@ class LearnedDynamics:
         self._torque = torch.zeros(num_worlds, self.nu, **f32)  # (N, nu)
         self._torque_phase = (robot.decimation - 1) / robot.decimation
         self._contact = torch.zeros(num_worlds, self._nb, **f32)  # (N, nb)
-        self._state = RobotState(self._qpos, self._qvel, self._torque, self._contact, robot.floating_base)
+        self._disagreement = torch.zeros(num_worlds, **f32) if self.num_members > 1 else None  # (N,)
+        self._state = RobotState(self._qpos, self._qvel, self._torque, self._contact, robot.floating_base,
+                                 self._disagreement)
         self._refresh_contacts()
 
     def default_qpos(self) -> np.ndarray:
@@ -112,6 +131,11 @@ class LearnedDynamics:
         self._qvel[ids] = qvel.to(self._qvel)
         self._torque[ids] = 0.0
         self.network.reset_cache(self.cache, ids)
+        if self._disagreement is not None:
+            self._disagreement[ids] = 0.0
+            if self.members_mode == "episode":
+                self._member[ids] = torch.randint(0, self.num_members, ids.shape, device=self.device,
+                                                  generator=self._member_gen)
         self._refresh_contacts()
 
     def set_qvel(self, world_ids: torch.Tensor, qvel: torch.Tensor) -> None:
@@ -135,7 +159,7 @@ class LearnedDynamics:
         ctrl = ctrl.to(self._qpos)
         # contact features of the current state: (N, P*8) probes or (N, R*(F+1)) packed rows, from _refresh_contacts
         x = self.x_norm.normalize(self.rep.inputs(self._qpos, self._qvel, ctrl, self._features))  # (N, I)
-        delta = self.y_norm.denormalize(self.network.step(x, self.cache))  # (N, O)
+        delta = self.y_norm.denormalize(self._combine(self.network.step(x, self.cache)))  # (N, O)
         qpos, qvel = self.rep.apply(self._qpos, self._qvel, delta)
         # PD torque where the analytical backend reports it: at its last substep, (dec-1)/dec of the way from this
         # state to the next. The start-of-step torque overstates sum(tau^2) by 1.9x on walking data (measured), and
@@ -149,6 +173,18 @@ class LearnedDynamics:
         self._qpos.copy_(qpos)
         self._qvel.copy_(qvel)
         self._refresh_contacts()
+
+    def _combine(self, pred: torch.Tensor) -> torch.Tensor:
+        """The normalized increment (N, O) that moves each world: the model's, or from an ensemble's (K, N, O) the
+        members' mean or each world's drawn member; records the members' disagreement."""
+        if self.num_members == 1:
+            return pred
+        self._disagreement.copy_(disagreement(pred))
+        if self.members_mode == "mean":
+            return pred.mean(dim=0)  # (N, O)
+        if self.members_mode == "step":
+            self._member.random_(0, self.num_members, generator=self._member_gen)
+        return pred[self._member, self._worlds]  # (N, O)
 
     def _refresh_contacts(self) -> None:
         """Contact features of the current state (the next step's input) and the contact summary, one pass."""

@@ -117,6 +117,11 @@ class EnvCfg:
     dynamics: str = REFERENCE_BACKEND
     dynamics_kwargs: dict[str, Any] = field(default_factory=dict)
     device: str = "cpu"
+    # Training on a learned ensemble (backends that report `RobotState.disagreement`): a reward of
+    # -uncertainty_penalty x disagreement per second (MOPO), and a termination where the disagreement exceeds
+    # uncertainty_threshold (the world left the model's known region, as MOReL halts it); 0 turns either off.
+    uncertainty_penalty: float = 0.0
+    uncertainty_threshold: float = 0.0
 
 
 def cfg_to_dict(obj: Any) -> Any:

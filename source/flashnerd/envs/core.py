@@ -16,8 +16,9 @@ import numpy as np
 import torch
 
 from flashnerd.dynamics import backend_info, backend_names, make_dynamics
+from flashnerd.envs import mdp
 from flashnerd.envs.commands import OrientationGoal, VelocityCommand
-from flashnerd.envs.config import EnvCfg
+from flashnerd.envs.config import DoneTerm, EnvCfg, RewTerm
 from flashnerd.envs.registry import load_entry_point
 from flashnerd.sim.scene import actuator_ctrl_limits, build_scene, variant_robot
 from flashnerd.utils.math import quat_apply_inverse, yaw_from_quat
@@ -102,6 +103,7 @@ class FlashNeRDEnv(gym.Env):
         scene = {"objects": tuple(cfg.objects)} if cfg.objects else {}
         self.dyn = make_dynamics(cfg.dynamics, self.robot, cfg.num_envs, device=self.device,
                                  terrain=cfg.terrain, **scene, **cfg.dynamics_kwargs)
+        self.cfg = cfg = _with_uncertainty_terms(cfg, self.dyn)
         self.step_dt = self.dyn.control_dt
         self.max_episode_length_s = cfg.episode_length_s
         self.max_episode_length = math.ceil(cfg.episode_length_s / self.step_dt)
@@ -207,6 +209,8 @@ class FlashNeRDEnv(gym.Env):
         if self.goal is not None:  # after the rewards (they paid the bonus on the old goal), before resets log it
             self.goal.update(self.object_quat)
         self.extras = {"log": {}}
+        if self.state.disagreement is not None:  # how far PPO has taken the learned model from its data
+            self.extras["log"]["Metrics/model_disagreement"] = self.state.disagreement.mean()
         reset_ids = torch.nonzero(terminated | truncated).flatten()
         if len(reset_ids) > 0:
             self._reset_idx(reset_ids)
@@ -358,6 +362,28 @@ class FlashNeRDEnv(gym.Env):
             if len(ids) > 0:
                 event.func(self, ids, **event.params)
                 time_left[ids] = self._sample_interval(event.interval_range_s, len(ids))
+
+
+def _with_uncertainty_terms(cfg: EnvCfg, dyn) -> EnvCfg:
+    """`cfg` with the reward and termination terms its uncertainty options ask for (named "model_uncertainty");
+    options set for a backend that reports no disagreement are a one-line error."""
+    options = {"uncertainty_penalty": cfg.uncertainty_penalty, "uncertainty_threshold": cfg.uncertainty_threshold}
+    for name, value in options.items():
+        if not (math.isfinite(value) and value >= 0):
+            raise ValueError(f"--{name} must be a finite number >= 0 (0: off), got {value}")
+    if not any(options.values()):
+        return cfg
+    if dyn.state().disagreement is None:
+        raise ValueError(f"--uncertainty_penalty/--uncertainty_threshold need a learned ensemble; backend "
+                         f"'{cfg.dynamics}' reports no model disagreement (fit one with `flashnerd fit --ensemble 4` "
+                         "and pass it as --dynamics_checkpoint)")
+    rewards, terminations = dict(cfg.rewards), dict(cfg.terminations)
+    if cfg.uncertainty_penalty:
+        rewards["model_uncertainty"] = RewTerm(mdp.model_disagreement, weight=-cfg.uncertainty_penalty)
+    if cfg.uncertainty_threshold:
+        terminations["model_uncertainty"] = DoneTerm(mdp.model_disagreement_above,
+                                                     params={"threshold": cfg.uncertainty_threshold})
+    return dataclasses.replace(cfg, rewards=rewards, terminations=terminations)
 
 
 def _resolve_device(device: str) -> torch.device:

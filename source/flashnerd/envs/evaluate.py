@@ -22,9 +22,10 @@ def evaluate_policy(
 
     Metrics: mean_return, per-term returns, lin_vel_rms (m/s, base-frame xy velocity against the command),
     ang_vel_rms (rad/s, yaw rate), fall_rate (episodes ended by a termination other than time-out),
-    mean_episode_length_s, for goal tasks targets_per_episode (goals reached) and targets_over_time (the mean count
-    of goals reached so far at every control step, one float per step), and for tasks with a success tracker
-    success_rate. `policy` maps the observation groups {group: (N, D)} to actions (N, na).
+    mean_episode_length_s, on a learned ensemble model_disagreement (its mean per step), for goal tasks
+    targets_per_episode (goals reached) and targets_over_time (the mean count of goals reached so far at every
+    control step, one float per step), and for tasks with a success tracker success_rate. `policy` maps the
+    observation groups {group: (N, D)} to actions (N, na).
     """
     n = env.num_envs
     obs, _ = env.reset()
@@ -40,6 +41,7 @@ def evaluate_policy(
     targets_curve = torch.zeros(env.max_episode_length, device=env.device)  # (T,) mean goals reached so far
     outcome = [t for t in env.trackers.values() if hasattr(t, "episode_success")]  # skill tasks: success per episode
     succeeded = torch.zeros(n, dtype=torch.bool, device=env.device)
+    spread = torch.zeros(n, device=env.device)  # summed ensemble disagreement (learned ensembles)
     bar = tqdm(total=env.max_episode_length, desc="eval", disable=None if progress else True, leave=False)
     for t in range(env.max_episode_length):
         cmd = env.command_manager.command.clone() if env.command_manager is not None else None
@@ -56,6 +58,8 @@ def evaluate_policy(
             ang_sq += torch.square(cmd[:, 2] - env.root_ang_vel_b[:, 2]) * live
             tracked += live
         steps += a
+        if env.state.disagreement is not None:
+            spread += env.state.disagreement * a
         if env.goal is not None:
             targets += env.goal.reached_now.float() * a
             targets_curve[t] = targets.mean()
@@ -80,6 +84,8 @@ def evaluate_policy(
             "targets_over_time": targets_curve[:t + 1].tolist(),
             "step_dt": env.step_dt} if env.goal is not None else {}),
         **({"success_rate": succeeded.float().mean().item()} if outcome else {}),
+        **({"model_disagreement": (spread.sum() / steps.sum().clamp(min=1.0)).item()}
+           if env.state.disagreement is not None else {}),
     }
 
 
@@ -89,7 +95,9 @@ def evaluate_on_backends(task: str, env_cfg, policy, episodes: int, backends: li
     results = {}
     for backend in dict.fromkeys(backends or [env_cfg.dynamics, REFERENCE_BACKEND]):
         kwargs = env_cfg.dynamics_kwargs if backend == env_cfg.dynamics else {}
-        cfg = dataclasses.replace(env_cfg, dynamics=backend, num_envs=episodes, dynamics_kwargs=kwargs)
+        # the task's own rewards and terminations: the uncertainty terms shape training on a model, not the score
+        cfg = dataclasses.replace(env_cfg, dynamics=backend, num_envs=episodes, dynamics_kwargs=kwargs,
+                                  uncertainty_penalty=0.0, uncertainty_threshold=0.0)
         env = RslRlVecEnvWrapper(gym.make(task, cfg=cfg))
         results[backend] = evaluate_policy(env.unwrapped, lambda obs, env=env: policy(env.to_tensordict(obs)))
         env.close()

@@ -171,6 +171,16 @@ def is_terminated(env: FlashNeRDEnv) -> torch.Tensor:
     return env.terminated.float()
 
 
+def model_disagreement(env: FlashNeRDEnv) -> torch.Tensor:
+    """The learned ensemble's disagreement on the last step (N,) (`RobotState.disagreement`)."""
+    return env.state.disagreement
+
+
+def model_disagreement_above(env: FlashNeRDEnv, threshold: float) -> torch.Tensor:
+    """Worlds whose ensemble disagreement on the last step exceeds `threshold` (N,) bool."""
+    return env.state.disagreement > threshold
+
+
 def undesired_contacts(env: FlashNeRDEnv, group: str, threshold: float) -> torch.Tensor:
     """Number of bodies of `group` whose contact force exceeds `threshold` newtons."""
     return torch.sum(env.contact_force(group) > threshold, dim=1).float()

@@ -7,12 +7,16 @@ import dataclasses
 import torch.nn as nn
 
 from flashnerd.models.base import DynamicsModel
+from flashnerd.models.ensemble import MAX_MEMBERS, Ensemble, EnsembleCache, disagreement
 from flashnerd.models.flashnerd import FLASHNERD_SIZES, FlashNeRD, FlashNeRDCache, FlashNeRDConfig
 from flashnerd.models.nerd import NERD_SIZES, NeRD, NeRDCache, NeRDConfig
 from flashnerd.models.rwm import RWM, RWM_SIZES, RWMCache, RWMConfig
 
 __all__ = [
     "DynamicsModel",
+    "Ensemble",
+    "EnsembleCache",
+    "MAX_MEMBERS",
     "FLASHNERD_SIZES",
     "NERD_SIZES",
     "FlashNeRD",
@@ -31,6 +35,7 @@ __all__ = [
     "RWMConfig",
     "RWM_SIZES",
     "build_model",
+    "disagreement",
     "model_sizes",
     "num_params",
     "takes_contact_rows",
@@ -46,14 +51,21 @@ FLASHNERD_KIND, NERD_KIND, RWM_KIND = MODEL_KINDS  # the streaming model, and th
 MODEL_LABELS = {"flashnerd": "FlashNeRD", "nerd": "NeRD", "rwm": "RWM"}  # how plots and tables name them
 
 
-def build_model(kind: str, input_dim: int, output_dim: int, size: str = "cpu", **overrides) -> DynamicsModel:
-    """Build a model of `kind` ('flashnerd', 'nerd' or 'rwm') from a size preset; kwargs override config fields."""
+def build_model(kind: str, input_dim: int, output_dim: int, size: str = "cpu", ensemble: int = 1,
+                **overrides) -> DynamicsModel:
+    """Build a model of `kind` ('flashnerd', 'nerd' or 'rwm') from a size preset; kwargs override config fields.
+    `ensemble` > 1 builds that many members (each initialized from the global RNG in turn) as one `Ensemble`."""
     if kind not in _MODELS:
         raise ValueError(f"unknown model '{kind}'; choose one of: {', '.join(_MODELS)}")
     model_cls, config_cls, sizes = _MODELS[kind]
     if size not in sizes:
         raise ValueError(f"unknown size '{size}' for {kind}; choose one of: {', '.join(sizes)}")
-    return model_cls(config_cls(input_dim=input_dim, output_dim=output_dim, **{**sizes[size], **overrides}))
+    if not 1 <= ensemble <= MAX_MEMBERS:
+        raise ValueError(f"--ensemble must be 1 (one model) to {MAX_MEMBERS} members, got {ensemble}")
+    config = config_cls(input_dim=input_dim, output_dim=output_dim, **{**sizes[size], **overrides})
+    if ensemble == 1:
+        return model_cls(config)
+    return Ensemble([model_cls(config) for _ in range(ensemble)])
 
 
 def model_sizes(kind: str) -> tuple[str, ...]:

@@ -4,7 +4,7 @@ Each model is an `nn.Module` with `forward(x)` over windows (B, T, I) -> (B, T, 
 `init_cache` / `step` / `reset_cache` for streaming, and the three training hooks below, so `training/fit.py` treats
 every model alike: its teacher-forced `loss`, its `forecast` for the autoregressive loss, and its `context` (how many
 frames a window may hold). `receptive_field` is how many streaming steps fill its history (benchmarks warm up that
-long).
+long). `models/ensemble.py` stacks K members of one kind into one module with the same hooks.
 """
 
 from __future__ import annotations
@@ -19,6 +19,12 @@ class DynamicsModel(nn.Module):
 
     context: int | None = None  # most frames one window may hold (None: any)
     receptive_field: int = 1  # streaming steps until the history is full
+    shared_cache: tuple[str, ...] = ()  # cache fields that depend on the inputs alone (one copy for an ensemble)
+    batched_members: bool = False  # True when an `Ensemble` runs this module under vmap over its members
+
+    def clip_grad_norm_(self, max_norm: float) -> torch.Tensor:
+        """Clip the gradient norm of all parameters to `max_norm` (an ensemble clips each member on its own)."""
+        return torch.nn.utils.clip_grad_norm_(self.parameters(), max_norm)
 
     def loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Teacher-forced loss of windows x (B, T, I) against normalized increments y (B, T, O)."""

@@ -24,7 +24,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
-from flashnerd.models import MODEL_KINDS, build_model
+from flashnerd.models import MAX_MEMBERS, MODEL_KINDS, build_model
 from flashnerd.models.normalizer import Normalizer
 from flashnerd.robots import RobotSpec
 
@@ -173,6 +173,10 @@ def _check_fields(path: Path, ckpt: Any) -> None:
             or not 0 < rep.get("max_rows", 16) <= MAX_CONFIG_INT:
         raise CheckpointError(f"checkpoint '{path}' is corrupt: its representation lacks a layout or has a bad "
                               "max_rows")
+    members = ckpt.get("ensemble", 1)
+    if isinstance(members, bool) or not isinstance(members, int) or not 1 <= members <= MAX_MEMBERS:
+        raise CheckpointError(f"checkpoint '{path}' is corrupt: field 'ensemble' is {members!r}, not a member count "
+                              f"from 1 to {MAX_MEMBERS}")
     for key in ("step", "train_seconds"):
         if key in ckpt and (isinstance(ckpt[key], bool) or not isinstance(ckpt[key], (int, float))):
             raise CheckpointError(f"checkpoint '{path}' is corrupt: field '{key}' is not a number")
@@ -189,7 +193,8 @@ def _check_fields(path: Path, ckpt: Any) -> None:
 
 
 def model_from_checkpoint(ckpt: dict[str, Any], device: torch.device | str = "cpu"):
-    """(model, input_normalizer, target_normalizer) rebuilt from a checkpoint dict, in eval mode on `device`.
+    """(model, input_normalizer, target_normalizer) rebuilt from a checkpoint dict, in eval mode on `device`; a
+    checkpoint with `ensemble` K > 1 holds an `Ensemble` of K members (weights with a leading member dimension).
 
     The model is first built on the meta device and its parameter shapes compared with the saved tensors, so a
     config that asks for a huge network allocates nothing and is a one-line error."""
@@ -199,8 +204,9 @@ def model_from_checkpoint(ckpt: dict[str, Any], device: torch.device | str = "cp
     if big:
         raise CheckpointError(f"checkpoint model config field '{big[0]}' = {cfg[big[0]]!r} is out of range")
     try:
+        members = ckpt.get("ensemble", 1)
         with torch.device("meta"):  # shapes only: nothing is allocated
-            shell = build_model(ckpt["kind"], **cfg)
+            shell = build_model(ckpt["kind"], ensemble=members, **cfg)
         dims = int(cfg["input_dim"]), int(cfg["output_dim"])
     except Exception as err:  # a crafted config fails in many ways (asserts, divisions by zero, bad shapes)
         raise CheckpointError(f"checkpoint model config does not build a {ckpt['kind']} model "
@@ -214,7 +220,7 @@ def model_from_checkpoint(ckpt: dict[str, Any], device: torch.device | str = "cp
         diff = sorted(set(expected.items()) ^ set(saved.items()), key=str)[:1]
         raise CheckpointError(f"checkpoint weights do not match its model config (first difference: {diff}); "
                               "the file is corrupt")
-    model = build_model(ckpt["kind"], **cfg)
+    model = build_model(ckpt["kind"], ensemble=members, **cfg)
     model.load_state_dict(ckpt["state_dict"])
     x_norm, y_norm = Normalizer(dims[0]), Normalizer(dims[1])
     try:

@@ -114,19 +114,26 @@ class FlashBlock(nn.Module):
         Writes this frame's key/value into slot `ptr` after attending, so the attention sees the old contents.
         """
         q, k, v, ff = self._project(h[:, None])  # (B, H, 1, D) x3, (B, 1, F)
-        keys = torch.cat([k, k_cache], dim=2)  # (B, H, 1+S, D): current frame (lag 0) first
-        vals = torch.cat([v, v_cache], dim=2)  # (B, H, 1+S, D)
+        # 1 + S keys per query: scores and the weighted sum as plain tensor ops, without concatenating the cache
+        # (cheaper than the fused kernel at this size, and batched over ensemble members by vmap)
+        scale = q.shape[-1] ** -0.5
+        now = (q * k).sum(-1)  # (B, H, 1): the current frame, lag 0
+        past = (q @ k_cache.transpose(-1, -2))[:, :, 0]  # (B, H, S)
         bias = torch.cat([self.lag_bias[:, :1], self.lag_bias[:, lags]], dim=1)  # (H, 1+S)
         keep = F.pad(valid, (1, 0), value=True)  # (B, 1+S): the current frame is always visible
-        mask = bias[None].masked_fill(~keep[:, None], float("-inf"))  # (B, H, 1+S)
-        y = F.scaled_dot_product_attention(q, keys, vals, attn_mask=mask[:, :, None])  # (B, H, 1, D)
+        scores = (torch.cat([now, past], dim=-1) * scale + bias).masked_fill(~keep[:, None], float("-inf"))
+        w = torch.softmax(scores, dim=-1)  # (B, H, 1+S)
+        y = w[..., :1] * v[:, :, 0] + (w[:, :, None, 1:] @ v_cache)[:, :, 0]  # (B, H, D)
         k_cache[:, :, ptr] = k[:, :, 0]  # (B, H, D) overwrites the oldest frame
         v_cache[:, :, ptr] = v[:, :, 0]  # (B, H, D)
+        y = y[:, :, None]  # (B, H, 1, D)
         return self._combine(h[:, None], y, ff)[:, 0]  # (B, C)
 
 
 class FlashNeRD(DynamicsModel):
     """Streaming dynamics transformer: per-frame features (normalized) -> per-frame normalized state increment."""
+
+    shared_cache = ("count",)  # an ensemble's members share frame counts; keys and values are per member
 
     def __init__(self, config: FlashNeRDConfig):
         super().__init__()

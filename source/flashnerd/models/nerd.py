@@ -85,6 +85,8 @@ class Block(nn.Module):
 class NeRD(DynamicsModel):
     """Causal GPT over the last `window` frames: per-frame features -> per-frame prediction."""
 
+    shared_cache = ("x", "count")  # the input window is the same for every member of an ensemble
+
     def __init__(self, config: NeRDConfig):
         super().__init__()
         self.config = config

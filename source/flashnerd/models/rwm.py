@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 from flashnerd.models.base import DynamicsModel
 
@@ -73,8 +74,31 @@ class RWM(DynamicsModel):
     def forward_dist(self, x: torch.Tensor, h0: torch.Tensor | None = None) -> tuple[dict[str, torch.Tensor],
                                                                                     torch.Tensor]:
         """x (B, T, I) -> (heads over every frame (B, T, .), final hidden state (L, B, C))."""
-        y, h = self.gru(x, h0)  # (B, T, C), (L, B, C)
+        y, h = self._recurrent(x, h0)  # (B, T, C), (L, B, C)
         return self.heads(y), h
+
+    def _recurrent(self, x: torch.Tensor, h0: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """The stacked GRU over x (B, T, I) from h0 (L, B, C) -> outputs (B, T, C), final hidden state (L, B, C)."""
+        return self._unrolled_gru(x, h0) if self.batched_members else self.gru(x, h0)
+
+    def _unrolled_gru(self, x: torch.Tensor, h0: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """`self.gru(x, h0)` as per-step cell equations (PyTorch's GRU), for an ensemble's vmap, which has no rule
+        for the fused GRU kernel: x (B, T, I), h0 (L, B, C) -> (B, T, C), (L, B, C)."""
+        B, T, _ = x.shape
+        C = self.config.hidden
+        h = [x.new_zeros(B, C) if h0 is None else h0[layer] for layer in range(self.config.n_layer)]  # L x (B, C)
+        out = []
+        for t in range(T):
+            inp = x[:, t]  # (B, I) then (B, C)
+            for layer in range(self.config.n_layer):
+                g = self.gru
+                gi = F.linear(inp, getattr(g, f"weight_ih_l{layer}"), getattr(g, f"bias_ih_l{layer}"))  # (B, 3C)
+                gh = F.linear(h[layer], getattr(g, f"weight_hh_l{layer}"), getattr(g, f"bias_hh_l{layer}"))
+                r, z = torch.sigmoid(gi[:, :2 * C] + gh[:, :2 * C]).split(C, dim=-1)  # (B, C) x2
+                n = torch.tanh(gi[:, 2 * C:] + r * gh[:, 2 * C:])  # (B, C)
+                h[layer] = inp = (1 - z) * n + z * h[layer]  # (B, C)
+            out.append(inp)
+        return torch.stack(out, dim=1), torch.stack(h)  # (B, T, C), (L, B, C)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x (B, T, I) -> predicted mean increment at every frame (B, T, O), like the other models."""
@@ -104,7 +128,7 @@ class RWM(DynamicsModel):
 
     def step(self, x_t: torch.Tensor, cache: RWMCache) -> torch.Tensor:
         """Advance every world's GRU by the frame x_t (B, I) -> mean increment (B, O); the cache is updated in place."""
-        y, h = self.gru(x_t[:, None], cache.h)  # (B, 1, C), (L, B, C)
+        y, h = self._recurrent(x_t[:, None], cache.h)  # (B, 1, C), (L, B, C)
         cache.h.copy_(h)
         return self.heads(y[:, 0])["mean"]  # (B, O)
 

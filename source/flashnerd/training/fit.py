@@ -31,7 +31,7 @@ from flashnerd.contacts import contact_features
 from flashnerd.data.dataset import TrajectoryData, check_robot, load_datasets
 from flashnerd.dynamics import make_dynamics
 from flashnerd.dynamics.representation import StateRepresentation
-from flashnerd.models import MODEL_KINDS, build_model, model_sizes, num_params, takes_contact_rows
+from flashnerd.models import MAX_MEMBERS, MODEL_KINDS, build_model, model_sizes, num_params, takes_contact_rows
 from flashnerd.models.checkpoint import config_dict, read_checkpoint, save_checkpoint
 from flashnerd.models.normalizer import Normalizer
 from flashnerd.robots import get_robot
@@ -70,6 +70,7 @@ class FitConfig:
     mix_data: tuple[str, ...] = ()  # datasets (e.g. simulation) trained on beside the data, never validated on
     mix: float = 0.1  # share of every batch drawn from mix_data
     patience: int = 0  # stop after this many validations without a better loss; `out` keeps the best (0: off)
+    ensemble: int = 1  # members trained together (own initialization and batches), stored and stepped as one model
 
 
 def check_fit_config(cfg: FitConfig) -> None:
@@ -92,6 +93,8 @@ def check_fit_config(cfg: FitConfig) -> None:
         raise ValueError(f"val_fraction must lie in (0, 1), got {cfg.val_fraction}")
     if not (math.isfinite(cfg.mix) and 0 <= cfg.mix < 1):
         raise ValueError(f"--mix must lie in [0, 1), the share of each batch from --mix_data; got {cfg.mix}")
+    if not 1 <= cfg.ensemble <= MAX_MEMBERS:
+        raise ValueError(f"--ensemble must be 1 (one model) to {MAX_MEMBERS} members, got {cfg.ensemble}")
     if cfg.patience < 0:
         raise ValueError(f"--patience must be >= 0 (0: no early stopping), got {cfg.patience}")
     for name in ("window", "ar_history", "ar_steps", "ar_batch_size", "batch_size", "max_steps", "eval_every",
@@ -118,8 +121,10 @@ class Fitter:
                                  "processes; make it a multiple of the process count")
         # Every rank draws the same global batch from the same generator and keeps its slice of it, so the averaged
         # gradient is the single-process gradient of the global batch.
-        self._tf_rows = _rank_slice(cfg.batch_size, dist)
-        self._ar_rows = _rank_slice(cfg.ar_batch_size, dist)
+        # An ensemble draws every member its own batch: rows [k*b, (k+1)*b) of each draw belong to member k.
+        self.members = cfg.ensemble
+        self._tf_rows = _rank_rows(cfg.batch_size, self.members, dist, device)
+        self._ar_rows = _rank_rows(cfg.ar_batch_size, self.members, dist, device)
         paths = [data_path] if isinstance(data_path, (str, Path)) else list(data_path)
         data = load_datasets(paths)
         data_path = ", ".join(str(p) for p in paths)
@@ -170,7 +175,7 @@ class Fitter:
         torch.manual_seed(cfg.seed)  # initial weights follow the seed (and agree on every rank)
         rows = dict(contact_rows=cfg.max_rows, contact_row_dim=self.probes.row_dim) if packed else {}
         self.model = build_model(cfg.model, self.rep.input_dim, self.rep.target_dim, size=cfg.size,
-                                 **rows).to(self.device)
+                                 ensemble=cfg.ensemble, **rows).to(self.device)
         self.window = min(cfg.window, self.model.context or cfg.window, data.traj_len)
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
         self.step, self.train_seconds = 0, 0.0
@@ -235,8 +240,8 @@ class Fitter:
         """Dual autoregression: true history, then the model's own predicted states for `ar_steps` steps."""
         c, rep = self.cfg, self.rep
         hist, steps = c.ar_history, c.ar_steps
-        traj, tt = self._sample_windows(xn.shape[0], xn.shape[1], hist + steps, c.ar_batch_size, self.gen,
-                                        self.train_weights)
+        draw = c.ar_batch_size * self.members
+        traj, tt = self._sample_windows(xn.shape[0], xn.shape[1], hist + steps, draw, self.gen, self.train_weights)
         traj, tt = traj[self._ar_rows], tt[self._ar_rows]  # this rank's share of the global batch
         seq = xn[traj, tt[:, :hist]]  # (b, H, I) true normalized frames
         last_t = tt[:, hist - 1]  # (b,)
@@ -254,15 +259,18 @@ class Fitter:
             if k + 1 < steps:
                 frame = rep.inputs(qpos, qvel, data.ctrl[traj[:, 0], t_next], self.probes(qpos, qvel))  # (b, I)
                 frame = self.x_norm.normalize(frame)
-                noise = torch.randn(c.ar_batch_size, frame.shape[1], device=self.device, generator=self.gen)
+                noise = torch.randn(draw, frame.shape[1], device=self.device, generator=self.gen)
                 frame = frame + c.ar_noise * noise[self._ar_rows]  # (b, I) this rank's rows of the global draw
                 seq = torch.cat([seq, frame[:, None]], dim=1)  # (b, H+k+1, I)
         return loss / steps
 
     @torch.no_grad()
     def validate(self) -> float:
+        """Teacher-forced loss on the fixed validation windows (an ensemble: its members' mean, all on the same
+        windows)."""
         self.model.eval()
-        loss = self.teacher_forced_loss(self.xn_va, self.yn_va, self.val_idx).item()
+        traj, tt = (i.repeat(self.members, 1) for i in self.val_idx)  # (K*512, 1), (K*512, w)
+        loss = self.teacher_forced_loss(self.xn_va, self.yn_va, (traj, tt)).item() / self.members
         self.model.train()
         return loss
 
@@ -296,8 +304,9 @@ class Fitter:
             self.save(out)  # also when resumed with no step left to take
         if writer:
             writer.close()
-        windows = (c.batch_size + (c.ar_batch_size if c.ar_weight > 0 else 0)) * self.step  # global, all ranks
-        return {"out": str(out), "model": c.model, "params": num_params(self.model), "steps": self.step,
+        windows = (c.batch_size + (c.ar_batch_size if c.ar_weight > 0 else 0)) * self.step * self.members
+        return {"out": str(out), "model": c.model, "ensemble": self.members, "params": num_params(self.model),
+                "steps": self.step,
                 "train_seconds": round(self.train_seconds, 1), "transitions": self.transitions,
                 "dropped_on_read": self.dropped_on_read,
                 "windows_per_s": round(windows / max(self.train_seconds, 1e-9), 1),
@@ -333,7 +342,7 @@ class Fitter:
         loss, loss_tf, loss_ar = self._step_fn()  # under torchrun: DDP averages the gradients in backward()
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(self.model.parameters(), c.grad_clip)
+        self.model.clip_grad_norm_(c.grad_clip)  # an ensemble clips each member's gradient on its own
         self.opt.step()
         self.step += 1
         # The slowest rank's time, so every rank follows the same schedule and stops at the same step.
@@ -370,6 +379,7 @@ class Fitter:
             return
         save_checkpoint(out, {
             "kind": self.cfg.model,
+            "ensemble": self.members,
             "model_config": config_dict(self.model.config),
             "state_dict": self.model.state_dict(),
             "input_normalizer": self.x_norm.state_dict(),
@@ -412,6 +422,9 @@ class Fitter:
         if ckpt["kind"] != self.cfg.model or {**ours, **ckpt["model_config"]} != ours:
             raise ValueError(f"checkpoint '{path}' holds a different model ({ckpt['kind']}, "
                              f"{ckpt['model_config']}); cannot {verb} it with this fit's settings")
+        if ckpt.get("ensemble", 1) != self.members:
+            raise ValueError(f"checkpoint '{path}' holds {ckpt.get('ensemble', 1)} member(s), this fit "
+                             f"--ensemble {self.members}; cannot {verb} it with another member count")
         self.model.load_state_dict(ckpt["state_dict"])
         x_old, y_old = self.x_norm, self.y_norm
         self.x_norm, self.y_norm = Normalizer(len(x_old.mean)), Normalizer(len(y_old.mean))
@@ -450,14 +463,18 @@ class _Objective(torch.nn.Module):
     def forward(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         f = self._fitter[0]
         c = f.cfg
-        traj, tt = f._sample_windows(f.xn_tr.shape[0], f.xn_tr.shape[1], f.window, c.batch_size, f.gen,
+        traj, tt = f._sample_windows(f.xn_tr.shape[0], f.xn_tr.shape[1], f.window, c.batch_size * f.members, f.gen,
                                      f.train_weights)
         loss_tf = f.teacher_forced_loss(f.xn_tr, f.yn_tr, (traj[f._tf_rows], tt[f._tf_rows]))
         loss_ar = f.autoregressive_loss(f.train, f.xn_tr) if c.ar_weight > 0 else torch.zeros((), device=f.device)
         return loss_tf + c.ar_weight * loss_ar, loss_tf, loss_ar
 
 
-def _rank_slice(batch: int, dist: DistInfo) -> slice:
-    """Rows of a global batch that this rank computes."""
+def _rank_rows(batch: int, members: int, dist: DistInfo, device: str | torch.device) -> slice | torch.Tensor:
+    """Rows of a global draw of `members` x `batch` windows that this rank computes: its share of every member's
+    batch, so each member's gradient is still that of its whole batch."""
     share = batch // dist.world_size
-    return slice(dist.rank * share, (dist.rank + 1) * share)
+    if members == 1:
+        return slice(dist.rank * share, (dist.rank + 1) * share)
+    rows = torch.arange(share, device=device) + dist.rank * share  # (share,)
+    return (torch.arange(members, device=device)[:, None] * batch + rows).flatten()  # (K * share,)

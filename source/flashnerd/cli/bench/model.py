@@ -10,18 +10,20 @@ import torch
 from flashnerd.cli.common import CLIError, check_device, check_positive
 from flashnerd.contacts import contact_features
 from flashnerd.dynamics.representation import StateRepresentation
-from flashnerd.models import FLASHNERD_KIND, NERD_KIND
+from flashnerd.models import FLASHNERD_KIND, MAX_MEMBERS, NERD_KIND
 from flashnerd.robots import get_robot
 from flashnerd.sim.scene import build_scene
 from flashnerd.training.benchmark import model_steps_per_second
 
 
 def add_parser(bsub: argparse._SubParsersAction) -> None:
-    m = bsub.add_parser("model", help="model-only streaming throughput, FlashNeRD vs NeRD")
+    m = bsub.add_parser("model", help="model-only streaming throughput, FlashNeRD vs NeRD (and ensembles)")
     m.add_argument("--robot", default="anymal_c", help="robot whose input/output sizes the models take")
     m.add_argument("--batch", default="16,1024,16384", help="comma-separated batch sizes")
     m.add_argument("--models", default="flashnerd,nerd", help="comma-separated model kinds")
     m.add_argument("--size", default="cpu", help="size class of both models: cpu, paper_small, paper")
+    m.add_argument("--ensemble", type=int, default=1,
+                   help="also time an ensemble of this many members of each kind, and its cost over one model's")
     m.add_argument("--device", default="cpu", help="torch device")
     m.add_argument("--min_seconds", type=float, default=1.0, help="timed seconds per measurement (at least)")
     m.set_defaults(func=run)
@@ -38,15 +40,25 @@ def run(args: argparse.Namespace) -> dict:
     for b in batches:
         check_positive("batch", b)
     kinds = args.models.split(",")
+    if not 1 <= args.ensemble <= MAX_MEMBERS:
+        raise CLIError(f"--ensemble must be 1 (no ensemble) to {MAX_MEMBERS} members, got {args.ensemble}")
     scene = build_scene(robot)
     rep = StateRepresentation.for_robot(robot, scene, contact_features(robot, scene).dim)
     results: dict[str, dict[str, float]] = {}
+    members: dict[str, dict[str, float]] = {}  # with --ensemble: one step of all members
     for kind in kinds:
-        results[kind] = {str(b): round(model_steps_per_second(kind, rep.input_dim, rep.target_dim, b, args.size,
-                                                              args.device, args.min_seconds), 1) for b in batches}
+        results[kind], members[kind] = {}, {}
+        for b in batches:  # one model, then its ensemble, batch by batch: machine noise hits both alike
+            for k, table in ((1, results), (args.ensemble, members)) if args.ensemble > 1 else ((1, results),):
+                table[kind][str(b)] = round(model_steps_per_second(kind, rep.input_dim, rep.target_dim, b, args.size,
+                                                                   args.device, args.min_seconds, ensemble=k), 1)
     out = {"robot": robot.name, "device": args.device, "size": args.size, "threads": torch.get_num_threads(),
            "steps_per_s": results}
     if FLASHNERD_KIND in results and NERD_KIND in results:
         out["ratio"] = {b: round(results[FLASHNERD_KIND][b] / results[NERD_KIND][b], 2) for b in results[NERD_KIND]}
+    if args.ensemble > 1:
+        out["ensemble"] = {"members": args.ensemble, "steps_per_s": members,
+                           "cost_over_one_model": {k: {b: round(results[k][b] / members[k][b], 2) for b in members[k]}
+                                                   for k in kinds}}
     print(json.dumps(out))
     return out
