@@ -1,5 +1,5 @@
 """Entry point of the `flashnerd` command: list-envs, train, play, eval, bench, record, fit, evaluate-model, plan,
-compare-video, report, convert-checkpoint, import-logs."""
+compare-video, report, convert-checkpoint, import-logs, improve."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from flashnerd.cli import (
     evaluate_model,
     fit,
     import_logs,
+    improve,
     plan,
     play,
     record,
@@ -58,6 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_parser(sub)
     convert.add_parser(sub)
     import_logs.add_parser(sub)
+    improve.add_parser(sub)
     return parser
 
 

@@ -161,8 +161,9 @@ def print_comparison(evaluation: dict, trained_on: str, episodes: int) -> None:
              f"  {'backend':<10} {'return':>8} {'lin-vel RMS':>12} {'yaw-rate RMS':>13} {'falls':>7}"]
     for backend, m in evaluation.items():
         falls = f"{round(m['fall_rate'] * episodes)}/{episodes}"
+        spread = f"  ensemble disagreement {m['model_disagreement']:.3f}" if "model_disagreement" in m else ""
         lines.append(f"  {backend:<10} {m['mean_return']:>8.2f} {m['lin_vel_rms']:>12.3f} {m['ang_vel_rms']:>13.3f} "
-                     f"{falls:>7}")
+                     f"{falls:>7}{spread}")
     print("\n".join(lines), file=sys.stderr)
 
 

@@ -123,6 +123,25 @@ def plot_reality_gap(summary: dict, path: str | Path) -> None:
     save_figure(fig, path)
 
 
+def plot_improve(state: dict, path: str | Path) -> None:
+    """`flashnerd improve`: each round's policy evaluated on its model and in the target system (return; falls on
+    the labels), against the target-system minutes of data the model had seen when the policy was trained."""
+    fig, ax = _line_axes()
+    rounds = state["rounds"]
+    minutes = [sum(x.get("target_seconds", 0.0) for x in rounds[:i]) / 60 for i in range(len(rounds))]
+    for where, style in (("target", "o-"), ("model", "s--")):
+        returns = [x["eval"][where]["mean_return"] for x in rounds]
+        ax.plot(minutes, returns, style, label=f"on the {where}" + (" system" if where == "target" else ""))
+        if where == "target":
+            for m, x, ret in zip(minutes, rounds, returns):
+                ax.annotate(f"round {x['round']}: {100 * x['eval']['target']['fall_rate']:.0f}% falls", (m, ret),
+                            fontsize=7, textcoords="offset points", xytext=(4, -10))
+    variant = state["settings"].get("robot_variant")
+    target = f"MuJoCo, {Path(variant).stem}" if variant else "MuJoCo"
+    _finish_line_plot(fig, ax, path, "minutes of target-system data in the model", "mean episode return",
+                      f"flashnerd improve: {state['settings']['task']}\n(target system: {target})")
+
+
 def _bench_ppo(data: dict, name: str, folder: Path) -> str:
     plot_ppo(data["backends"], folder / f"{name}.png", data["task"])
     fastest = min(r["seconds_per_iteration"] for r in data["backends"].values())

@@ -1,0 +1,193 @@
+"""`flashnerd improve`: the data-aggregation loop as one command.
+
+Round r: PPO on model r (from round r-1's policy, or from --policy / scratch in round 0) -> the policy, plus action
+noise, drives the target system (MuJoCo, or a robot variant standing in for the robot) for --target_minutes summed
+over worlds -> the data joins every earlier round's (and --data) -> model r+1 is fitted from model r (`fit --init`:
+its weights and normalizers, a lower learning rate, early stopping on held-out data). Every policy is evaluated on its
+model and in the target system. Each round's model, policy, data and figures stay in `--out_dir/round_<r>/`;
+`--out_dir/<name>.json` is rewritten after every stage (a stopped run continues with `--resume`, from the last
+finished stage) and `<name>.png` plots the return in the target system per round.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import time
+from pathlib import Path
+
+import torch
+
+from flashnerd.cli.common import CLIError, check_device, check_file_stem, check_positive, check_writable, write_json
+from flashnerd.cli.fit import INIT_LR, INIT_PATIENCE
+from flashnerd.cli.record import policy_source
+from flashnerd.cli.train import apply_uncertainty_args
+from flashnerd.data.record import record
+from flashnerd.dynamics import REFERENCE_BACKEND, backend_info, backend_names
+from flashnerd.dynamics.learned import MEMBER_MODES, default_checkpoint
+from flashnerd.envs.evaluate import evaluate_on_backends
+from flashnerd.envs.registry import play_variant, task_cfgs
+from flashnerd.envs.rsl_rl import train_policy
+from flashnerd.models.checkpoint import read_checkpoint
+from flashnerd.sim.scene import variant_robot
+from flashnerd.training.fit import FitConfig, Fitter
+from flashnerd.viz.report import plot_improve
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("improve", help="rounds of: PPO on the model, its rollouts in the target system, refit")
+    p.add_argument("--task", required=True, help="task id")
+    p.add_argument("--rounds", type=int, default=3, help="rounds of train -> roll out -> refit")
+    p.add_argument("--dynamics", default="flashnerd", choices=backend_names(learned=True, planning=True),
+                   help="the learned backend PPO trains on")
+    p.add_argument("--dynamics_checkpoint", default=None, help="model of round 0 (default: the shipped one)")
+    p.add_argument("--data", nargs="*", default=[],
+                   help="datasets kept in every refit beside the rounds' rollouts (e.g. those model 0 was fitted on)")
+    p.add_argument("--policy", default=None, help="policy checkpoint round 0 starts from (default: scratch)")
+    p.add_argument("--iterations", type=int, default=None, help="PPO iterations per round (default: the task's)")
+    p.add_argument("--num_envs", type=int, default=None, help="PPO worlds (default: the task's)")
+    p.add_argument("--robot_variant", default=None, help="variant YAML of the target system (default: nominal)")
+    p.add_argument("--target_minutes", type=float, default=2.0,
+                   help="minutes of target-system time per round, summed over --target_worlds")
+    p.add_argument("--target_worlds", type=int, default=64, help="worlds rolling the policy out at once")
+    p.add_argument("--traj_len", type=int, default=100, help="control steps per recorded trajectory")
+    p.add_argument("--action_noise", type=float, default=0.3, help="largest per-world std of noise on the actions")
+    p.add_argument("--fit_budget", type=float, default=120.0, help="seconds of training per refit")
+    p.add_argument("--eval_episodes", type=int, default=64, help="episodes per evaluation (model and target)")
+    p.add_argument("--uncertainty_penalty", type=float, default=None, help="as `flashnerd train` (ensembles)")
+    p.add_argument("--uncertainty_threshold", type=float, default=None, help="as `flashnerd train` (ensembles)")
+    p.add_argument("--members", default=None, choices=MEMBER_MODES, help="as `flashnerd train` (ensembles)")
+    p.add_argument("--seed", type=int, default=0, help="seed of PPO, the rollouts and the fits")
+    p.add_argument("--device", default="cpu", help="torch device")
+    p.add_argument("--out_dir", default="logs/improve", help="folder for every round's model, policy, data")
+    p.add_argument("--name", default="improve", help="file stem of the JSON table and the plot in --out_dir")
+    p.add_argument("--resume", action="store_true", help="continue a stopped run in --out_dir from its JSON")
+    p.set_defaults(func=run)
+
+
+def _check(args: argparse.Namespace) -> str:
+    """One-line errors for settings no round can run with; returns model 0's checkpoint path."""
+    for name in ("rounds", "target_worlds", "traj_len", "eval_episodes"):
+        check_positive(name, getattr(args, name))
+    check_positive("iterations", args.iterations)
+    check_positive("num_envs", args.num_envs)
+    for name in ("target_minutes", "fit_budget"):
+        if not (math.isfinite(getattr(args, name)) and getattr(args, name) > 0):
+            raise CLIError(f"--{name} must be a finite number > 0, got {getattr(args, name)}")
+    if not (math.isfinite(args.action_noise) and args.action_noise >= 0):
+        raise CLIError(f"--action_noise must be a finite number >= 0, got {args.action_noise}")
+    check_file_stem(args.name)
+    check_writable("out_dir", args.out_dir)
+    check_device(args.device)
+    env_cfg, _ = task_cfgs(args.task, robot_variant=args.robot_variant)  # unknown task, bad variant: fail now
+    robot = variant_robot(env_cfg.robot, None)
+    kind = backend_info(args.dynamics).model_kind
+    init = args.dynamics_checkpoint or str(default_checkpoint(robot, kind))
+    read_checkpoint(init, robot)  # a missing or foreign model fails before any PPO runs
+    for path in [args.policy, *args.data]:
+        if path and not Path(path).is_file():
+            raise CLIError(f"'{path}' does not exist")
+    return init
+
+
+def run(args: argparse.Namespace) -> dict:
+    """Run the rounds (or the ones a stopped run left); write `<name>.json` and `<name>.png` in --out_dir."""
+    model0 = _check(args)
+    out = Path(args.out_dir)
+    table_path = out / f"{args.name}.json"
+    settings = {k: v for k, v in vars(args).items() if k not in ("func", "resume", "rounds", "debug", "command")}
+    if args.resume:
+        if not table_path.is_file():
+            raise CLIError(f"--resume given but '{table_path}' does not exist")
+        state = json.loads(table_path.read_text())
+        if state.get("settings") != settings:
+            changed = sorted(k for k in settings if state.get("settings", {}).get(k) != settings[k])
+            raise CLIError(f"--resume with other settings than the stopped run ({', '.join(changed)}); give the same "
+                           "ones, or a new --out_dir")
+    elif table_path.exists():
+        raise CLIError(f"'{table_path}' exists; add --resume to continue that run, or give a new --out_dir")
+    else:
+        state = {"settings": settings, "model_0": model0, "rounds": []}
+    save = lambda: write_json(table_path, state)  # noqa: E731  after every stage: --resume starts there
+
+    for r in range(args.rounds):
+        if r == len(state["rounds"]):
+            state["rounds"].append({"round": r, "model": model0 if r == 0 else state["rounds"][r - 1]["next_model"]})
+        row = state["rounds"][r]
+        folder = out / f"round_{r}"
+        if "policy" not in row:
+            start = args.policy if r == 0 else state["rounds"][r - 1]["policy"]
+            row.update(_train(args, row["model"], start, folder))
+            save()
+        if "data" not in row:
+            row.update(_roll_out(args, row["policy"], folder, seed=args.seed + 1000 * (r + 1)))
+            save()
+        if "next_model" not in row:
+            data = [*args.data, *(x["data"] for x in state["rounds"][:r + 1])]
+            row.update(_refit(args, row["model"], data, folder / "model.safetensors"))
+            save()
+    state["rounds"] = state["rounds"][:args.rounds]
+    save()
+    plot_improve(state, out / f"{args.name}.png")
+    print(json.dumps({"rounds": [{"round": x["round"], "return_target": x["eval"]["target"]["mean_return"],
+                                  "falls_target": x["eval"]["target"]["fall_rate"],
+                                  "return_model": x["eval"]["model"]["mean_return"]} for x in state["rounds"]]}))
+    return state
+
+
+def _train(args: argparse.Namespace, model: str, start: str | None, folder: Path) -> dict:
+    """PPO on `model` (from the policy `start`, if any), saved as folder/policy.pt, evaluated on the model and in the
+    target system."""
+    env_cfg, agent_cfg = task_cfgs(args.task, num_envs=args.num_envs, seed=args.seed, device=args.device,
+                                   dynamics=args.dynamics, dynamics_checkpoint=model)
+    apply_uncertainty_args(args, env_cfg)
+    if args.iterations is not None:
+        agent_cfg.max_iterations = args.iterations
+    agent_cfg.save_interval = agent_cfg.max_iterations
+    runner, wall = train_policy(args.task, env_cfg, agent_cfg, str(folder / "ppo"), agent_cfg.max_iterations,
+                                init=start)
+    path = folder / "policy.pt"
+    runner.save(str(path))
+    policy = runner.get_inference_policy(device=args.device)
+    on_model = evaluate_on_backends(args.task, env_cfg, policy, args.eval_episodes, backends=[args.dynamics])
+    task, target_cfg = play_variant(args.task, dataclasses.replace(env_cfg, robot_variant=args.robot_variant))
+    target = evaluate_on_backends(task, target_cfg, policy, args.eval_episodes, backends=[REFERENCE_BACKEND])
+    return {"policy": str(path), "ppo_wall_s": round(wall, 1), "iterations": agent_cfg.max_iterations,
+            "eval": {"model": on_model[args.dynamics], "target": target[REFERENCE_BACKEND]}}
+
+
+def _roll_out(args: argparse.Namespace, policy: str, folder: Path, seed: int) -> dict:
+    """The policy plus noise in the target system for --target_minutes (summed over worlds), as a dataset."""
+    robot = variant_robot(task_cfgs(args.task)[0].robot, args.robot_variant, check=False)
+    per_world = args.target_minutes * 60 / robot.control_dt / args.target_worlds
+    steps = max(1, math.ceil(per_world / args.traj_len)) * args.traj_len
+    how = argparse.Namespace(task=args.task, device=args.device, robot_variant=args.robot_variant, robot=None,
+                             log_root="", load_run=None, checkpoint=policy, steps=steps, traj_len=args.traj_len,
+                             dynamics=REFERENCE_BACKEND, num_worlds=args.target_worlds, seed=seed, terrain=None,
+                             action_noise=args.action_noise)
+    source = policy_source(how, torch.Generator().manual_seed(seed))
+    start = time.perf_counter()
+    recorded = record(source.env.robot, args.target_worlds, steps, folder / "rollouts.h5", traj_len=args.traj_len,
+                      seed=seed, source=source, progress=False)
+    return {"data": str(folder / "rollouts.h5"), "target_seconds": round(steps * args.target_worlds *
+                                                                         robot.control_dt, 1),
+            "record_wall_s": round(time.perf_counter() - start, 1), "transitions": recorded["transitions"]}
+
+
+def _refit(args: argparse.Namespace, model: str, data: list[str], out: Path) -> dict:
+    """`fit --init model` on every dataset so far, for --fit_budget seconds, with early stopping."""
+    ckpt = read_checkpoint(model)
+    fit_cfg = ckpt.get("fit_config", {})
+    cfg = dataclasses.replace(FitConfig(), model=ckpt["kind"], size=fit_cfg.get("size", FitConfig.size),
+                              contacts=fit_cfg.get("contacts", FitConfig.contacts),
+                              max_rows=fit_cfg.get("max_rows", FitConfig.max_rows), ensemble=ckpt.get("ensemble", 1),
+                              max_steps=10**9, time_budget_s=args.fit_budget, init=model, lr=INIT_LR,
+                              patience=INIT_PATIENCE, seed=args.seed)
+    fitter = Fitter(data, cfg, device=args.device)
+    fitter.init_from(model)
+    fit = fitter.fit(out, log_dir=str(out.parent / "fit"), progress=False)
+    report = fitter.adaptation_report(model, out)
+    return {"next_model": str(out), "fit_steps": fit["steps"], "fit_seconds": fit["train_seconds"],
+            "nrmse_held_out": report}

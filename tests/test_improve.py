@@ -1,0 +1,48 @@
+"""`flashnerd improve`: rounds of PPO on the model, rollouts in the target system and refits, resumable."""
+
+from __future__ import annotations
+
+import json
+
+from flashnerd.cli.main import main
+
+TASK = "FlashNeRD-Velocity-Flat-Anymal-C-v0"
+
+
+def _argv(out, rounds: int) -> list[str]:
+    return ["improve", "--task", TASK, "--rounds", str(rounds), "--iterations", "1", "--num_envs", "8",
+            "--target_minutes", "0.05", "--target_worlds", "4", "--traj_len", "20", "--fit_budget", "2",
+            "--eval_episodes", "2", "--out_dir", str(out)]
+
+
+def test_improve_runs_rounds_keeps_each_and_resumes_where_it_stopped(tmp_path, capsys):
+    out = tmp_path / "improve"
+    assert main(_argv(out, 1)) == 0
+    table = json.loads((out / "improve.json").read_text())
+    (row,) = table["rounds"]
+    assert row["model"].endswith("checkpoints/anymal_c/flashnerd.safetensors")  # round 0 starts from the shipped
+    assert (out / "round_0" / "policy.pt").is_file() and (out / "round_0" / "model.safetensors").is_file()
+    assert row["target_seconds"] == 4 * 40 * 0.02 and row["transitions"] == 4 * 40  # 3 s asked: 2 trajectories
+    assert set(row["eval"]) == {"model", "target"} and row["eval"]["target"]["episodes"] == 2
+    assert set(row["nrmse_held_out"]["nrmse_after"]) and (out / "improve.png").is_file()
+    policy_time = (out / "round_0" / "policy.pt").stat().st_mtime_ns
+    capsys.readouterr()
+
+    assert main(_argv(out, 1)) == 2 and "add --resume" in capsys.readouterr().err
+    assert main([*_argv(out, 2), "--resume"]) == 0  # round 0 is kept, round 1 starts from its model and policy
+    table = json.loads((out / "improve.json").read_text())
+    assert [r["round"] for r in table["rounds"]] == [0, 1]
+    assert table["rounds"][1]["model"] == table["rounds"][0]["next_model"]
+    assert (out / "round_0" / "policy.pt").stat().st_mtime_ns == policy_time
+    printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert len(printed["rounds"]) == 2
+    assert main([*_argv(out, 2), "--resume", "--fit_budget", "3"]) == 2 and "fit_budget" in capsys.readouterr().err
+
+
+def test_improve_refuses_bad_settings_before_any_work(tmp_path, capsys):
+    base = _argv(tmp_path / "x", 1)
+    assert main([*base, "--target_minutes", "0"]) == 2 and "--target_minutes" in capsys.readouterr().err
+    assert main([*base, "--dynamics_checkpoint", str(tmp_path / "none.safetensors")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    assert main([*base, "--resume"]) == 2 and "does not exist" in capsys.readouterr().err
+    assert not (tmp_path / "x" / "round_0").exists()
