@@ -147,8 +147,7 @@ class Ensemble(DynamicsModel):
             own = {n: getattr(inner, n)[k] for n in cache.batched}  # views: in-place writes reach the cache
             fresh = {n: v.clone() if isinstance(v, torch.Tensor) else v for n, v in shared.items()}
             c = dataclasses.replace(inner, **own, **fresh)  # shared state advanced by every member, kept once
-            outs.append(functional_call(call, {n: p[k] for n, p in stacked}, (arg, c) if method == "step"
-                                        else (c, arg)))
+            outs.append(functional_call(call, {n: p[k] for n, p in stacked}, _cache_args(method, arg, c)))
             if first is None:
                 first = c
         for name, value in shared.items():
@@ -166,7 +165,7 @@ class Ensemble(DynamicsModel):
         def with_cache(p, a, fields):
             c = dataclasses.replace(inner, **fields)
             seen.append(c)
-            out = functional_call(self._methods[method][0], p, (a, c) if method == "step" else (c, a))
+            out = functional_call(self._methods[method][0], p, _cache_args(method, a, c))
             return torch.zeros(()) if out is None else out  # vmap returns tensors only (reset_cache: none)
 
         params = {f"m.{n}": p for n, p in self.members.named_parameters()}
@@ -185,6 +184,11 @@ class Ensemble(DynamicsModel):
     def reset_cache(self, cache: EnsembleCache, world_ids: torch.Tensor) -> None:
         """Forget the history of `world_ids` in every member."""
         self._cache_call("reset_cache", cache, world_ids)
+
+
+def _cache_args(method: str, arg: torch.Tensor, cache: Any) -> tuple:
+    """The arguments of a member's `step(x_t, cache)` or `reset_cache(cache, world_ids)`."""
+    return (arg, cache) if method == "step" else (cache, arg)
 
 
 def _owner(module: nn.Module, name: str) -> tuple[nn.Module, str]:
