@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import time
 
@@ -143,14 +142,11 @@ def run(args: argparse.Namespace) -> dict:
 
 
 def apply_uncertainty_args(args: argparse.Namespace, env_cfg) -> None:
-    """--uncertainty_penalty, --uncertainty_threshold and --members into the task config (the env checks that its
-    backend is a learned ensemble)."""
+    """--uncertainty_penalty, --uncertainty_threshold and --members into the task config (the env checks the values
+    and that its backend is a learned ensemble)."""
     for name in ("uncertainty_penalty", "uncertainty_threshold"):
-        value = getattr(args, name)
-        if value is not None:
-            if not (math.isfinite(value) and value >= 0):
-                raise CLIError(f"--{name} must be a finite number >= 0 (0: off), got {value}")
-            setattr(env_cfg, name, value)
+        if getattr(args, name) is not None:
+            setattr(env_cfg, name, getattr(args, name))
     if args.members is not None:
         env_cfg.dynamics_kwargs = {**env_cfg.dynamics_kwargs, "members": args.members}
 

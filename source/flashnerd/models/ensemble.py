@@ -1,5 +1,6 @@
-"""Ensembles in the model: K members of one model kind with a leading member dimension in every weight, stepped and
-trained as one batched call (`torch.func.vmap` over the stacked weights, not K Python calls).
+"""Ensembles in the model: K members of one model kind with a leading member dimension in every weight, in one
+module and one checkpoint. Training runs as one batched call (`torch.func.vmap` over the stacked weights); streaming
+too on a GPU, while on the CPU the members step in turn on their weight slices (faster there, see `_cache_call`).
 
 Members differ in initialization (built one after another from the global RNG) and in data order (the fitter draws
 every member its own windows). The training hooks take the members' batches stacked along the batch dimension: rows
@@ -57,8 +58,8 @@ class Ensemble(DynamicsModel):
         params, _ = stack_module_state(members)  # {name: (K, ...)}; members keep no persistent buffers
         template = members[0]
         for name, value in params.items():  # the template's weights become the stacked ones
-            owner, leaf = _owner(template, name)
-            setattr(owner, leaf, nn.Parameter(value.detach().clone()))
+            path, _, leaf = name.rpartition(".")
+            setattr(template.get_submodule(path), leaf, nn.Parameter(value.detach().clone()))
         template.batched_members = True  # it now runs under vmap: ops with batching rules only (see RWM)
         self.members = template
         self.config = template.config
@@ -67,10 +68,14 @@ class Ensemble(DynamicsModel):
         self._methods = {m: (_Method(template, m),) for m in ("forward", "loss", "forecast", "step", "reset_cache")}
         self.batched_call: bool | None = None  # streaming as one vmap'd call (None: on GPUs; True/False: always/never)
 
+    def _stacked_params(self) -> dict[str, torch.Tensor]:
+        """The stacked (K, ...) weights, named as `functional_call` on a `_Method` wrapper reads them."""
+        return {f"m.{n}": p for n, p in self.members.named_parameters()}
+
     def _vmapped(self, method: str, in_dims: tuple, randomness: str = "error") -> Callable:
         """`method` of the members as one call over the stacked weights; extra args follow `in_dims`."""
         (call,) = self._methods[method]
-        params = {f"m.{n}": p for n, p in self.members.named_parameters()}
+        params = self._stacked_params()
 
         def one(p, *args):
             return functional_call(call, p, args)
@@ -140,22 +145,20 @@ class Ensemble(DynamicsModel):
         if self.batched_call if self.batched_call is not None else arg.device.type != "cpu":
             return self._vmapped_cache_call(method, cache, arg)
         (call,) = self._methods[method]
-        stacked = [(f"m.{n}", p) for n, p in self.members.named_parameters()]
-        shared = {f.name: getattr(inner, f.name) for f in dataclasses.fields(inner) if f.name not in cache.batched}
+        stacked = self._stacked_params()
+        shared = [f.name for f in dataclasses.fields(inner) if f.name not in cache.batched]
+        # member 0 advances the shared state in place (it is kept); the others advance copies of the state before it
+        before = {n: v.clone() for n in shared if isinstance(v := getattr(inner, n), torch.Tensor)}
         outs, first = [], None
         for k in range(self.num_members):
             own = {n: getattr(inner, n)[k] for n in cache.batched}  # views: in-place writes reach the cache
-            fresh = {n: v.clone() if isinstance(v, torch.Tensor) else v for n, v in shared.items()}
-            c = dataclasses.replace(inner, **own, **fresh)  # shared state advanced by every member, kept once
-            outs.append(functional_call(call, {n: p[k] for n, p in stacked}, _cache_args(method, arg, c)))
+            copies = {n: t.clone() for n, t in before.items()} if k else {}
+            c = dataclasses.replace(inner, **own, **copies)
+            outs.append(functional_call(call, {n: p[k] for n, p in stacked.items()}, _cache_args(method, arg, c)))
             if first is None:
                 first = c
-        for name, value in shared.items():
-            new = getattr(first, name)
-            if isinstance(value, torch.Tensor):
-                value.copy_(new)
-            else:
-                setattr(inner, name, new)
+        for name in shared:  # plain fields (a ring pointer) are rebound, once
+            setattr(inner, name, getattr(first, name))
         return torch.stack(outs) if method == "step" else None
 
     def _vmapped_cache_call(self, method: str, cache: EnsembleCache, arg: torch.Tensor):
@@ -168,7 +171,7 @@ class Ensemble(DynamicsModel):
             out = functional_call(self._methods[method][0], p, _cache_args(method, a, c))
             return torch.zeros(()) if out is None else out  # vmap returns tensors only (reset_cache: none)
 
-        params = {f"m.{n}": p for n, p in self.members.named_parameters()}
+        params = self._stacked_params()
         fields = {n: getattr(inner, n) for n in cache.batched}
         with sdpa_kernel(SDPBackend.MATH):
             out = vmap(with_cache, in_dims=(0, None, 0))(params, arg, fields)
@@ -189,14 +192,6 @@ class Ensemble(DynamicsModel):
 def _cache_args(method: str, arg: torch.Tensor, cache: Any) -> tuple:
     """The arguments of a member's `step(x_t, cache)` or `reset_cache(cache, world_ids)`."""
     return (arg, cache) if method == "step" else (cache, arg)
-
-
-def _owner(module: nn.Module, name: str) -> tuple[nn.Module, str]:
-    """The submodule holding parameter `name` (a.b.c) and the parameter's attribute name."""
-    *path, leaf = name.split(".")
-    for part in path:
-        module = getattr(module, part)
-    return module, leaf
 
 
 def disagreement(pred: torch.Tensor) -> torch.Tensor:
