@@ -5,11 +5,14 @@ from __future__ import annotations
 import argparse
 import json
 
+import torch
+
 from flashnerd.cli.common import CLIError, check_device, check_positive
 from flashnerd.data.dataset import load_dataset
 from flashnerd.dynamics import make_dynamics
 from flashnerd.models.checkpoint import read_checkpoint
 from flashnerd.robots import get_robot
+from flashnerd.training.contact_head import contact_report
 from flashnerd.training.evaluate import HORIZONS, rollout_errors
 
 
@@ -36,7 +39,7 @@ def run(args: argparse.Namespace) -> dict:
     robot = get_robot(ckpt["robot"])
     data = load_dataset(args.data, robot)
     n = min(args.num_rollouts, data.num_trajectories)
-    data = type(data)(data.qpos[:n], data.qvel[:n], data.ctrl[:n], data.attrs)
+    data = data.select(torch.arange(n))
     # the model rolls out in the scene the data was recorded in (a contact-rows model sees its terrain)
     dyn = make_dynamics(ckpt["kind"], robot, n, device=args.device, terrain=str(data.attrs.get("terrain", "flat")),
                         checkpoint=args.checkpoint)
@@ -47,5 +50,8 @@ def run(args: argparse.Namespace) -> dict:
               "nrmse": {str(h): e["nrmse"] for h, e in errors.items()},
               **{key: {str(h): e[key] for h, e in errors.items()}
                  for key in ("base_pos_err_m", "base_rot_err_rad") if robot.floating_base}}
+    contacts = contact_report(dyn, data)
+    if contacts:  # the head and the probe estimate on the recorded states, per contact group
+        result["contacts"] = contacts
     print(json.dumps(result))
     return result

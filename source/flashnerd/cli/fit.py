@@ -11,6 +11,7 @@ from flashnerd.cli.common import CLIError, check_device, check_positive, check_w
 from flashnerd.contacts import CONTACT_MODES
 from flashnerd.models import MODEL_KINDS
 from flashnerd.models.checkpoint import export_for_inference
+from flashnerd.training.contact_head import add_contact_head
 from flashnerd.training.fit import FitConfig, Fitter, check_fit_config
 from flashnerd.utils.distributed import init_distributed, shutdown
 
@@ -41,6 +42,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--ensemble", type=int, default=FitConfig.ensemble,
                    help="members trained together, each from its own initialization and batches, stored in one "
                         "checkpoint and stepped as one model; their disagreement measures model error (default 1)")
+    p.add_argument("--contact_head_steps", type=int, default=FitConfig.contact_head_steps,
+                   help="steps of the contact head fitted after the model on the data's contact sensors (the "
+                        "learned backends' contact forces for rewards and terminations; 0: none, contacts then come "
+                        f"from the probes; default {FitConfig.contact_head_steps})")
     p.add_argument("--device", default="cpu", help="torch device")
     p.add_argument("--log_dir", default=None, help="TensorBoard folder (default: logs/fit/<out stem>)")
     p.add_argument("--resume", action="store_true", help="continue from --out if it exists")
@@ -61,6 +66,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--out", required=True, help="where to write the slim checkpoint")
     e.add_argument("--metrics", default=None, help="JSON printed by `flashnerd evaluate-model`, stored inside")
     e.set_defaults(func=run_export)
+    h = sub.add_parser("fit-contact-head", help="fit the contact head of a fitted checkpoint on recorded contacts")
+    h.add_argument("--checkpoint", required=True, help="checkpoint written by `flashnerd fit`")
+    h.add_argument("--data", required=True, nargs="+", help="datasets with contact labels (`flashnerd record`)")
+    h.add_argument("--out", required=True, help="where to write the checkpoint with its new head")
+    h.add_argument("--steps", type=int, default=FitConfig.contact_head_steps, help="optimizer steps of the head")
+    h.add_argument("--seed", type=int, default=0, help="random seed (batches, initialization, held-out split)")
+    h.set_defaults(func=run_contact_head)
 
 
 
@@ -85,7 +97,8 @@ def run(args: argparse.Namespace) -> dict:
                               ar_batch_size=args.ar_batch_size, lr=args.lr,
                               ar_weight=args.ar_weight, seed=args.seed, contacts=args.contacts,
                               max_rows=args.max_rows, init=args.init, mix_data=tuple(args.mix_data), mix=args.mix,
-                              patience=args.patience, ensemble=args.ensemble)
+                              patience=args.patience, ensemble=args.ensemble,
+                              contact_head_steps=args.contact_head_steps)
     check_fit_config(cfg)
     out = Path(args.out)
     if args.init and args.resume:
@@ -122,5 +135,16 @@ def run_export(args: argparse.Namespace) -> dict:
             raise CLIError(f"--metrics '{args.metrics}' is not the JSON of `flashnerd evaluate-model`") from err
     check_writable("out", args.out)
     result = export_for_inference(args.checkpoint, args.out, metrics)
+    print(json.dumps(result))
+    return result
+
+
+def run_contact_head(args: argparse.Namespace) -> dict:
+    check_positive("steps", args.steps)
+    if not Path(args.checkpoint).is_file():
+        raise CLIError(f"--checkpoint '{args.checkpoint}' does not exist; give a checkpoint written by `flashnerd fit`")
+    check_writable("out", args.out)
+    card = add_contact_head(args.checkpoint, args.data, args.out, steps=args.steps, seed=args.seed)
+    result = {"out": str(args.out), **card}
     print(json.dumps(result))
     return result

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 import flashnerd
+from flashnerd.models.contact_head import CONTACT_LABEL_N
 from flashnerd.robots import RobotSpec, get_robot
 from flashnerd.sim.scene import build_scene
 
@@ -31,18 +32,25 @@ REQUIRED = ("qpos", "qvel", "ctrl")
 DATASET_FORMAT_VERSION = 1  # the layout `flashnerd record` writes and this module reads
 MAX_ABS = 1e5  # a state or control beyond this is a diverged simulation, not data
 MAX_READ_FRACTION = 0.8  # refuse a file whose arrays would take more than this share of free memory
+MAX_CONTACT_BODIES = 256  # widest contact-label array read (a robot's contact bodies)
 QUAT_TOL = 1e-3  # |norm - 1| of a stored unit quaternion (float32 round-off is ~1e-7)
 _LAYOUTS: dict[tuple[str, str], tuple[int, int, int, tuple[int, ...]]] = {}
 
 
 @dataclass
 class TrajectoryData:
-    """All trajectories of a dataset: qpos (M, T+1, nq), qvel (M, T+1, nv), ctrl (M, T, nu) + attributes."""
+    """All trajectories of a dataset: qpos (M, T+1, nq), qvel (M, T+1, nv), ctrl (M, T, nu) + attributes.
+
+    Contact labels, where the file has them for every contact body of the robot: `touching` (M, T, nb) 1.0 where a
+    body touched during step t (a recorded force above `CONTACT_LABEL_N`, or a robot log's contact flag at the end
+    of the step), and `contact_force` (M, T, nb) the recorded force in N (`flashnerd record` data only)."""
 
     qpos: torch.Tensor
     qvel: torch.Tensor
     ctrl: torch.Tensor
     attrs: dict
+    touching: torch.Tensor | None = None
+    contact_force: torch.Tensor | None = None
 
     @property
     def num_trajectories(self) -> int:
@@ -58,8 +66,19 @@ class TrajectoryData:
         n_val = max(1, int(round(m * val_fraction))) if m > 1 else 0
         perm = torch.randperm(m, generator=torch.Generator().manual_seed(seed))
         val, train = perm[:n_val], perm[n_val:]
-        pick = lambda idx: TrajectoryData(self.qpos[idx], self.qvel[idx], self.ctrl[idx], self.attrs)  # noqa: E731
-        return pick(train), pick(val)
+        return self.select(train), self.select(val)
+
+    def select(self, idx: torch.Tensor) -> TrajectoryData:
+        """The trajectories `idx` (k,) (indices or a mask), labels included."""
+        pick = lambda a: None if a is None else a[idx]  # noqa: E731
+        return TrajectoryData(self.qpos[idx], self.qvel[idx], self.ctrl[idx], self.attrs, pick(self.touching),
+                              pick(self.contact_force))
+
+    def to(self, device: torch.device | str) -> TrajectoryData:
+        """A copy on `device`."""
+        move = lambda a: None if a is None else a.to(device)  # noqa: E731
+        return TrajectoryData(self.qpos.to(device), self.qvel.to(device), self.ctrl.to(device), self.attrs,
+                              move(self.touching), move(self.contact_force))
 
 
 def load_dataset(path: str | Path, robot: RobotSpec | None = None) -> TrajectoryData:
@@ -87,6 +106,12 @@ def load_dataset(path: str | Path, robot: RobotSpec | None = None) -> Trajectory
                 raise ValueError(f"dataset '{path}' declares {declared / 2**30:,.1f} GiB of arrays, more than this "
                                  "machine can hold; split it or use a larger machine")
             data = {k: torch.from_numpy(a[()]) for k, a in arrays.items()}
+            # contact labels (optional): read only when shaped like labels of these trajectories
+            m, t1 = arrays["qpos"].shape[:2]
+            frames = {"contact_force": t1 - 1, "contact": t1}
+            labels = {k: torch.from_numpy(f[k][()]).float() for k, frames_k in frames.items()
+                      if isinstance(f.get(k), h5py.Dataset) and f[k].ndim == 3 and f[k].dtype.kind in "fiu"
+                      and f[k].shape[:2] == (m, frames_k) and f[k].shape[2] <= MAX_CONTACT_BODIES}
     except (OSError, KeyError, TypeError) as err:
         raise ValueError(f"dataset '{path}' is truncated or corrupt ({str(err).splitlines()[0][:120]}); "
                          "record it again") from err
@@ -109,7 +134,30 @@ def load_dataset(path: str | Path, robot: RobotSpec | None = None) -> Trajectory
             attrs["state_layout"] = json.loads(attrs["state_layout"])
         except ValueError as err:
             raise ValueError(f"dataset '{path}' has a corrupt state_layout attribute ({err})") from err
-    return _validated(TrajectoryData(qpos, qvel, ctrl, attrs), robot or _robot_of(attrs, path), path)
+    robot = robot or _robot_of(attrs, path)
+    touching, force = _contact_labels(labels, attrs, robot, qpos.shape[:2])
+    return _validated(TrajectoryData(qpos, qvel, ctrl, attrs, touching, force), robot, path)
+
+
+def _contact_labels(labels: dict[str, torch.Tensor], attrs: dict, robot: RobotSpec,
+                    shape: tuple[int, int]) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """(touching, contact_force) of a file's arrays: `contact_force` (M, T, nb) from `flashnerd record`, or a robot
+    log's contact flags `contact` (M, T+1, nb). Labels that do not cover the robot's contact bodies (in its order) at
+    every step, or are not finite, are left out (the file still serves dynamics fitting, not a contact head)."""
+    (m, t1), nb = shape, len(robot.all_contact_bodies)
+    named = attrs.get("contact_bodies")
+    try:
+        if named is not None and json.loads(named) != list(robot.all_contact_bodies):
+            return None, None
+    except (TypeError, ValueError):
+        return None, None
+    force = labels.get("contact_force")
+    if force is not None and force.shape == (m, t1 - 1, nb) and bool(torch.isfinite(force).all()):
+        return (force > CONTACT_LABEL_N).float(), force
+    flags = labels.get("contact")
+    if flags is not None and flags.shape == (m, t1, nb) and bool(torch.isfinite(flags).all()):
+        return (flags[:, 1:] >= 0.5).float(), None  # the flag at the end of each step
+    return None, None
 
 
 def _robot_of(attrs: dict, path: Path) -> RobotSpec:
@@ -153,10 +201,10 @@ def _validated(data: TrajectoryData, robot: RobotSpec, path: Path) -> Trajectory
     if not bool(keep.any()):
         raise ValueError(f"dataset '{path}' holds no usable trajectory ({dropped['non_finite']} non-finite or "
                          f"beyond {MAX_ABS:g}, {dropped['quaternion']} with a non-unit quaternion); record it again")
-    if not bool(keep.all()):
-        qpos, qvel, ctrl = qpos[keep], qvel[keep], ctrl[keep]
-    return TrajectoryData(qpos, qvel, ctrl, {**data.attrs, "dropped_on_read": dropped,
-                                             "variants": [_variant_name(data.attrs, path)]})
+    data = TrajectoryData(qpos, qvel, ctrl, {**data.attrs, "dropped_on_read": dropped,
+                                             "variants": [_variant_name(data.attrs, path)]},
+                          data.touching, data.contact_force)
+    return data if bool(keep.all()) else data.select(keep)
 
 
 def _variant_name(attrs: dict, path: Path) -> str:
@@ -192,9 +240,11 @@ def load_datasets(paths: Sequence[str | Path], robot: RobotSpec | None = None) -
         return first
     variants = [v for d in parts for v in d.attrs["variants"]]  # a fit may mix simulation and robot data
     cat = lambda k: torch.cat([getattr(d, k) for d in parts])  # noqa: E731  (sum M, T(+1), D)
+    labelled = lambda k: cat(k) if all(getattr(d, k) is not None for d in parts) else None  # noqa: E731
     dropped = {k: sum(d.attrs["dropped_on_read"][k] for d in parts) for k in first.attrs["dropped_on_read"]}
     return TrajectoryData(cat("qpos"), cat("qvel"), cat("ctrl"), {**first.attrs, "dropped_on_read": dropped,
-                                                                   "variants": variants})
+                                                                   "variants": variants},
+                          labelled("touching"), labelled("contact_force"))
 
 
 def plain_attr(value):

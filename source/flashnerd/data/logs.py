@@ -9,7 +9,7 @@ Columns (joint names are the robot's, so the order of the columns does not matte
     target_<joint>                            the position target sent to each actuated joint, applied from this row on
     base_pos_{x,y,z}, base_quat_{w,x,y,z}     floating base: world position (m) and orientation
     base_lin_vel_{x,y,z}, base_ang_vel_{x,y,z}  floating base: m/s and rad/s in the base frame (state estimation, IMU)
-    tau_<joint>, contact_<body>               optional: measured joint torque (N m), foot contact (0 or 1)
+    tau_<joint>, contact_<body>               optional: measured joint torque (N m), contact of each contact body (0, 1)
 
 Import resamples each run to the robot's control step (states interpolated, quaternions normalized, targets held
 from the last one sent), splits runs at gaps, drops and counts rows that are not finite, and checks units against
@@ -32,6 +32,7 @@ import pandas as pd
 import torch
 
 from flashnerd.data.dataset import MAX_READ_FRACTION, available_host_bytes, dataset_attrs, robot_layout, write_arrays
+from flashnerd.models.contact_head import CONTACT_LABEL_N
 from flashnerd.robots import RobotSpec, get_robot
 from flashnerd.sim.scene import build_scene, robot_columns
 from flashnerd.utils.math import quat_apply, quat_apply_inverse
@@ -85,9 +86,10 @@ class _Layout:
 # --- writing (the stand-in robot) -------------------------------------------------------------------------------
 
 def log_frame(robot: RobotSpec, qpos: np.ndarray, qvel: np.ndarray, ctrl: np.ndarray,
-              torque: np.ndarray | None = None) -> pd.DataFrame:
-    """Trajectories qpos (M, T+1, nq), qvel (M, T+1, nv), ctrl (M, T, nu) (and torque (M, T, nu)) as log rows: one
-    episode per trajectory, T+1 rows each; the last row of an episode has no target (nothing was sent after it)."""
+              torque: np.ndarray | None = None, contact: np.ndarray | None = None) -> pd.DataFrame:
+    """Trajectories qpos (M, T+1, nq), qvel (M, T+1, nv), ctrl (M, T, nu) (and torque (M, T, nu), contact flags
+    (M, T, nb) per contact body) as log rows: one episode per trajectory, T+1 rows each; the last row of an episode
+    has no target (nothing was sent after it)."""
     lay = _Layout(robot)
     m, t1 = qpos.shape[:2]
     cols: dict[str, np.ndarray] = {"episode": np.repeat(np.arange(m), t1),
@@ -115,6 +117,10 @@ def log_frame(robot: RobotSpec, qpos: np.ndarray, qvel: np.ndarray, ctrl: np.nda
         taus = taus.reshape(m * t1, -1)
         for i, name in enumerate(lay.actuated):
             cols[f"tau_{name}"] = taus[:, i]
+    if contact is not None:  # a step's contact is reported at its end: row t + 1 (row 0 repeats row 1)
+        flags = np.concatenate([contact[:, :1], contact], 1).astype(np.float64).reshape(m * t1, -1)
+        for i, name in enumerate(lay.contacts):
+            cols[f"contact_{name}"] = flags[:, i]
     return pd.DataFrame(cols)
 
 
@@ -355,9 +361,11 @@ def dataset_to_log(dataset: str | Path, out: str | Path) -> dict:
     import h5py
 
     with h5py.File(dataset, "r") as f:
-        arrays = {k: f[k][()] for k in ("qpos", "qvel", "ctrl", "torque") if k in f}
+        arrays = {k: f[k][()] for k in ("qpos", "qvel", "ctrl", "torque", "contact_force") if k in f}
         variant = str(f.attrs.get("variant", "") or "")
         robot = get_robot(str(f.attrs["robot"]))  # the layout a log names is the nominal robot's
-    frame = log_frame(robot, arrays["qpos"], arrays["qvel"], arrays["ctrl"], arrays.get("torque"))
+    force = arrays.get("contact_force")
+    contact = None if force is None else (force > CONTACT_LABEL_N).astype(np.float64)  # what a contact sensor flags
+    frame = log_frame(robot, arrays["qpos"], arrays["qvel"], arrays["ctrl"], arrays.get("torque"), contact)
     write_log(out, frame, variant)
     return {"out": str(out), "rows": len(frame), "episodes": int(arrays["qpos"].shape[0])}

@@ -3,8 +3,9 @@
 The model predicts the state increment from the robot-centric frame (state, joint-target error, and contact features
 computed from the *predicted* state: fixed ground probes, or variable contact rows against the scene's terrain, as the
 checkpoint was fitted); caches are preallocated and reset per world. The contact summary for rewards and terminations
-is a penetration-based estimate from the probe spheres (against the ground, or the nearest terrain surface in rows
-mode).
+comes from the checkpoint's contact head (trained on the recorded contact sensors, for every contact body) where it
+has one, and otherwise from a penetration-based estimate of the probe spheres (against the ground, or the nearest
+terrain surface in rows mode; bodies without probes then never touch).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import torch
 from flashnerd.contacts import contact_features
 from flashnerd.dynamics.representation import StateRepresentation
 from flashnerd.models import Ensemble, disagreement
-from flashnerd.models.checkpoint import SUFFIX, model_from_checkpoint, read_checkpoint
+from flashnerd.models.checkpoint import SUFFIX, contact_head_from_checkpoint, model_from_checkpoint, read_checkpoint
 from flashnerd.robots import RobotSpec
 from flashnerd.sim.scene import build_scene, default_qpos
 from flashnerd.types import RobotState
@@ -103,6 +104,7 @@ class LearnedDynamics:
                 owner[i, bodies.index(p.body)] = 1.0
         self._probe_owner = owner
         self._nb = len(bodies)
+        self.contact_head = contact_head_from_checkpoint(ckpt, robot.all_contact_bodies, self.device)
         self._kp = torch.as_tensor(self.scene.actuator_gainprm[:, 0], dtype=torch.float32, device=self.device)
         self._kd = torch.as_tensor(-self.scene.actuator_biasprm[:, 2], dtype=torch.float32, device=self.device)
         limit = np.where(self.scene.actuator_forcelimited, np.abs(self.scene.actuator_forcerange).max(1), np.inf)
@@ -113,6 +115,9 @@ class LearnedDynamics:
         self._qpos = q0.repeat(num_worlds, 1)  # (N, nq)
         self._qvel = torch.zeros(num_worlds, self.nv, **f32)  # (N, nv)
         self._torque = torch.zeros(num_worlds, self.nu, **f32)  # (N, nu)
+        # the control of the last step (the contact head reads the end-of-step frame under it); a reset world's is
+        # its joint positions, a frame without target error
+        self._ctrl = self.rep.actuated_pos(self._qpos).clone()  # (N, nu)
         self._torque_phase = (robot.decimation - 1) / robot.decimation
         self._contact = torch.zeros(num_worlds, self._nb, **f32)  # (N, nb)
         self._disagreement = torch.zeros(num_worlds, **f32) if self.num_members > 1 else None  # (N,)
@@ -130,6 +135,7 @@ class LearnedDynamics:
         self._qpos[ids] = qpos.to(self._qpos)
         self._qvel[ids] = qvel.to(self._qvel)
         self._torque[ids] = 0.0
+        self._ctrl[ids] = self.rep.actuated_pos(self._qpos[ids])
         self.network.reset_cache(self.cache, ids)
         if self._disagreement is not None:
             self._disagreement[ids] = 0.0
@@ -172,6 +178,7 @@ class LearnedDynamics:
         self._torque.copy_(torch.minimum(torque.abs(), self._effort) * torque.sign())
         self._qpos.copy_(qpos)
         self._qvel.copy_(qvel)
+        self._ctrl.copy_(ctrl)
         self._refresh_contacts()
 
     def _combine(self, pred: torch.Tensor) -> torch.Tensor:
@@ -189,6 +196,10 @@ class LearnedDynamics:
     def _refresh_contacts(self) -> None:
         """Contact features of the current state (the next step's input) and the contact summary, one pass."""
         self._features, distance = self.probes.features_and_distance(self._qpos, self._qvel)
+        if self.contact_head is not None:  # (N, nb) the head's forces on the end-of-step frame
+            frame = self.rep.inputs(self._qpos, self._qvel, self._ctrl, self._features)  # (N, I)
+            self._contact.copy_(self.contact_head.contact_force(self.x_norm.normalize(frame)))
+            return
         if self.probes.num_probes == 0:  # no probes: the contact summary stays zero
             return
         depth = (CONTACT_MARGIN - distance).clamp_min(0.0)  # (N, P)

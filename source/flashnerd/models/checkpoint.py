@@ -25,6 +25,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from flashnerd.models import MAX_MEMBERS, MODEL_KINDS, build_model
+from flashnerd.models.contact_head import ContactHead, ContactHeadConfig
 from flashnerd.models.normalizer import Normalizer
 from flashnerd.robots import RobotSpec
 
@@ -183,8 +184,15 @@ def _check_fields(path: Path, ckpt: Any) -> None:
     if not (math.isfinite(ckpt["control_dt"]) and ckpt["control_dt"] > 0):
         raise CheckpointError(f"checkpoint '{path}' is corrupt: control_dt {ckpt['control_dt']} is not a positive "
                               "number")
-    for group in ("state_dict", "input_normalizer", "target_normalizer"):
-        for name, value in ckpt[group].items():
+    head = ckpt.get("contact_head")
+    if head is not None and not (isinstance(head, dict) and isinstance(head.get("config"), dict)
+                                 and isinstance(head.get("state_dict"), dict) and isinstance(head.get("bodies"), list)
+                                 and all(isinstance(b, str) for b in head["bodies"])):
+        raise CheckpointError(f"checkpoint '{path}' is corrupt: its contact_head lacks a config, weights or body "
+                              "names")
+    groups = [(g, ckpt[g]) for g in ("state_dict", "input_normalizer", "target_normalizer")]
+    for group, tensors in groups + ([("contact_head.state_dict", head["state_dict"])] if head else []):
+        for name, value in tensors.items():
             if not isinstance(name, str) or not isinstance(value, torch.Tensor) or not value.is_floating_point():
                 raise CheckpointError(f"checkpoint '{path}' is corrupt: {group}.{name} is not a named float tensor")
             if not bool(torch.isfinite(value).all()):
@@ -229,6 +237,38 @@ def model_from_checkpoint(ckpt: dict[str, Any], device: torch.device | str = "cp
     except RuntimeError as err:
         raise CheckpointError(f"checkpoint normalizers do not match its model ({str(err).splitlines()[0]})") from err
     return model.to(device).eval(), x_norm.to(device), y_norm.to(device)
+
+
+def contact_head_from_checkpoint(ckpt: dict[str, Any], bodies: tuple[str, ...],
+                                 device: torch.device | str = "cpu") -> ContactHead | None:
+    """The checkpoint's contact head (eval mode on `device`), or None when it has none. Its body names must be
+    `bodies` (the robot's contact bodies, in order), its input the model's input, its config in range and its
+    weights of the config's shapes; otherwise a one-line `CheckpointError`."""
+    entry = ckpt.get("contact_head")
+    if entry is None:
+        return None
+    if entry["bodies"] != list(bodies):
+        raise CheckpointError(f"checkpoint contact head predicts bodies {entry['bodies'][:4]}..., the robot's "
+                              f"contact bodies are {list(bodies)[:4]}...; fit its head again (flashnerd fit --init)")
+    cfg = dict(entry["config"])
+    names = {f.name for f in dataclasses.fields(ContactHeadConfig)}
+    if set(cfg) - names or any(isinstance(v, bool) or not isinstance(v, int) or not 0 < v <= MAX_CONFIG_INT
+                               for v in cfg.values()):
+        raise CheckpointError(f"checkpoint contact head config {str(cfg)[:120]} is not a contact head config")
+    if cfg.get("input_dim") != ckpt["model_config"].get("input_dim") or cfg.get("num_bodies") != len(bodies):
+        raise CheckpointError("checkpoint contact head does not read the model's input frame or predict every "
+                              "contact body; the file is corrupt")
+    try:
+        with torch.device("meta"):
+            shell = ContactHead(ContactHeadConfig(**cfg))
+    except TypeError as err:
+        raise CheckpointError(f"checkpoint contact head config is incomplete ({err})") from err
+    expected = {k: tuple(v.shape) for k, v in shell.state_dict().items()}
+    if expected != {k: tuple(v.shape) for k, v in entry["state_dict"].items()}:
+        raise CheckpointError("checkpoint contact head weights do not match its config; the file is corrupt")
+    head = ContactHead(ContactHeadConfig(**cfg))
+    head.load_state_dict(entry["state_dict"])
+    return head.to(device).eval()
 
 
 def config_dict(config: Any) -> dict[str, Any]:

@@ -36,6 +36,7 @@ from flashnerd.models.checkpoint import config_dict, read_checkpoint, save_check
 from flashnerd.models.normalizer import Normalizer
 from flashnerd.robots import get_robot
 from flashnerd.sim.scene import build_scene
+from flashnerd.training.contact_head import contact_head_entry, fit_contact_head
 from flashnerd.training.evaluate import rollout_errors
 from flashnerd.training.features import trajectory_tensors
 from flashnerd.utils.distributed import DistInfo, all_reduce_max
@@ -71,6 +72,9 @@ class FitConfig:
     mix: float = 0.1  # share of every batch drawn from mix_data
     patience: int = 0  # stop after this many validations without a better loss; `out` keeps the best (0: off)
     ensemble: int = 1  # members trained together (own initialization and batches), stored and stepped as one model
+    # steps of the contact head fitted after the model on the data's contact labels (0: none; data without labels
+    # or a robot without contact bodies get none)
+    contact_head_steps: int = 1000
 
 
 def check_fit_config(cfg: FitConfig) -> None:
@@ -95,6 +99,8 @@ def check_fit_config(cfg: FitConfig) -> None:
         raise ValueError(f"--mix must lie in [0, 1), the share of each batch from --mix_data; got {cfg.mix}")
     if not 1 <= cfg.ensemble <= MAX_MEMBERS:
         raise ValueError(f"--ensemble must be 1 (one model) to {MAX_MEMBERS} members, got {cfg.ensemble}")
+    if cfg.contact_head_steps < 0:
+        raise ValueError(f"--contact_head_steps must be >= 0 (0: no contact head), got {cfg.contact_head_steps}")
     if cfg.patience < 0:
         raise ValueError(f"--patience must be >= 0 (0: no early stopping), got {cfg.patience}")
     for name in ("window", "ar_history", "ar_steps", "ar_batch_size", "batch_size", "max_steps", "eval_every",
@@ -155,8 +161,11 @@ class Fitter:
         if cfg.mix_data:
             train, self.train_weights = self._mixed(train, data, cfg)
             self.transitions = train.num_trajectories * train.traj_len + val.num_trajectories * val.traj_len
-        self.train, self.val = self._to_device(train), self._to_device(val)
+        self.train_cpu, self.val_cpu = train, val
+        self.train, self.val = train.to(self.device), val.to(self.device)
         cpu_probes = contact_features(self.robot, scene, **contacts)  # features are built once, on the CPU
+        self.cpu_probes = cpu_probes
+        self.contact_head: dict | None = None  # the checkpoint's contact_head entry (from --init, or fitted)
         x_tr, y_tr = trajectory_tensors(train, self.rep, cpu_probes)
         x_va, y_va = trajectory_tensors(val, self.rep, cpu_probes)
         # packed contact rows are pre-scaled and must not get per-slot statistics (that would break the encoder's
@@ -204,10 +213,9 @@ class Fitter:
         weights = torch.cat([torch.full((m_own,), (1 - cfg.mix) / m_own, dtype=torch.float64),
                              torch.full((m_mix,), cfg.mix / m_mix, dtype=torch.float64)])  # (M,)
         cat = lambda k: torch.cat([getattr(train, k), getattr(mix, k)])  # noqa: E731
-        return TrajectoryData(cat("qpos"), cat("qvel"), cat("ctrl"), train.attrs), weights.to(self.device)
-
-    def _to_device(self, d: TrajectoryData) -> TrajectoryData:
-        return TrajectoryData(d.qpos.to(self.device), d.qvel.to(self.device), d.ctrl.to(self.device), d.attrs)
+        labelled = lambda k: None if getattr(train, k) is None or getattr(mix, k) is None else cat(k)  # noqa: E731
+        return (TrajectoryData(cat("qpos"), cat("qvel"), cat("ctrl"), train.attrs, labelled("touching"),
+                               labelled("contact_force")), weights.to(self.device))
 
     def _sample_windows(self, m: int, t: int, w: int, b: int, gen: torch.Generator,
                         weights: torch.Tensor | None = None):
@@ -304,6 +312,7 @@ class Fitter:
             self.save(out)  # also when resumed with no step left to take
         if writer:
             writer.close()
+        head = self._fit_contact_head(out) if main else None
         windows = (c.batch_size + (c.ar_batch_size if c.ar_weight > 0 else 0)) * self.step * self.members
         return {"out": str(out), "model": c.model, "ensemble": self.members, "params": num_params(self.model),
                 "steps": self.step,
@@ -312,12 +321,34 @@ class Fitter:
                 "windows_per_s": round(windows / max(self.train_seconds, 1e-9), 1),
                 "val_loss_initial": self.history[0]["val_loss"], "val_loss_final": self.history[-1]["val_loss"],
                 **({"best_step": self._best()["step"], "stopped_early": self._stale() >= c.patience}
-                   if c.patience else {})}
+                   if c.patience else {}),
+                "contact_head": head}
+
+    def _fit_contact_head(self, out: str | Path) -> dict | str:
+        """Fit the contact head on the data's labels and write it into the checkpoint `out`; returns the head's
+        held-out balanced accuracy per contact group, or why there is none."""
+        c = self.cfg
+        if not c.contact_head_steps:
+            return "none (--contact_head_steps 0)"
+        if not self.robot.all_contact_bodies:
+            return f"none (robot '{self.robot.name}' has no contact bodies)"
+        if self.train_cpu.touching is None:
+            return "none (the data hold no contact labels)"
+        init = self.contact_head
+        ckpt = read_checkpoint(out, self.robot)
+        head, card = fit_contact_head(self.train_cpu, self.val_cpu, self.robot, self.rep, self.cpu_probes,
+                                      self.x_norm.cpu(), c.contact_head_steps, seed=c.seed, init=init,
+                                      device=self.device)
+        self.x_norm.to(self.device)
+        card["data"] = self.data_path
+        self.contact_head = contact_head_entry(head, self.robot, card)
+        save_checkpoint(out, {**ckpt, "contact_head": self.contact_head})
+        return {g: m["balanced_accuracy"] for g, m in card["held_out"]["head"].items()}
 
     def adaptation_report(self, before: str | Path, after: str | Path, horizons=(1, 15, 100)) -> dict:
         """Recursive-rollout NRMSE of the checkpoints `before` (the starting model) and `after` on this fit's
         held-out trajectories of --data (the robot's own data, never trained on); stored in `after`'s card."""
-        val = TrajectoryData(self.val.qpos.cpu(), self.val.qvel.cpu(), self.val.ctrl.cpu(), self.val.attrs)
+        val = self.val_cpu
         report = {"held_out_trajectories": val.num_trajectories, "init": str(before),
                   **nrmse_before_after(self, before, after, val, horizons)}
         if self.dist.is_main:
@@ -400,6 +431,7 @@ class Fitter:
                          "data_transitions": self.data_transitions, "mix_variants": self.mix_variants}
                         if self.cfg.mix_data else {})},
             "history": self.history,
+            **({"contact_head": self.contact_head} if self.contact_head else {}),
         })
 
     def resume(self, path: str | Path) -> None:
@@ -426,6 +458,7 @@ class Fitter:
             raise ValueError(f"checkpoint '{path}' holds {ckpt.get('ensemble', 1)} member(s), this fit "
                              f"--ensemble {self.members}; cannot {verb} it with another member count")
         self.model.load_state_dict(ckpt["state_dict"])
+        self.contact_head = ckpt.get("contact_head")
         x_old, y_old = self.x_norm, self.y_norm
         self.x_norm, self.y_norm = Normalizer(len(x_old.mean)), Normalizer(len(y_old.mean))
         self.x_norm.load_state_dict(ckpt["input_normalizer"])
