@@ -149,6 +149,7 @@ def test_backend_contact_forces_are_the_head_on_the_training_time_frame(fitted):
     with torch.no_grad():
         expected = dyn.contact_head.contact_force(contact_frames(traj, dyn.rep, dyn.probes, dyn.x_norm))
     assert torch.allclose(s.contact_force, expected, atol=1e-5)
+    assert bool((s.contact_force > 0).any())  # standing robots: feet touch
     assert bool((s.contact_force[s.contact_force > 0] > CONTACT_LABEL_N).all())  # a contact passes a 1 N threshold
 
 
@@ -185,6 +186,7 @@ def _with_head(src, dst, **changes) -> None:
     ({"state_dict": {}}, "weights do not match its config"),
     ({"state_dict": {"out.bias": torch.full((26,), float("nan"))}}, "non-finite values"),
     ({"bodies": "base"}, "lacks a config, weights or body names"),
+    ({"config": {"input_dim": 1, "num_bodies": 13, "hidden": 1, "layers": 10**4}}, "at most 16 layers"),
 ])
 def test_crafted_contact_heads_are_one_line_errors(fitted, tmp_path, change, message):
     ckpt_path = fitted[0]
@@ -206,3 +208,60 @@ def test_a_robot_log_carries_the_contacts_as_labels(fitted, tmp_path):
     imported, recorded = load_dataset(tmp_path / "imported.h5"), load_dataset(train)
     assert imported.contact_force is None and imported.touching.shape == recorded.touching.shape
     assert torch.equal(imported.touching, recorded.touching)
+
+
+def test_negative_or_misshaped_labels_are_left_out(fitted, tmp_path):
+    import shutil
+
+    _, train, _, _ = fitted
+    for name, edit in (("negative", lambda f: f["contact_force"].__setitem__((0, 0, 0), -5.0)),
+                       ("wide", lambda f: (f.__delitem__("contact_force"),
+                                           f.create_dataset("contact_force", shape=(10**6, 100, 13), dtype="f8")))):
+        path = tmp_path / f"{name}.h5"
+        shutil.copy(train, path)
+        with h5py.File(path, "a") as f:
+            edit(f)
+        data = load_dataset(path)  # the wide array (declared 10 GB, never written) is not read
+        assert data.touching is None and data.num_trajectories > 0
+
+
+def test_init_refuses_a_crafted_head_and_steps_0_carries_none(fitted, tmp_path):
+    from flashnerd.training.fit import Fitter
+
+    ckpt_path, train, _, _ = fitted
+    bad = tmp_path / "bad.safetensors"
+    _with_head(ckpt_path, bad, bodies=["base"])
+    cfg = dataclasses.replace(FitConfig(), max_steps=1, eval_every=1, contact_head_steps=0)
+    fitter = Fitter(train, cfg)
+    with pytest.raises(CheckpointError, match="contact head predicts bodies"):
+        fitter.init_from(bad)
+    fitter = Fitter(train, cfg)
+    fitter.init_from(ckpt_path)
+    out = tmp_path / "no_head.safetensors"
+    assert fitter.fit(out, progress=False)["contact_head"] == "none (--contact_head_steps 0)"
+    assert "contact_head" not in read_checkpoint(out)
+
+
+def test_init_refits_the_starting_head(fitted, tmp_path):
+    """--init starts the head from the checkpoint's: after 5 AdamW steps (each moves a weight by at most the learning
+    rate, 1e-3) every weight is within 5e-3 of the starting head's."""
+    ckpt_path, train, _, _ = fitted
+    cfg = dataclasses.replace(FitConfig(), max_steps=1, eval_every=1, contact_head_steps=5)
+    fitter = Fitter(train, cfg)
+    fitter.init_from(ckpt_path)
+    out = tmp_path / "refit.safetensors"
+    fitter.fit(out, progress=False)
+    start, refit = (read_checkpoint(p)["contact_head"]["state_dict"] for p in (ckpt_path, out))
+    moved = max(float((refit[k] - start[k]).abs().max()) for k in start if k != "pos_weight")
+    assert 0 < moved <= 5.5e-3
+    assert read_checkpoint(out)["contact_head"]["card"]["steps"] == 5
+
+
+def test_evaluate_model_reports_head_and_probes(fitted, capsys):
+    ckpt_path, _, held_out, _ = fitted
+    assert main(["evaluate-model", "--checkpoint", str(ckpt_path), "--data", str(held_out), "--num_rollouts", "32",
+                 "--horizons", "1,15"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    head, probes = result["contacts"]["head"], result["contacts"]["probes"]
+    assert set(head) == set(get_robot("anymal_c").contact_bodies)
+    assert head["thighs"]["balanced_accuracy"] > probes["thighs"]["balanced_accuracy"] == 0.5

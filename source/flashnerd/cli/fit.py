@@ -43,9 +43,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="members trained together, each from its own initialization and batches, stored in one "
                         "checkpoint and stepped as one model; their disagreement measures model error (default 1)")
     p.add_argument("--contact_head_steps", type=int, default=FitConfig.contact_head_steps,
-                   help="steps of the contact head fitted after the model on the data's contact sensors (the "
-                        "learned backends' contact forces for rewards and terminations; 0: none, contacts then come "
-                        f"from the probes; default {FitConfig.contact_head_steps})")
+                   help="steps of the contact head fitted after the model (outside --time_budget; about 10 s per "
+                        "1000 on a CPU) on the data's contact sensors: the learned backends' contact forces for "
+                        "rewards and terminations (0: none, contacts then come from the probes; default "
+                        f"{FitConfig.contact_head_steps})")
     p.add_argument("--device", default="cpu", help="torch device")
     p.add_argument("--log_dir", default=None, help="TensorBoard folder (default: logs/fit/<out stem>)")
     p.add_argument("--resume", action="store_true", help="continue from --out if it exists")

@@ -32,7 +32,6 @@ REQUIRED = ("qpos", "qvel", "ctrl")
 DATASET_FORMAT_VERSION = 1  # the layout `flashnerd record` writes and this module reads
 MAX_ABS = 1e5  # a state or control beyond this is a diverged simulation, not data
 MAX_READ_FRACTION = 0.8  # refuse a file whose arrays would take more than this share of free memory
-MAX_CONTACT_BODIES = 256  # widest contact-label array read (a robot's contact bodies)
 QUAT_TOL = 1e-3  # |norm - 1| of a stored unit quaternion (float32 round-off is ~1e-7)
 _LAYOUTS: dict[tuple[str, str], tuple[int, int, int, tuple[int, ...]]] = {}
 
@@ -101,17 +100,13 @@ def load_dataset(path: str | Path, robot: RobotSpec | None = None) -> Trajectory
             if bad:
                 raise ValueError(f"dataset '{path}' stores {bad[0]} as {arrays[bad[0]].ndim}-d "
                                  f"{arrays[bad[0]].dtype}; flashnerd record writes 3-d float arrays")
-            declared = sum(a.size * 4 for a in arrays.values())  # float32 in memory
+            label_arrays = _label_arrays(f, robot, attrs)
+            declared = sum(a.size * 4 for a in (*arrays.values(), *label_arrays.values()))  # float32 in memory
             if declared > MAX_READ_FRACTION * available_host_bytes():
                 raise ValueError(f"dataset '{path}' declares {declared / 2**30:,.1f} GiB of arrays, more than this "
                                  "machine can hold; split it or use a larger machine")
             data = {k: torch.from_numpy(a[()]) for k, a in arrays.items()}
-            # contact labels (optional): read only when shaped like labels of these trajectories
-            m, t1 = arrays["qpos"].shape[:2]
-            frames = {"contact_force": t1 - 1, "contact": t1}
-            labels = {k: torch.from_numpy(f[k][()]).float() for k, frames_k in frames.items()
-                      if isinstance(f.get(k), h5py.Dataset) and f[k].ndim == 3 and f[k].dtype.kind in "fiu"
-                      and f[k].shape[:2] == (m, frames_k) and f[k].shape[2] <= MAX_CONTACT_BODIES}
+            labels = {k: torch.from_numpy(a.astype("<f4")[()]) for k, a in label_arrays.items()}
     except (OSError, KeyError, TypeError) as err:
         raise ValueError(f"dataset '{path}' is truncated or corrupt ({str(err).splitlines()[0][:120]}); "
                          "record it again") from err
@@ -139,11 +134,26 @@ def load_dataset(path: str | Path, robot: RobotSpec | None = None) -> Trajectory
     return _validated(TrajectoryData(qpos, qvel, ctrl, attrs, touching, force), robot, path)
 
 
+def _label_arrays(f: h5py.File, robot: RobotSpec | None, attrs: dict) -> dict[str, h5py.Dataset]:
+    """The file's contact-label arrays that are shaped like labels of its trajectories for the robot it names (one
+    column per contact body): `contact_force` (M, T, nb) or `contact` (M, T+1, nb); nothing for an unknown robot."""
+    try:
+        robot = robot or get_robot(str(attrs.get("robot")))
+    except ValueError:
+        return {}
+    m, t1 = f["qpos"].shape[:2]
+    nb = len(robot.all_contact_bodies)
+    shapes = {"contact_force": (m, t1 - 1, nb), "contact": (m, t1, nb)}
+    return {k: f[k] for k, shape in shapes.items()
+            if isinstance(f.get(k), h5py.Dataset) and f[k].dtype.kind in "fiu" and f[k].shape == shape}
+
+
 def _contact_labels(labels: dict[str, torch.Tensor], attrs: dict, robot: RobotSpec,
                     shape: tuple[int, int]) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """(touching, contact_force) of a file's arrays: `contact_force` (M, T, nb) from `flashnerd record`, or a robot
     log's contact flags `contact` (M, T+1, nb). Labels that do not cover the robot's contact bodies (in its order) at
-    every step, or are not finite, are left out (the file still serves dynamics fitting, not a contact head)."""
+    every step, or are not finite (or a negative force), are left out (the file still serves dynamics fitting, not a
+    contact head)."""
     (m, t1), nb = shape, len(robot.all_contact_bodies)
     named = attrs.get("contact_bodies")
     try:
@@ -152,7 +162,7 @@ def _contact_labels(labels: dict[str, torch.Tensor], attrs: dict, robot: RobotSp
     except (TypeError, ValueError):
         return None, None
     force = labels.get("contact_force")
-    if force is not None and force.shape == (m, t1 - 1, nb) and bool(torch.isfinite(force).all()):
+    if force is not None and force.shape == (m, t1 - 1, nb) and bool((torch.isfinite(force) & (force >= 0)).all()):
         return (force > CONTACT_LABEL_N).float(), force
     flags = labels.get("contact")
     if flags is not None and flags.shape == (m, t1, nb) and bool(torch.isfinite(flags).all()):

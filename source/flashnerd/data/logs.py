@@ -365,6 +365,8 @@ def dataset_to_log(dataset: str | Path, out: str | Path) -> dict:
         variant = str(f.attrs.get("variant", "") or "")
         robot = get_robot(str(f.attrs["robot"]))  # the layout a log names is the nominal robot's
     force = arrays.get("contact_force")
+    if force is not None and force.shape != (*arrays["ctrl"].shape[:2], len(robot.all_contact_bodies)):
+        force = None  # not one column per contact body: the log carries no contacts
     contact = None if force is None else (force > CONTACT_LABEL_N).astype(np.float64)  # what a contact sensor flags
     frame = log_frame(robot, arrays["qpos"], arrays["qvel"], arrays["ctrl"], arrays.get("torque"), contact)
     write_log(out, frame, variant)

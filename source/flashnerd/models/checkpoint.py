@@ -25,7 +25,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from flashnerd.models import MAX_MEMBERS, MODEL_KINDS, build_model
-from flashnerd.models.contact_head import ContactHead, ContactHeadConfig
+from flashnerd.models.contact_head import MAX_HIDDEN, MAX_LAYERS, ContactHead, ContactHeadConfig
 from flashnerd.models.normalizer import Normalizer
 from flashnerd.robots import RobotSpec
 
@@ -249,12 +249,15 @@ def contact_head_from_checkpoint(ckpt: dict[str, Any], bodies: tuple[str, ...],
         return None
     if entry["bodies"] != list(bodies):
         raise CheckpointError(f"checkpoint contact head predicts bodies {entry['bodies'][:4]}..., the robot's "
-                              f"contact bodies are {list(bodies)[:4]}...; fit its head again (flashnerd fit --init)")
+                              f"contact bodies are {list(bodies)[:4]}...; fit its head again (flashnerd "
+                              "fit-contact-head)")
     cfg = dict(entry["config"])
     names = {f.name for f in dataclasses.fields(ContactHeadConfig)}
     if set(cfg) - names or any(isinstance(v, bool) or not isinstance(v, int) or not 0 < v <= MAX_CONFIG_INT
-                               for v in cfg.values()):
-        raise CheckpointError(f"checkpoint contact head config {str(cfg)[:120]} is not a contact head config")
+                               for v in cfg.values()) \
+            or cfg.get("hidden", 1) > MAX_HIDDEN or cfg.get("layers", 1) > MAX_LAYERS:
+        raise CheckpointError(f"checkpoint contact head config {str(cfg)[:120]} is not a contact head config "
+                              f"(at most {MAX_LAYERS} layers of {MAX_HIDDEN})")
     if cfg.get("input_dim") != ckpt["model_config"].get("input_dim") or cfg.get("num_bodies") != len(bodies):
         raise CheckpointError("checkpoint contact head does not read the model's input frame or predict every "
                               "contact body; the file is corrupt")

@@ -13,6 +13,7 @@ Shapes: B batch, I frame input dim, K contact bodies.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -21,6 +22,8 @@ import torch.nn.functional as F
 
 CONTACT_LABEL_N = 1.0  # N: a body touches when its recorded force exceeds this (the tasks' contact thresholds)
 MAX_POS_WEIGHT = 100.0  # cap of a body's positive-class weight (a body seen touching once must not dominate)
+MAX_FORCE_N = 1e5  # largest force a head reports (a state far outside the data must not give inf)
+MAX_HIDDEN, MAX_LAYERS = 4096, 16  # sizes a checkpoint's head may ask for
 
 
 @dataclass
@@ -58,6 +61,7 @@ class ContactHead(nn.Module):
         """Contact force (..., K) in N: the predicted force where the body is predicted to touch, else 0. A touching
         body reports at least the label threshold, so a task's threshold of that size sees every predicted contact."""
         logits, log_force = self(x)  # (..., K) x2
+        log_force = log_force.clamp(max=math.log1p(MAX_FORCE_N))  # (..., K)
         force = torch.expm1(log_force).clamp_min(CONTACT_LABEL_N * 1.001)  # (..., K)
         return torch.where(logits > 0, force, torch.zeros_like(force))
 
@@ -68,9 +72,9 @@ class ContactHead(nn.Module):
         loss = F.binary_cross_entropy_with_logits(logits, touching, pos_weight=self.pos_weight)
         if force is None:
             return loss
-        mask = touching  # (B, K) the force is learned where there is one
-        err = (log_force - torch.log1p(force)).square() * mask  # (B, K)
-        return loss + err.sum() / mask.sum().clamp_min(1.0)
+        mask = touching > 0  # (B, K) the force is learned where there is one
+        err = torch.where(mask, (log_force - torch.log1p(force.clamp_min(0.0))).square(), 0.0)  # (B, K)
+        return loss + err.sum() / mask.sum().clamp_min(1)
 
 
 def balanced_pos_weight(touching: torch.Tensor) -> torch.Tensor:
@@ -97,4 +101,5 @@ def classification_metrics(predicted: torch.Tensor, touching: torch.Tensor) -> d
 
 
 def _r(x: float | None) -> float | None:
+    """x rounded to 4 digits (None stays None)."""
     return None if x is None else round(x, 4)

@@ -10,12 +10,14 @@ a constant predictor (balanced accuracy 0.5).
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 
+from flashnerd.contacts import ContactFeatures
 from flashnerd.data.dataset import TrajectoryData, load_datasets
 from flashnerd.dynamics.learned import CONTACT_MARGIN, LearnedConfig, LearnedDynamics
 from flashnerd.dynamics.representation import StateRepresentation
@@ -32,7 +34,7 @@ from flashnerd.robots import RobotSpec, get_robot
 
 
 @torch.no_grad()
-def contact_frames(data: TrajectoryData, rep: StateRepresentation, probes, x_norm: Normalizer,
+def contact_frames(data: TrajectoryData, rep: StateRepresentation, probes: ContactFeatures, x_norm: Normalizer,
                    chunk: int = 256) -> torch.Tensor:
     """The head's inputs (M*T, I): for every step, the normalized frame of the state it ended in under its control."""
     out = []
@@ -44,7 +46,7 @@ def contact_frames(data: TrajectoryData, rep: StateRepresentation, probes, x_nor
     return torch.cat(out)
 
 
-def probe_touching(data: TrajectoryData, robot: RobotSpec, probes) -> torch.Tensor:
+def probe_touching(data: TrajectoryData, robot: RobotSpec, probes: ContactFeatures) -> torch.Tensor:
     """What the probe estimate says (M*T, nb): a body touches where one of its probes lies within CONTACT_MARGIN of
     the ground at the end of the step."""
     bodies = list(robot.all_contact_bodies)
@@ -71,30 +73,32 @@ def group_metrics(robot: RobotSpec, predicted: torch.Tensor, touching: torch.Ten
 
 
 def fit_contact_head(train: TrajectoryData, val: TrajectoryData, robot: RobotSpec, rep: StateRepresentation,
-                     probes, x_norm: Normalizer, steps: int, batch_size: int = 4096, lr: float = 1e-3,
-                     seed: int = 0, init: dict | None = None, device: str | torch.device = "cpu",
-                     ) -> tuple[ContactHead, dict]:
-    """Train a head for `steps` AdamW steps on `train`'s labels (from the weights of `init`, a checkpoint's
-    `contact_head` entry, when given) and measure it on `val`; returns the head (eval mode, CPU) and its card."""
-    if train.touching is None or val.touching is None:
-        raise ValueError("the data hold no contact labels for every contact body of the robot (`flashnerd record` "
-                         "writes them; robot logs need contact_<body> columns for each); fit with "
-                         "--contact_head_steps 0")
+                     probes: ContactFeatures, x_norm: Normalizer, steps: int, batch_size: int = 4096,
+                     lr: float = 1e-3, seed: int = 0, init: ContactHead | None = None,
+                     device: str | torch.device = "cpu") -> tuple[ContactHead, dict]:
+    """Train a head for `steps` AdamW steps on `train`'s labels (a copy of `init`, a checkpoint's head, when given)
+    and measure it on `val`; returns the head (eval mode, CPU) and its card. A head whose weights turn non-finite
+    is a `ValueError`."""
+    if train.touching is None or val.touching is None or val.num_trajectories == 0:
+        raise ValueError("the data hold no contact labels for every contact body of the robot, or no held-out "
+                         "trajectory (`flashnerd record` writes labels; robot logs need a contact_<body> column for "
+                         "each)")
     x_tr = contact_frames(train, rep, probes, x_norm).to(device)  # (N, I)
     y_tr = train.touching.reshape(-1, train.touching.shape[-1]).to(device)  # (N, nb)
     f_tr = None if train.contact_force is None else train.contact_force.reshape(y_tr.shape).to(device)
     gen = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)
-    head = ContactHead(ContactHeadConfig(input_dim=x_tr.shape[1], num_bodies=y_tr.shape[1])).to(device)
+    head = ContactHead(init.config if init is not None else
+                       ContactHeadConfig(input_dim=x_tr.shape[1], num_bodies=y_tr.shape[1])).to(device)
     if init is not None:
-        head.load_state_dict(init["state_dict"])
+        head.load_state_dict(init.state_dict())
     head.pos_weight.copy_(balanced_pos_weight(y_tr))
     opt = torch.optim.AdamW(head.parameters(), lr=lr, weight_decay=1e-4)
     start = time.perf_counter()
     head.train()
     for step in range(steps):
         for group in opt.param_groups:  # cosine decay to lr / 10
-            group["lr"] = lr * (0.1 + 0.45 * (1 + torch.cos(torch.tensor(torch.pi * step / steps)).item()))
+            group["lr"] = lr * (0.1 + 0.45 * (1 + math.cos(math.pi * step / steps)))
         rows = torch.randint(0, x_tr.shape[0], (min(batch_size, x_tr.shape[0]),), generator=gen).to(device)  # (b,)
         loss = head.loss(x_tr[rows], y_tr[rows], None if f_tr is None else f_tr[rows])
         opt.zero_grad(set_to_none=True)
@@ -102,6 +106,9 @@ def fit_contact_head(train: TrajectoryData, val: TrajectoryData, robot: RobotSpe
         opt.step()
     seconds = time.perf_counter() - start
     head = head.cpu().eval()
+    if not all(bool(torch.isfinite(p).all()) for p in head.parameters()):
+        raise ValueError(f"the contact head's weights turned non-finite within {steps} steps; check the data's "
+                         "contact labels")
     y_va = val.touching.reshape(-1, val.touching.shape[-1])  # (V, nb)
     with torch.no_grad():
         logits, _ = head(contact_frames(val, rep, probes, x_norm))  # (V, nb)
@@ -127,6 +134,8 @@ def add_contact_head(checkpoint: str | Path, data: Sequence[str | Path], out: st
     dynamics model, its normalizers and its card are copied unchanged. Returns the head's card."""
     if steps < 1:
         raise ValueError(f"--steps must be a positive integer, got {steps}")
+    if not 0 < val_fraction < 1:
+        raise ValueError(f"val_fraction must lie in (0, 1), got {val_fraction}")
     ckpt = read_checkpoint(checkpoint)
     robot = get_robot(ckpt["robot"])
     ckpt = read_checkpoint(checkpoint, robot)  # checks the robot-model hash too
@@ -134,6 +143,9 @@ def add_contact_head(checkpoint: str | Path, data: Sequence[str | Path], out: st
         raise ValueError(f"robot '{robot.name}' has no contact bodies; there is nothing for a contact head to predict")
     paths = [str(p) for p in data]
     loaded = load_datasets(paths, robot)
+    if loaded.num_trajectories < 2:
+        raise ValueError(f"the data hold {loaded.num_trajectories} trajectory; a contact head needs at least 2 (one "
+                         "held out)")
     terrain = str(loaded.attrs.get("terrain", "flat"))
     dyn = LearnedDynamics(robot, 1, terrain=terrain, config=LearnedConfig(checkpoint=checkpoint), kind=ckpt["kind"])
     train, val = loaded.split(val_fraction, seed=seed)
@@ -149,9 +161,9 @@ def contact_report(dyn: LearnedDynamics, data: TrajectoryData) -> dict[str, dict
     recorded labels (`evaluate-model` prints it; empty when the checkpoint has no head or the data no labels)."""
     if dyn.contact_head is None or data.touching is None:
         return {}
-    robot, cpu = dyn.robot, data.to("cpu")
-    touching = cpu.touching.reshape(-1, cpu.touching.shape[-1])  # (M*T, nb)
-    frames = contact_frames(cpu.to(dyn.device), dyn.rep, dyn.probes, dyn.x_norm)  # (M*T, I)
+    robot, on_device = dyn.robot, data.to(dyn.device)
+    touching = data.touching.reshape(-1, data.touching.shape[-1]).cpu()  # (M*T, nb)
+    frames = contact_frames(on_device, dyn.rep, dyn.probes, dyn.x_norm)  # (M*T, I)
     predicted = (dyn.contact_head(frames)[0] > 0).cpu()  # (M*T, nb)
     return {"head": group_metrics(robot, predicted, touching),
-            "probes": group_metrics(robot, probe_touching(cpu.to(dyn.device), robot, dyn.probes).cpu(), touching)}
+            "probes": group_metrics(robot, probe_touching(on_device, robot, dyn.probes).cpu(), touching)}

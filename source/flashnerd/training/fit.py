@@ -32,7 +32,7 @@ from flashnerd.data.dataset import TrajectoryData, check_robot, load_datasets
 from flashnerd.dynamics import make_dynamics
 from flashnerd.dynamics.representation import StateRepresentation
 from flashnerd.models import MAX_MEMBERS, MODEL_KINDS, build_model, model_sizes, num_params, takes_contact_rows
-from flashnerd.models.checkpoint import config_dict, read_checkpoint, save_checkpoint
+from flashnerd.models.checkpoint import config_dict, contact_head_from_checkpoint, read_checkpoint, save_checkpoint
 from flashnerd.models.normalizer import Normalizer
 from flashnerd.robots import get_robot
 from flashnerd.sim.scene import build_scene
@@ -72,8 +72,8 @@ class FitConfig:
     mix: float = 0.1  # share of every batch drawn from mix_data
     patience: int = 0  # stop after this many validations without a better loss; `out` keeps the best (0: off)
     ensemble: int = 1  # members trained together (own initialization and batches), stored and stepped as one model
-    # steps of the contact head fitted after the model on the data's contact labels (0: none; data without labels
-    # or a robot without contact bodies get none)
+    # steps of the contact head fitted after the model on the data's contact labels, outside time_budget_s (0: none;
+    # data without labels or a robot without contact bodies get none)
     contact_head_steps: int = 1000
 
 
@@ -165,7 +165,7 @@ class Fitter:
         self.train, self.val = train.to(self.device), val.to(self.device)
         cpu_probes = contact_features(self.robot, scene, **contacts)  # features are built once, on the CPU
         self.cpu_probes = cpu_probes
-        self.contact_head: dict | None = None  # the checkpoint's contact_head entry (from --init, or fitted)
+        self.contact_head: dict | None = None  # the checkpoint's contact_head entry (from --init/--resume, or fitted)
         x_tr, y_tr = trajectory_tensors(train, self.rep, cpu_probes)
         x_va, y_va = trajectory_tensors(val, self.rep, cpu_probes)
         # packed contact rows are pre-scaled and must not get per-slot statistics (that would break the encoder's
@@ -312,7 +312,9 @@ class Fitter:
             self.save(out)  # also when resumed with no step left to take
         if writer:
             writer.close()
-        head = self._fit_contact_head(out) if main else None
+        head = None
+        if main:
+            head = self._fit_contact_head(out) if c.contact_head_steps else "none (--contact_head_steps 0)"
         windows = (c.batch_size + (c.ar_batch_size if c.ar_weight > 0 else 0)) * self.step * self.members
         return {"out": str(out), "model": c.model, "ensemble": self.members, "params": num_params(self.model),
                 "steps": self.step,
@@ -328,19 +330,22 @@ class Fitter:
         """Fit the contact head on the data's labels and write it into the checkpoint `out`; returns the head's
         held-out balanced accuracy per contact group, or why there is none."""
         c = self.cfg
-        if not c.contact_head_steps:
-            return "none (--contact_head_steps 0)"
+        kept = " (the head of the starting checkpoint is kept)" if self.contact_head else ""
         if not self.robot.all_contact_bodies:
             return f"none (robot '{self.robot.name}' has no contact bodies)"
         if self.train_cpu.touching is None:
-            return "none (the data hold no contact labels)"
-        init = self.contact_head
+            return f"none fitted (the data hold no contact labels){kept}"
         ckpt = read_checkpoint(out, self.robot)
-        head, card = fit_contact_head(self.train_cpu, self.val_cpu, self.robot, self.rep, self.cpu_probes,
-                                      self.x_norm.cpu(), c.contact_head_steps, seed=c.seed, init=init,
-                                      device=self.device)
-        self.x_norm.to(self.device)
-        card["data"] = self.data_path
+        init = contact_head_from_checkpoint(ckpt, self.robot.all_contact_bodies)
+        try:
+            head, card = fit_contact_head(self.train_cpu, self.val_cpu, self.robot, self.rep, self.cpu_probes,
+                                          self.x_norm.cpu(), c.contact_head_steps, seed=c.seed, init=init,
+                                          device=self.device)
+        except ValueError as err:  # the model stays usable: `out` keeps what it had
+            return f"none fitted ({err}){kept}"
+        finally:
+            self.x_norm.to(self.device)
+        card["data"] = self.data_path.split(", ")
         self.contact_head = contact_head_entry(head, self.robot, card)
         save_checkpoint(out, {**ckpt, "contact_head": self.contact_head})
         return {g: m["balanced_accuracy"] for g, m in card["held_out"]["head"].items()}
@@ -458,7 +463,9 @@ class Fitter:
             raise ValueError(f"checkpoint '{path}' holds {ckpt.get('ensemble', 1)} member(s), this fit "
                              f"--ensemble {self.members}; cannot {verb} it with another member count")
         self.model.load_state_dict(ckpt["state_dict"])
-        self.contact_head = ckpt.get("contact_head")
+        contact_head_from_checkpoint(ckpt, self.robot.all_contact_bodies)  # a bad head is refused before the fit
+        # --contact_head_steps 0 asks for no head: none is carried over from the starting checkpoint
+        self.contact_head = ckpt.get("contact_head") if self.cfg.contact_head_steps else None
         x_old, y_old = self.x_norm, self.y_norm
         self.x_norm, self.y_norm = Normalizer(len(x_old.mean)), Normalizer(len(y_old.mean))
         self.x_norm.load_state_dict(ckpt["input_normalizer"])
