@@ -38,6 +38,17 @@ def default_checkpoint(robot: RobotSpec, kind: str) -> Path:
     return CHECKPOINT_DIR / robot.name / f"{kind}{SUFFIX}"
 
 
+def probe_owner(robot: RobotSpec, device: str | torch.device = "cpu") -> torch.Tensor:
+    """(P, nb) one-hot: which contact body of the contact summary each probe belongs to (probes on other bodies are
+    ignored)."""
+    bodies = list(robot.all_contact_bodies)
+    owner = torch.zeros(len(robot.probes), len(bodies), device=device)  # (P, nb)
+    for i, p in enumerate(robot.probes):
+        if p.body in bodies:
+            owner[i, bodies.index(p.body)] = 1.0
+    return owner
+
+
 @dataclass(frozen=True)
 class LearnedConfig:
     """Options of the learned backends (`flashnerd`, `nerd`, `rwm`)."""
@@ -96,14 +107,8 @@ class LearnedDynamics:
                                      generator=self._member_gen)  # (N,) the member moving each world
         self._worlds = torch.arange(num_worlds, device=self.device)  # (N,)
 
-        # Which probes belong to which contact body of the contact summary (probes on other bodies are ignored).
-        bodies = list(robot.all_contact_bodies)
-        owner = torch.zeros(len(robot.probes), len(bodies), device=self.device)  # (P, nb) one-hot
-        for i, p in enumerate(robot.probes):
-            if p.body in bodies:
-                owner[i, bodies.index(p.body)] = 1.0
-        self._probe_owner = owner
-        self._nb = len(bodies)
+        self._probe_owner = probe_owner(robot, self.device)  # (P, nb)
+        self._nb = len(robot.all_contact_bodies)
         self.contact_head = contact_head_from_checkpoint(ckpt, robot.all_contact_bodies, self.device)
         self._kp = torch.as_tensor(self.scene.actuator_gainprm[:, 0], dtype=torch.float32, device=self.device)
         self._kd = torch.as_tensor(-self.scene.actuator_biasprm[:, 2], dtype=torch.float32, device=self.device)

@@ -19,7 +19,7 @@ import torch
 
 from flashnerd.contacts import ContactFeatures
 from flashnerd.data.dataset import TrajectoryData, load_datasets
-from flashnerd.dynamics.learned import CONTACT_MARGIN, LearnedConfig, LearnedDynamics
+from flashnerd.dynamics.learned import CONTACT_MARGIN, LearnedConfig, LearnedDynamics, probe_owner
 from flashnerd.dynamics.representation import StateRepresentation
 from flashnerd.models.checkpoint import config_dict, read_checkpoint, save_checkpoint
 from flashnerd.models.contact_head import (
@@ -49,17 +49,11 @@ def contact_frames(data: TrajectoryData, rep: StateRepresentation, probes: Conta
 def probe_touching(data: TrajectoryData, robot: RobotSpec, probes: ContactFeatures) -> torch.Tensor:
     """What the probe estimate says (M*T, nb): a body touches where one of its probes lies within CONTACT_MARGIN of
     the ground at the end of the step."""
-    bodies = list(robot.all_contact_bodies)
     qpos = data.qpos[:, 1:].reshape(-1, data.qpos.shape[-1])  # (M*T, nq)
-    out = torch.zeros(qpos.shape[0], len(bodies), device=qpos.device)  # (M*T, nb)
     if not robot.probes:
-        return out
-    near = probes.signed_distance(qpos) < CONTACT_MARGIN  # (M*T, P)
-    for i, p in enumerate(robot.probes):
-        if p.body in bodies:
-            j = bodies.index(p.body)
-            out[:, j] = torch.maximum(out[:, j], near[:, i].float())
-    return out
+        return torch.zeros(qpos.shape[0], len(robot.all_contact_bodies), device=qpos.device)  # (M*T, nb)
+    near = (probes.signed_distance(qpos) < CONTACT_MARGIN).float()  # (M*T, P)
+    return (near[:, :, None] * probe_owner(robot, qpos.device)).amax(dim=1)  # (M*T, nb)
 
 
 def group_metrics(robot: RobotSpec, predicted: torch.Tensor, touching: torch.Tensor) -> dict[str, dict]:
