@@ -27,6 +27,7 @@ def AnymalCFlatEnvCfg() -> EnvCfg:  # noqa: N802  (named like the Isaac Lab conf
     """Training configuration: noisy policy observations, a noise-free critic group, pushes."""
     return EnvCfg(
         robot="anymal_c",
+        any_robot=True,  # --robot / robot= runs the task on any legged robot with `base` and `feet` contact groups
         terrain="flat",
         num_envs=1024,
         episode_length_s=20.0,
@@ -49,8 +50,8 @@ def AnymalCFlatEnvCfg() -> EnvCfg:  # noqa: N802  (named like the Isaac Lab conf
             "dof_acc_l2": RewTerm(mdp.joint_acc_l2, weight=-2.5e-7),
             "action_rate_l2": RewTerm(mdp.action_rate_l2, weight=-0.01),
             "feet_air_time": RewTerm(mdp.feet_air_time, weight=0.5, params={"threshold": 0.5}),
-            "undesired_contacts": RewTerm(mdp.undesired_contacts, weight=-1.0,
-                                          params={"group": "thighs", "threshold": 1.0}),
+            # the robot's `undesired_contacts` groups (ANYmal-C: the thighs, as in Isaac Lab)
+            "undesired_contacts": RewTerm(mdp.undesired_contacts, weight=-1.0, params={"threshold": 1.0}),
             "flat_orientation_l2": RewTerm(mdp.flat_orientation_l2, weight=-5.0),
             # Not in Isaac Lab's flat ANYmal-C task (its humanoid tasks use the same term): with MuJoCo's ideal PD
             # actuator an early policy pays more in penalties than it earns in tracking, and without this term PPO

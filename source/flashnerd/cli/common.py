@@ -21,7 +21,7 @@ from flashnerd.envs.config import cfg_to_dict
 from flashnerd.envs.memory import check_env_memory
 from flashnerd.envs.registry import task_cfgs, task_spec
 from flashnerd.envs.rsl_rl import make_runner, read_policy_checkpoint
-from flashnerd.robots import get_robot
+from flashnerd.robots import get_robot, is_spec_path
 
 
 class CLIError(ValueError):
@@ -37,6 +37,9 @@ def add_env_args(p: argparse.ArgumentParser, num_envs: int | None = None) -> Non
     p.add_argument("--dynamics", default=None, help="dynamics backend (default: the task's, usually mujoco)")
     p.add_argument("--dynamics_checkpoint", default=None,
                    help="learned-model checkpoint for --dynamics flashnerd/nerd (default: the shipped one)")
+    p.add_argument("--robot", default=None,
+                   help="another robot for a task that takes any (the velocity tasks): a name or a spec file "
+                        "(path/to/robot.yaml, docs/howto/bring_your_robot.md)")
     add_variant_arg(p)
 
 
@@ -45,6 +48,23 @@ def add_variant_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--robot_variant", default=None,
                    help="YAML file of how the robot differs from its MJCF (payload, masses, joints, actuators, "
                         "friction; see variants/)")
+
+
+def add_robot_file_arg(p: argparse.ArgumentParser) -> None:
+    """--robot for commands that read the robot from their data or checkpoint: the spec file of a robot that is not
+    built in, where the spec path recorded in the file is not on this machine."""
+    p.add_argument("--robot", default=None,
+                   help="spec file (path/to/robot.yaml) of the robot the data or checkpoint names, when it is not "
+                        "built in and its recorded spec path is not here")
+
+
+def load_robot_file_arg(args: argparse.Namespace) -> None:
+    """Read `--robot` (if given) so the robot is known by name to the readers of datasets and checkpoints."""
+    if getattr(args, "robot", None):
+        if not is_spec_path(args.robot):
+            raise CLIError(f"--robot takes a robot spec file (path/to/robot.yaml) here, got '{args.robot}'; a "
+                           "built-in robot needs no --robot")
+        get_robot(args.robot)
 
 
 def add_checkpoint_args(p: argparse.ArgumentParser) -> None:
@@ -79,7 +99,8 @@ def load_task_cfgs(args: argparse.Namespace):
                                        dynamics=args.dynamics,
                                        dynamics_checkpoint=getattr(args, "dynamics_checkpoint", None),
                                        experiment_name=getattr(args, "experiment_name", None),
-                                       robot_variant=getattr(args, "robot_variant", None))
+                                       robot_variant=getattr(args, "robot_variant", None),
+                                       robot=getattr(args, "robot", None))
     except ValueError as err:
         raise CLIError(str(err)) from err
     return env_cfg, agent_cfg

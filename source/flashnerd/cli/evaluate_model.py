@@ -7,11 +7,11 @@ import json
 
 import torch
 
-from flashnerd.cli.common import CLIError, check_device, check_positive
+from flashnerd.cli.common import CLIError, add_robot_file_arg, check_device, check_positive, load_robot_file_arg
 from flashnerd.data.dataset import load_dataset
 from flashnerd.dynamics import make_dynamics
 from flashnerd.models.checkpoint import read_checkpoint
-from flashnerd.robots import get_robot
+from flashnerd.robots import robot_of_record
 from flashnerd.training.contact_head import contact_report
 from flashnerd.training.evaluate import HORIZONS, rollout_errors
 
@@ -23,10 +23,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--num_rollouts", type=int, default=256, help="trajectories to roll out (at most)")
     p.add_argument("--horizons", default=",".join(map(str, HORIZONS)), help="comma-separated horizons")
     p.add_argument("--device", default="cpu", help="torch device")
+    add_robot_file_arg(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> dict:
+    load_robot_file_arg(args)
     check_positive("num_rollouts", args.num_rollouts)
     check_device(args.device)
     try:
@@ -36,7 +38,7 @@ def run(args: argparse.Namespace) -> dict:
     if min(horizons) < 1:
         raise CLIError(f"--horizons must be comma-separated positive integers, got '{args.horizons}'")
     ckpt = read_checkpoint(args.checkpoint)
-    robot = get_robot(ckpt["robot"])
+    robot = robot_of_record(ckpt["robot"], str(ckpt.get("robot_spec", "")))
     data = load_dataset(args.data, robot)
     n = min(args.num_rollouts, data.num_trajectories)
     data = data.select(torch.arange(n))

@@ -7,7 +7,15 @@ import dataclasses
 import json
 from pathlib import Path
 
-from flashnerd.cli.common import CLIError, check_device, check_positive, check_writable, refuse_unless
+from flashnerd.cli.common import (
+    CLIError,
+    add_robot_file_arg,
+    check_device,
+    check_positive,
+    check_writable,
+    load_robot_file_arg,
+    refuse_unless,
+)
 from flashnerd.contacts import CONTACT_MODES
 from flashnerd.models import MODEL_KINDS
 from flashnerd.models.checkpoint import export_for_inference
@@ -61,6 +69,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--patience", type=int, default=None,
                    help=f"stop after this many validations without a better held-out loss; --out keeps the best step "
                         f"(default {INIT_PATIENCE} with --init, else 0: off)")
+    add_robot_file_arg(p)
     p.set_defaults(func=run)
     e = sub.add_parser("export-model", help="strip a fitting checkpoint to what inference needs (to ship it)")
     e.add_argument("--checkpoint", required=True, help="checkpoint written by `flashnerd fit`")
@@ -73,11 +82,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     h.add_argument("--out", required=True, help="where to write the checkpoint with its new head")
     h.add_argument("--steps", type=int, default=FitConfig.contact_head_steps, help="optimizer steps of the head")
     h.add_argument("--seed", type=int, default=0, help="random seed (batches, initialization, held-out split)")
+    add_robot_file_arg(h)
     h.set_defaults(func=run_contact_head)
 
 
 
 def run(args: argparse.Namespace) -> dict:
+    load_robot_file_arg(args)
     check_positive("max_steps", args.max_steps)
     refuse_unless(bool(args.mix_data), args, ("mix",), "sets the share of --mix_data; add --mix_data, or drop --mix")
     args.mix = FitConfig.mix if args.mix is None else args.mix
@@ -141,6 +152,7 @@ def run_export(args: argparse.Namespace) -> dict:
 
 
 def run_contact_head(args: argparse.Namespace) -> dict:
+    load_robot_file_arg(args)
     check_positive("steps", args.steps)
     if not Path(args.checkpoint).is_file():
         raise CLIError(f"--checkpoint '{args.checkpoint}' does not exist; give a checkpoint written by `flashnerd fit`")

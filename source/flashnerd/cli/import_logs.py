@@ -13,7 +13,9 @@ from flashnerd.robots import ROBOTS, get_robot
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("import-logs", help="import robot logs (Parquet/CSV) into a dataset for fitting")
     p.add_argument("logs", nargs="+", help="log files (.parquet or .csv), one row per sample")
-    p.add_argument("--robot", default="anymal_c", choices=sorted(ROBOTS), help="the robot the logs come from")
+    p.add_argument("--robot", default="anymal_c",
+                   help=f"the robot the logs come from: {', '.join(sorted(ROBOTS))}, or a spec file "
+                        "(path/to/robot.yaml)")
     p.add_argument("--out", required=True, help="output .h5 dataset")
     p.add_argument("--traj_len", type=int, default=100, help="control steps per trajectory")
     p.set_defaults(func=run)

@@ -38,7 +38,8 @@ from flashnerd.utils.distributed import barrier, dist_info, init_distributed, sh
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("record", help="record trajectories to HDF5 for fitting learned models")
-    p.add_argument("--robot", default=None, help="robot name (default anymal_c; with --task, the task's robot)")
+    p.add_argument("--robot", default=None,
+                   help="robot name or spec file (path/to/robot.yaml); default anymal_c, with --task the task's robot")
     p.add_argument("--num_worlds", type=int, default=256, help="parallel worlds")
     p.add_argument("--steps", type=int, default=1000, help="control steps per world")
     p.add_argument("--traj_len", type=int, default=100, help="control steps per trajectory")
@@ -73,9 +74,7 @@ ACTION_NOISE = 0.3  # default largest per-world std of the noise on a policy's a
 
 def policy_source(args: argparse.Namespace, gen: torch.Generator) -> PolicySource:
     """Task env on the mujoco backend (no time-outs, no interval pushes) driven by the loaded policy."""
-    env_cfg, agent_cfg = task_cfgs(args.task, device=args.device, robot_variant=args.robot_variant)
-    if args.robot is not None and args.robot != env_cfg.robot:
-        raise CLIError(f"--robot {args.robot} does not match task '{args.task}' (robot '{env_cfg.robot}')")
+    env_cfg, agent_cfg = task_cfgs(args.task, device=args.device, robot_variant=args.robot_variant, robot=args.robot)
     path = resolve_checkpoint(args.log_root, agent_cfg.experiment_name, args.load_run, args.checkpoint)
     # Worlds walk on through every batch (the last one may run past `steps`); falls still end a world's episode.
     env_cfg = dataclasses.replace(uninterrupted_cfg(env_cfg, args.steps + args.traj_len), dynamics=args.dynamics,

@@ -25,7 +25,7 @@ import torch
 
 import flashnerd
 from flashnerd.models.contact_head import CONTACT_LABEL_N
-from flashnerd.robots import RobotSpec, get_robot
+from flashnerd.robots import RobotSpec, robot_of_record
 from flashnerd.sim.scene import build_scene
 
 REQUIRED = ("qpos", "qvel", "ctrl")
@@ -138,7 +138,7 @@ def _label_arrays(f: h5py.File, robot: RobotSpec | None, attrs: dict) -> dict[st
     """The file's contact-label arrays that are shaped like labels of its trajectories for the robot it names (one
     column per contact body): `contact_force` (M, T, nb) or `contact` (M, T+1, nb); nothing for an unknown robot."""
     try:
-        robot = robot or get_robot(str(attrs.get("robot")))
+        robot = robot or _named_robot(attrs)
     except ValueError:
         return {}
     m, t1 = f["qpos"].shape[:2]
@@ -171,10 +171,14 @@ def _contact_labels(labels: dict[str, torch.Tensor], attrs: dict, robot: RobotSp
 
 
 def _robot_of(attrs: dict, path: Path) -> RobotSpec:
-    """The registered robot a dataset names, checked against its model hash."""
-    robot = get_robot(str(attrs.get("robot")))
+    """The robot a dataset names (built in, or from the spec file it names), checked against its model hash."""
+    robot = _named_robot(attrs)
     check_robot(attrs, robot, path)
     return robot
+
+
+def _named_robot(attrs: dict) -> RobotSpec:
+    return robot_of_record(str(attrs.get("robot")), str(attrs.get("robot_spec", "") or ""))
 
 
 def robot_layout(robot: RobotSpec) -> tuple[int, int, int, tuple[int, ...]]:
@@ -286,7 +290,8 @@ def sane_trajectories(*arrays) -> np.ndarray:
 def dataset_attrs(robot: RobotSpec, nq: int, nv: int, nu: int, **extra) -> dict:
     """The attributes every dataset file carries (see docs/reference/dataset.md), plus `extra`."""
     variant = json.dumps(robot.variant.describe(), sort_keys=True) if robot.variant else ""
-    return {"robot": robot.name, "model_hash": robot.model_hash(), "control_dt": robot.control_dt, "nq": nq,
+    return {"robot": robot.name, "model_hash": robot.model_hash(), "robot_spec": robot.source,
+            "control_dt": robot.control_dt, "nq": nq,
             "nv": nv, "nu": nu, "format_version": DATASET_FORMAT_VERSION, "flashnerd_version": flashnerd.__version__,
             "variant": variant, **extra}
 

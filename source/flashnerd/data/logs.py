@@ -33,7 +33,7 @@ import torch
 
 from flashnerd.data.dataset import MAX_READ_FRACTION, available_host_bytes, dataset_attrs, robot_layout, write_arrays
 from flashnerd.models.contact_head import CONTACT_LABEL_N
-from flashnerd.robots import RobotSpec, get_robot
+from flashnerd.robots import RobotSpec, robot_of_record
 from flashnerd.sim.scene import build_scene, robot_columns
 from flashnerd.utils.math import quat_apply, quat_apply_inverse
 
@@ -363,7 +363,8 @@ def dataset_to_log(dataset: str | Path, out: str | Path) -> dict:
     with h5py.File(dataset, "r") as f:
         arrays = {k: f[k][()] for k in ("qpos", "qvel", "ctrl", "torque", "contact_force") if k in f}
         variant = str(f.attrs.get("variant", "") or "")
-        robot = get_robot(str(f.attrs["robot"]))  # the layout a log names is the nominal robot's
+        # the layout a log names is the nominal robot's
+        robot = robot_of_record(str(f.attrs["robot"]), str(f.attrs.get("robot_spec", "") or ""))
     force = arrays.get("contact_force")
     if force is not None and force.shape != (*arrays["ctrl"].shape[:2], len(robot.all_contact_bodies)):
         force = None  # not one column per contact body: the log carries no contacts

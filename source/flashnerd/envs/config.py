@@ -92,7 +92,7 @@ class OrientationGoalCfg:
 class EnvCfg:
     """Everything that defines a task; the dynamics backend is a separate choice (`dynamics`)."""
 
-    robot: str
+    robot: str  # a robot name, or the path of a robot spec file (robots/spec_file.py)
     observations: dict[str, ObsGroup]
     rewards: dict[str, RewTerm]
     terminations: dict[str, DoneTerm]
@@ -105,6 +105,9 @@ class EnvCfg:
     terrain: str = "flat"
     objects: tuple[str, ...] = ()  # scene objects ("cube"); only backends with `object_state()` simulate them
     robot_variant: str | None = None  # a variant YAML file (robots/variant.py) applied to the robot; None: nominal
+    # True when the task is written for any robot with the contact groups its terms name (velocity tracking: `base`,
+    # `feet`); then `robot=` on gym.make and `--robot` on the CLI swap the robot. False: the task is its robot's.
+    any_robot: bool = False
     num_envs: int = 4096
     episode_length_s: float = 20.0
     action_scale: float = 0.5

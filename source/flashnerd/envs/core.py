@@ -19,7 +19,7 @@ from flashnerd.dynamics import backend_info, backend_names, make_dynamics
 from flashnerd.envs import mdp
 from flashnerd.envs.commands import OrientationGoal, VelocityCommand
 from flashnerd.envs.config import DoneTerm, EnvCfg, RewTerm
-from flashnerd.envs.registry import load_entry_point
+from flashnerd.envs.registry import load_entry_point, with_robot
 from flashnerd.sim.scene import actuator_ctrl_limits, build_scene, variant_robot
 from flashnerd.utils.math import quat_apply_inverse, yaw_from_quat
 
@@ -71,6 +71,7 @@ class FlashNeRDEnv(gym.Env):
         seed: int | None = None,
         render_mode: str | None = None,
         robot_variant: str | None = None,
+        robot: str | None = None,
         env_cfg_entry_point: Any = None,
         rsl_rl_cfg_entry_point: Any = None,
         plan_cfg_entry_point: Any = None,
@@ -85,6 +86,8 @@ class FlashNeRDEnv(gym.Env):
         if dynamics_kwargs:
             overrides["dynamics_kwargs"] = {**cfg.dynamics_kwargs, **dynamics_kwargs}
         cfg = dataclasses.replace(cfg, **overrides)
+        if robot is not None:
+            cfg = with_robot(cfg, robot)
         if cfg.num_envs < 1:
             raise ValueError(f"num_envs must be at least 1, got {cfg.num_envs}")
         self.cfg = cfg

@@ -181,9 +181,14 @@ def model_disagreement_above(env: FlashNeRDEnv, threshold: float) -> torch.Tenso
     return env.state.disagreement > threshold
 
 
-def undesired_contacts(env: FlashNeRDEnv, group: str, threshold: float) -> torch.Tensor:
-    """Number of bodies of `group` whose contact force exceeds `threshold` newtons."""
-    return torch.sum(env.contact_force(group) > threshold, dim=1).float()
+def undesired_contacts(env: FlashNeRDEnv, threshold: float, group: str | None = None) -> torch.Tensor:
+    """Number of bodies of `group` (None: every group of the robot's `undesired_contacts`, none for a robot that names
+    none) whose contact force exceeds `threshold` newtons."""
+    groups = (group,) if group is not None else env.robot.undesired_contacts
+    count = torch.zeros(env.num_envs, device=env.device)  # (N,)
+    for g in groups:
+        count += torch.sum(env.contact_force(g) > threshold, dim=1)
+    return count
 
 
 # --- terminations: (N,) bool -------------------------------------------------------------------------------------

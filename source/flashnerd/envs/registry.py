@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from typing import Any
 
 import gymnasium as gym
 
 from flashnerd.dynamics import backend_info, backend_names
+from flashnerd.robots import get_robot
 from flashnerd.sim.scene import variant_robot
 
 
@@ -44,13 +46,44 @@ def load_cfg_from_registry(task: str, key: str) -> Any:
     return load_entry_point(entry)()
 
 
+def with_robot(env_cfg: Any, robot: str, task: str = "this task") -> Any:
+    """`env_cfg` on another robot (a name or a spec file path, see robots/spec_file.py): refused unless the task is
+    written for any robot (`EnvCfg.any_robot`) and the robot has a floating base and every contact group the task's
+    terms name (and `feet` for an air-time reward); each a one-line error."""
+    spec = get_robot(robot)
+    if spec.name == get_robot(env_cfg.robot).name:
+        return dataclasses.replace(env_cfg, robot=robot)
+    if not env_cfg.any_robot:
+        raise ValueError(f"task '{task}' is written for robot '{env_cfg.robot}'; another robot runs the tasks that "
+                         "take any robot (the velocity tasks)")
+    if not spec.floating_base:
+        raise ValueError(f"robot '{spec.name}' has a fixed base; task '{task}' moves a floating-base robot")
+    terms = [*env_cfg.rewards.values(), *env_cfg.terminations.values()]
+    needed = {t.params["group"] for t in terms if isinstance(t.params.get("group"), str)}
+    needed |= {"feet"} if any(getattr(t.func, "__name__", "") == "feet_air_time" for t in terms) else set()
+    missing = sorted(needed - set(spec.contact_bodies))
+    if missing:
+        raise ValueError(f"robot '{spec.name}' has no contact group {', '.join(missing)}, which task '{task}' uses; "
+                         f"name it under contact_bodies in the robot's spec file")
+    return dataclasses.replace(env_cfg, robot=robot)
+
+
 def task_cfgs(task: str, num_envs: int | None = None, seed: int | None = None, device: str = "cpu",
               dynamics: str | None = None, dynamics_checkpoint: str | None = None,
-              experiment_name: str | None = None, robot_variant: str | None = None) -> tuple[Any, Any]:
+              experiment_name: str | None = None, robot_variant: str | None = None,
+              robot: str | None = None) -> tuple[Any, Any]:
     """(env_cfg, agent_cfg) of `task` with the given overrides (None keeps the task's value); a checkpoint for a
-    backend that takes none, or a robot variant file that is malformed or for another robot, is a one-line error."""
+    backend that takes none, a robot the task cannot take, or a robot variant file that is malformed or for another
+    robot, is a one-line error. On another robot the experiment folder is named after it."""
     env_cfg = load_cfg_from_registry(task, "env_cfg_entry_point")
     agent_cfg = load_cfg_from_registry(task, "rsl_rl_cfg_entry_point")
+    if robot is not None:
+        old = get_robot(env_cfg.robot).name
+        env_cfg = with_robot(env_cfg, robot, task)
+        new = get_robot(robot).name
+        if new != old:
+            name = agent_cfg.experiment_name
+            agent_cfg.experiment_name = name.replace(old, new) if old in name else f"{new}_{name}"
     if num_envs is not None:
         env_cfg.num_envs = num_envs
     if seed is not None:
@@ -81,4 +114,6 @@ def play_variant(task: str, env_cfg: Any) -> tuple[str, Any]:
         return task, env_cfg
     cfg = load_cfg_from_registry(play, "env_cfg_entry_point")
     cfg.device, cfg.seed, cfg.robot_variant = env_cfg.device, env_cfg.seed, env_cfg.robot_variant
+    if cfg.robot != env_cfg.robot:
+        cfg = with_robot(cfg, env_cfg.robot, play)
     return play, cfg

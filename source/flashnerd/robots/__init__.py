@@ -1,4 +1,8 @@
-"""Robot models authored by this project, looked up by name."""
+"""Robots: those authored by this project, looked up by name, and any robot from a spec file next to its MJCF."""
+
+from __future__ import annotations
+
+from pathlib import Path
 
 from flashnerd.robots.allegro import ALLEGRO
 from flashnerd.robots.anymal_c import ANYMAL_C
@@ -7,15 +11,52 @@ from flashnerd.robots.franka import FRANKA
 from flashnerd.robots.g1 import G1
 from flashnerd.robots.microduck import MICRODUCK
 from flashnerd.robots.spec import Probe, RobotSpec
+from flashnerd.robots.spec_file import RobotFileError, load_robot_file
 
 ROBOTS: dict[str, RobotSpec] = {r.name: r for r in (ALLEGRO, ANYMAL_C, CARTPOLE, FRANKA, G1, MICRODUCK)}
+_FROM_FILES: dict[str, RobotSpec] = {}  # robots read from spec files in this process, by name
+
+
+def is_spec_path(name: str) -> bool:
+    """True when a robot argument is a spec file path rather than a robot name."""
+    return name.endswith((".yaml", ".yml")) or "/" in name or "\\" in name
 
 
 def get_robot(name: str) -> RobotSpec:
-    """Return the `RobotSpec` registered under `name`, or raise a one-line error listing the known robots."""
-    if name not in ROBOTS:
-        raise ValueError(f"unknown robot '{name}'; choose one of: {', '.join(sorted(ROBOTS))}")
-    return ROBOTS[name]
+    """The robot registered under `name`, or the robot of the spec file at path `name` (robots/spec_file.py; read
+    once per process, then known by its name too); anything else is a one-line error listing the known robots."""
+    if name in ROBOTS:
+        return ROBOTS[name]
+    if is_spec_path(name):
+        robot = load_robot_file(name)
+        if robot.name in ROBOTS:
+            raise RobotFileError(f"robot spec '{robot.source}' names robot '{robot.name}', which is built in; set "
+                                 "another 'name:'")
+        known = _FROM_FILES.get(robot.name)
+        if known is not None and known.source != robot.source:
+            raise RobotFileError(f"robot spec '{robot.source}' names robot '{robot.name}', as '{known.source}' "
+                                 "does; give one of them another 'name:'")
+        _FROM_FILES[robot.name] = robot
+        return robot
+    if name in _FROM_FILES:
+        return _FROM_FILES[name]
+    raise ValueError(f"unknown robot '{name}'; choose one of: {', '.join(sorted(ROBOTS))}, or give a robot spec file "
+                     "(path/to/robot.yaml, see docs/howto/bring_your_robot.md)")
 
 
-__all__ = ["ROBOTS", "Probe", "RobotSpec", "get_robot"]
+def robot_of_record(name: str, spec: str = "") -> RobotSpec:
+    """The robot a dataset or checkpoint names: built in, read from a spec file in this process, or read from the
+    spec file the record names (`spec`, an absolute path) when that file is here and names the same robot."""
+    if name in ROBOTS or name in _FROM_FILES or not spec:
+        return get_robot(name)
+    if not Path(spec).is_file():
+        raise ValueError(f"robot '{name}' came from spec file '{spec}', which is not here; pass --robot "
+                         "path/to/its_spec.yaml")
+    robot = get_robot(str(spec))
+    if robot.name != name:
+        raise ValueError(f"spec file '{spec}' now names robot '{robot.name}', the record '{name}'; pass --robot "
+                         "with the robot's spec file")
+    return robot
+
+
+__all__ = ["ROBOTS", "Probe", "RobotFileError", "RobotSpec", "get_robot", "is_spec_path", "robot_of_record"]

@@ -20,6 +20,7 @@ ANYMAL_C = RobotSpec(
         "shanks": tuple(f"{leg}_SHANK" for leg in _LEGS),
         "feet": tuple(f"{leg}_FOOT" for leg in _LEGS),
     },
+    undesired_contacts=("thighs",),
     # 14 probes as in NeRD: four feet, four knees (the shank's knee cylinder), four base-box bottom corners and the
     # bottoms of the front and rear bumpers.
     probes=(

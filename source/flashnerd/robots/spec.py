@@ -29,7 +29,7 @@ class RobotSpec:
     """
 
     name: str
-    mjcf: str  # file name under robots/assets
+    mjcf: str  # file name under robots/assets, or an absolute path (a robot from a spec file, robots/spec_file.py)
     joint_names: tuple[str, ...]
     default_joint_pos: tuple[float, ...]
     stiffness: float  # PD proportional gain of the position actuators (N*m/rad); per-joint gains live in the MJCF
@@ -51,11 +51,13 @@ class RobotSpec:
     init_height_range: tuple[float, float] = (-0.15, 0.05)  # floating base: spawn height offsets around init height
     init_tilt: float = 0.3  # floating base: largest initial roll and pitch (rad); pi covers every orientation
     variant: RobotVariant | None = None  # how this robot differs from its MJCF (robots/variant.py); None: nominal
+    undesired_contacts: tuple[str, ...] = ()  # contact groups a locomotion task penalizes touching (Isaac Lab: thighs)
+    source: str = ""  # the spec file this robot was read from (absolute path); "" for a robot built into the package
 
     @property
     def mjcf_path(self) -> Path:
         """Absolute path of the robot's MJCF file."""
-        return ASSET_DIR / self.mjcf
+        return ASSET_DIR / self.mjcf  # an absolute `mjcf` replaces the folder
 
     @property
     def num_joints(self) -> int:

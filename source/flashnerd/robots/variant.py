@@ -62,13 +62,20 @@ class VariantError(ValueError):
     """A variant file that cannot be used, with a one-line reason."""
 
 
-def _number(where: str, value: Any, low: float, high: float = math.inf, low_open: bool = False) -> float:
+def number_in_range(where: str, value: Any, low: float, high: float = math.inf, low_open: bool = False,
+                    error: type[ValueError] = ValueError) -> float:
+    """`value` as a float if it is a finite number in [low, high] ((low, high] with `low_open`), else `error` with a
+    one-line reason naming `where` (the robot files' shared check)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise VariantError(f"{where} must be a finite number, got {value!r}")
+        raise error(f"{where} must be a finite number, got {value!r}")
     if value < low or (low_open and value == low) or value > high:
         bound = f"{'>' if low_open else '>='} {low:g}" + ("" if high == math.inf else f" and <= {high:g}")
-        raise VariantError(f"{where} must be {bound}, got {value!r}")
+        raise error(f"{where} must be {bound}, got {value!r}")
     return float(value)
+
+
+def _number(where: str, value: Any, low: float, high: float = math.inf, low_open: bool = False) -> float:
+    return number_in_range(where, value, low, high, low_open, VariantError)
 
 
 def _regex(where: str, pattern: Any) -> str:

@@ -37,6 +37,7 @@ def build_scene_spec(robot: RobotSpec, terrain: str = "flat", objects: tuple[str
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise ValueError(f"robot MJCF {robot.mjcf_path} failed to load: {first}") from err
     spec.option.timestep = robot.sim_dt
+    add_robot_sensors(spec, robot)
     if robot.variant is not None:  # before terrain and objects, so its regexes see the robot alone
         apply_variant(spec, robot.variant)
     tex = spec.add_texture(
@@ -54,6 +55,26 @@ def build_scene_spec(robot: RobotSpec, terrain: str = "flat", objects: tuple[str
     if "cube" in objects:
         add_cube(spec, robot.object_spawn, mass=cube_mass)
     return spec
+
+
+def add_robot_sensors(spec: mujoco.MjSpec, robot: RobotSpec) -> None:
+    """Add the sensors the analytical backends read, where the robot's MJCF lacks them: `<body>_contact` (the net
+    contact force on each contact body, found + force) and `<joint>_torque` (the force of the actuator driving each
+    joint). An unnamed actuator is named after its joint."""
+    have = {s.name for s in spec.sensors}
+    for body in robot.all_contact_bodies:
+        if f"{body}_contact" not in have:
+            spec.add_sensor(name=f"{body}_contact", type=mujoco.mjtSensor.mjSENS_CONTACT,
+                            objtype=mujoco.mjtObj.mjOBJ_BODY, objname=body, intprm=[3, 3, 1])  # found|force, net, 1
+    by_joint = {a.target: a for a in spec.actuators if a.trntype == mujoco.mjtTrn.mjTRN_JOINT}
+    for joint in robot.joint_names:
+        act = by_joint.get(joint)
+        if f"{joint}_torque" in have or act is None:
+            continue
+        if not act.name:
+            act.name = f"{joint}_actuator"
+        spec.add_sensor(name=f"{joint}_torque", type=mujoco.mjtSensor.mjSENS_ACTUATORFRC,
+                        objtype=mujoco.mjtObj.mjOBJ_ACTUATOR, objname=act.name)
 
 
 def build_scene(robot: RobotSpec, terrain: str = "flat", objects: tuple[str, ...] = (),

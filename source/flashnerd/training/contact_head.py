@@ -30,7 +30,7 @@ from flashnerd.models.contact_head import (
     classification_metrics,
 )
 from flashnerd.models.normalizer import Normalizer
-from flashnerd.robots import RobotSpec, get_robot
+from flashnerd.robots import RobotSpec, robot_of_record
 
 
 @torch.no_grad()
@@ -131,7 +131,7 @@ def add_contact_head(checkpoint: str | Path, data: Sequence[str | Path], out: st
     if not 0 < val_fraction < 1:
         raise ValueError(f"val_fraction must lie in (0, 1), got {val_fraction}")
     ckpt = read_checkpoint(checkpoint)
-    robot = get_robot(ckpt["robot"])
+    robot = robot_of_record(ckpt["robot"], str(ckpt.get("robot_spec", "")))
     ckpt = read_checkpoint(checkpoint, robot)  # checks the robot-model hash too
     if not robot.all_contact_bodies:
         raise ValueError(f"robot '{robot.name}' has no contact bodies; there is nothing for a contact head to predict")

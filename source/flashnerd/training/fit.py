@@ -34,7 +34,7 @@ from flashnerd.dynamics.representation import StateRepresentation
 from flashnerd.models import MAX_MEMBERS, MODEL_KINDS, build_model, model_sizes, num_params, takes_contact_rows
 from flashnerd.models.checkpoint import config_dict, contact_head_from_checkpoint, read_checkpoint, save_checkpoint
 from flashnerd.models.normalizer import Normalizer
-from flashnerd.robots import get_robot
+from flashnerd.robots import robot_of_record
 from flashnerd.sim.scene import build_scene
 from flashnerd.training.contact_head import contact_head_entry, fit_contact_head
 from flashnerd.training.evaluate import rollout_errors
@@ -134,7 +134,7 @@ class Fitter:
         paths = [data_path] if isinstance(data_path, (str, Path)) else list(data_path)
         data = load_datasets(paths)
         data_path = ", ".join(str(p) for p in paths)
-        self.robot = get_robot(str(data.attrs["robot"]))
+        self.robot = robot_of_record(str(data.attrs["robot"]), str(data.attrs.get("robot_spec", "") or ""))
         check_robot(data.attrs, self.robot, data_path)
         if cfg.ar_weight > 0 and data.traj_len < cfg.ar_history + cfg.ar_steps:
             raise ValueError(f"dataset '{data_path}' has {data.traj_len}-step trajectories; the autoregressive loss "
@@ -422,6 +422,7 @@ class Fitter:
             "target_normalizer": self.y_norm.state_dict(),
             "robot": self.robot.name,
             "model_hash": self.robot.model_hash(),
+            "robot_spec": self.robot.source,  # the spec file of a robot that is not built in ("" when it is)
             "control_dt": self.robot.control_dt,
             "representation": {"num_joints": self.rep.nj, "contact_dim": self.rep.contact_dim,
                                "layout": self.rep.layout(), "contact": self.cfg.contacts,

@@ -1,0 +1,349 @@
+"""A robot from its own MJCF: a YAML spec file that needs only `mjcf:`, the rest derived from the compiled model.
+
+    mjcf: my_quadruped.xml             # required: the robot alone (no floor), relative to this file
+    name: my_quadruped                 # default: the MJCF's model name (letters, digits, _ and -)
+    keyframe: home                     # default pose from this keyframe when the MJCF has it
+    default_joint_pos: {".*_knee": -1.2}   # joint-name regex -> angle, or one list in actuator order
+    init_base_height: 0.35             # spawn height of a floating base (default: the keyframe's, else from geometry)
+    sim_dt: 0.005                      # default: the MJCF's timestep
+    decimation: 4                      # physics steps per control step (default: a 50 Hz control step)
+    contact_bodies: {base: base, feet: ".*_foot", thighs: ".*_thigh"}   # group -> body-name regex or list of them
+    undesired_contacts: [thighs]       # groups a locomotion task penalizes touching (default: none)
+    probes: collision                  # contact spheres: from the collision geometry (default), or a list of
+                                       # {body, pos, radius}
+    unsupported_geoms: error           # collision geoms without an exact sphere form: error | bounding_box | skip
+    explore_amplitude: 0.5             # exploration and spawn ranges of `flashnerd record` (see RobotSpec)
+    init_joint_noise: 0.3
+    init_vel_noise: 0.5
+    init_height_range: [-0.05, 0.05]   # default: -25% to +8% of the spawn height
+    init_tilt: 0.3
+
+Derived from the compiled model: the joints (the actuated ones, in actuator order; every actuator must be a position
+actuator on one hinge or slide joint, as the tasks send joint targets), a floating or fixed base (a free joint on
+the first body), the PD gains and torque limit (reported; the per-actuator values stay in the MJCF), the contact
+groups `base` (the floating body) and `feet` (the bodies at the ends of the kinematic tree) unless given, and the
+contact spheres. Collision geoms (contype or conaffinity nonzero) become spheres whose distance to a plane is exactly
+the geom's: a sphere is itself, a capsule the spheres of its two end caps, a box its eight corners (radius 0).
+Cylinders, ellipsoids and meshes have no such form: `unsupported_geoms` names what happens (`bounding_box`: the
+corners of the geom's bounding box, which reach at least as far as the geom; `skip`: no spheres).
+The backends add the sensors they need (contact per contact body, torque per actuator) through `MjSpec` when the
+MJCF lacks them (sim/scene.py). The file is read with `yaml.safe_load` (it runs no code).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+import mujoco
+import numpy as np
+import yaml
+
+from flashnerd.robots.spec import Probe, RobotSpec
+from flashnerd.robots.variant import number_in_range
+
+KEYS = ("mjcf", "name", "keyframe", "default_joint_pos", "init_base_height", "sim_dt", "decimation", "contact_bodies",
+        "undesired_contacts", "probes", "unsupported_geoms", "explore_amplitude", "init_joint_noise",
+        "init_vel_noise", "init_height_range", "init_tilt")
+UNSUPPORTED = ("error", "bounding_box", "skip")
+CONTROL_DT = 0.02  # s: the default control step (50 Hz, Isaac Lab's locomotion rate)
+SPAWN_CLEARANCE = 0.01  # m: a derived spawn height puts the lowest collision point this far above the floor
+_NAME = re.compile(r"[A-Za-z0-9_\-]+")
+_GEOM = mujoco.mjtGeom
+
+
+class RobotFileError(ValueError):
+    """A robot spec file that cannot be used, with a one-line reason."""
+
+
+def _number(where: str, value: Any, low: float, high: float = math.inf, low_open: bool = False) -> float:
+    return number_in_range(where, value, low, high, low_open, RobotFileError)
+
+
+def _regex_matches(where: str, pattern: Any, names: list[str]) -> list[str]:
+    """The names that `pattern` matches in full; a bad or matchless pattern is a one-line error."""
+    if not isinstance(pattern, str) or not pattern:
+        raise RobotFileError(f"{where}: a name regex must be a non-empty string, got {pattern!r}")
+    try:
+        rx = re.compile(pattern)
+    except re.error as err:
+        raise RobotFileError(f"{where}: '{pattern}' is not a valid regex ({err})") from err
+    hits = [n for n in names if rx.fullmatch(n)]
+    if not hits:
+        raise RobotFileError(f"{where}: '{pattern}' matches no name; the model has {', '.join(names[:12])}"
+                             f"{' ...' if len(names) > 12 else ''}")
+    return hits
+
+
+def _compile(mjcf: Path, where: str) -> tuple[str, mujoco.MjModel]:
+    """(model name, compiled model) of an MJCF file."""
+    try:
+        spec = mujoco.MjSpec.from_file(str(mjcf))
+        return spec.modelname, spec.compile()
+    except Exception as err:  # MuJoCo raises ValueError with a multi-line message
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise RobotFileError(f"{where}: MJCF '{mjcf}' failed to load: {first}") from err
+
+
+def _joints(model: mujoco.MjModel, where: str) -> tuple[str, ...]:
+    """The actuated joints in actuator order; each actuator must be a position servo on one hinge or slide joint."""
+    if model.nu == 0:
+        raise RobotFileError(f"{where}: the MJCF has no actuators; add a <position> actuator per driven joint")
+    names = []
+    for a in range(model.nu):
+        act = model.actuator(a)
+        label = act.name or f"#{a}"
+        if int(model.actuator_trntype[a]) != int(mujoco.mjtTrn.mjTRN_JOINT):
+            raise RobotFileError(f"{where}: actuator '{label}' does not drive a joint; FlashNeRD's robots drive "
+                                 "joints with position actuators")
+        j = int(model.actuator_trnid[a, 0])
+        if int(model.jnt_type[j]) not in (int(mujoco.mjtJoint.mjJNT_HINGE), int(mujoco.mjtJoint.mjJNT_SLIDE)):
+            raise RobotFileError(f"{where}: actuator '{label}' drives a joint that is not a hinge or slide")
+        kp, bias = model.actuator_gainprm[a, 0], model.actuator_biasprm[a, :3]
+        position = (int(model.actuator_gaintype[a]) == int(mujoco.mjtGain.mjGAIN_FIXED) and kp > 0
+                    and int(model.actuator_biastype[a]) == int(mujoco.mjtBias.mjBIAS_AFFINE)
+                    and bias[0] == 0 and math.isclose(bias[1], -kp) and bias[2] <= 0)
+        if not position or int(model.actuator_dyntype[a]) != int(mujoco.mjtDyn.mjDYN_NONE):
+            raise RobotFileError(f"{where}: actuator '{label}' is not a position actuator (kp > 0, bias [0, -kp, -kv],"
+                                 " no activation); the tasks send joint targets, use <position kp=... kv=...>")
+        name = model.joint(j).name
+        if not name:
+            raise RobotFileError(f"{where}: actuator '{label}' drives an unnamed joint; name every actuated joint")
+        names.append(name)
+    if len(set(names)) != len(names):
+        raise RobotFileError(f"{where}: two actuators drive the same joint; keep one actuator per joint")
+    return tuple(names)
+
+
+def _floating(model: mujoco.MjModel, where: str) -> bool:
+    free = [j for j in range(model.njnt) if int(model.jnt_type[j]) == int(mujoco.mjtJoint.mjJNT_FREE)]
+    if not free:
+        return False
+    if free != [0] or model.body_parentid[model.jnt_bodyid[0]] != 0:
+        raise RobotFileError(f"{where}: only the robot's first body may have a free joint (the floating base); the "
+                             "MJCF holds the robot alone, without free objects")
+    return True
+
+
+def _default_pose(data: dict, model: mujoco.MjModel, joints: tuple[str, ...], where: str) -> tuple[np.ndarray, bool]:
+    """(qpos (nq,), from a keyframe) of the default pose: the keyframe's when present, then `default_joint_pos`."""
+    key = data.get("keyframe", "home")
+    if not isinstance(key, str):
+        raise RobotFileError(f"{where}: keyframe must be a keyframe name, got {key!r}")
+    names = [model.key(k).name for k in range(model.nkey)]
+    if "keyframe" in data and key not in names:
+        raise RobotFileError(f"{where}: the MJCF has no keyframe '{key}' (it has {', '.join(names) or 'none'})")
+    from_key = key in names
+    qpos = model.key_qpos[names.index(key)].copy() if from_key else model.qpos0.copy()
+    adr = [int(model.jnt_qposadr[model.joint(j).id]) for j in joints]
+    given = data.get("default_joint_pos")
+    if isinstance(given, list):
+        if len(given) != len(joints):
+            raise RobotFileError(f"{where}: default_joint_pos lists {len(given)} values for {len(joints)} joints")
+        qpos[adr] = [_number(f"{where}: default_joint_pos[{i}]", v, -1e3, 1e3) for i, v in enumerate(given)]
+    elif isinstance(given, dict):
+        for pattern, value in given.items():
+            v = _number(f"{where}: default_joint_pos['{pattern}']", value, -1e3, 1e3)
+            for j in _regex_matches(f"{where}: default_joint_pos", pattern, list(joints)):
+                qpos[adr[joints.index(j)]] = v
+    elif given is not None:
+        raise RobotFileError(f"{where}: default_joint_pos must map joint regexes to angles or list one per joint")
+    for name, a in zip(joints, adr):
+        j = model.joint(name).id
+        lo, hi = model.jnt_range[j]
+        if model.jnt_limited[j] and not lo - 1e-6 <= qpos[a] <= hi + 1e-6:
+            raise RobotFileError(f"{where}: default position {qpos[a]:g} of joint '{name}' is outside its range "
+                                 f"[{lo:g}, {hi:g}]")
+    return qpos, from_key
+
+
+def _collision_geoms(model: mujoco.MjModel) -> list[int]:
+    """The robot's geoms that collide (contype or conaffinity nonzero), on bodies other than the world."""
+    return [g for g in range(model.ngeom) if model.geom_bodyid[g] != 0
+            and (model.geom_contype[g] != 0 or model.geom_conaffinity[g] != 0)]
+
+
+def geom_spheres(model: mujoco.MjModel, g: int, unsupported: str = "error") -> list[tuple[np.ndarray, float]]:
+    """Spheres (center in the geom's body frame, radius) whose lowest point over a plane is the geom's lowest point:
+    a sphere, a capsule's two end caps, a box's eight corners; other types by `unsupported` (see the module doc)."""
+    kind, size = int(model.geom_type[g]), model.geom_size[g]
+    pos, rot = model.geom_pos[g], np.zeros(9)
+    mujoco.mju_quat2Mat(rot, model.geom_quat[g])
+    rot = rot.reshape(3, 3)  # geom frame -> body frame
+    signs = np.array([[sx, sy, sz] for sx in (1, -1) for sy in (1, -1) for sz in (1, -1)], dtype=float)  # (8, 3)
+    if kind == int(_GEOM.mjGEOM_SPHERE):
+        local = [(np.zeros(3), float(size[0]))]
+    elif kind == int(_GEOM.mjGEOM_CAPSULE):
+        local = [(np.array([0.0, 0.0, s * size[1]]), float(size[0])) for s in (1, -1)]
+    elif kind == int(_GEOM.mjGEOM_BOX):
+        local = [(c, 0.0) for c in signs * size[:3]]
+    elif unsupported == "bounding_box":
+        aabb = model.geom_aabb[g]  # center (3), half sizes (3) in the geom frame
+        local = [(c, 0.0) for c in aabb[:3] + signs * aabb[3:]]
+    elif unsupported == "skip":
+        local = []
+    else:
+        kind_name = mujoco.mjtGeom(kind).name.removeprefix("mjGEOM_").lower()
+        label = model.geom(g).name or f"#{g} of body '{model.body(model.geom_bodyid[g]).name}'"
+        raise RobotFileError(f"collision geom '{label}' is a {kind_name}, which contact rows do not take exactly; set "
+                             "'unsupported_geoms: bounding_box' (its bounding-box corners) or 'skip', or list probes")
+    return [(pos + rot @ c, r) for c, r in local]
+
+
+def collision_probes(model: mujoco.MjModel, unsupported: str = "error") -> tuple[Probe, ...]:
+    """Contact spheres of every collision geom of the robot (see `geom_spheres`), in geom order."""
+    return tuple(Probe(model.body(model.geom_bodyid[g]).name, tuple(float(x) for x in c), r)
+                 for g in _collision_geoms(model) for c, r in geom_spheres(model, g, unsupported))
+
+
+def _listed_probes(where: str, value: Any, bodies: list[str]) -> tuple[Probe, ...]:
+    if not isinstance(value, list) or not value:
+        raise RobotFileError(f"{where}: probes must be 'collision' or a list of {{body, pos, radius}}")
+    out = []
+    for i, p in enumerate(value):
+        if not isinstance(p, dict) or set(p) - {"body", "pos", "radius"} or p.get("body") not in bodies:
+            raise RobotFileError(f"{where}: probes[{i}] must be {{body: <a body of the model>, pos: [x, y, z], "
+                                 f"radius: r}}, got {p!r}")
+        pos = p.get("pos", [0.0, 0.0, 0.0])
+        if not isinstance(pos, list) or len(pos) != 3:
+            raise RobotFileError(f"{where}: probes[{i}].pos must be [x, y, z], got {pos!r}")
+        out.append(Probe(p["body"], tuple(_number(f"{where}: probes[{i}].pos", x, -10.0, 10.0) for x in pos),
+                         _number(f"{where}: probes[{i}].radius", p.get("radius", 0.0), 0.0, 10.0)))
+    return tuple(out)
+
+
+def _contact_groups(data: dict, model: mujoco.MjModel, floating: bool, where: str) -> dict[str, tuple[str, ...]]:
+    """Group -> bodies: the file's groups, with `base` (the floating body) and `feet` (the leaf bodies) added."""
+    bodies = [model.body(b).name for b in range(1, model.nbody)]
+    given = data.get("contact_bodies", {})
+    if not isinstance(given, dict):
+        raise RobotFileError(f"{where}: contact_bodies must map group names to body-name regexes")
+    groups: dict[str, tuple[str, ...]] = {}
+    if floating and "base" not in given:
+        groups["base"] = (model.body(1).name,)
+    for group, patterns in given.items():
+        if not isinstance(group, str) or not _NAME.fullmatch(group):
+            raise RobotFileError(f"{where}: contact group name {group!r} must be letters, digits, _ or -")
+        patterns = patterns if isinstance(patterns, list) else [patterns]
+        hits = [b for p in patterns for b in _regex_matches(f"{where}: contact_bodies['{group}']", p, bodies)]
+        groups[group] = tuple(dict.fromkeys(hits))
+    if floating and "feet" not in given:
+        children = set(int(p) for p in model.body_parentid[1:])
+        leaves = tuple(model.body(b).name for b in range(2, model.nbody) if b not in children)
+        if leaves:
+            groups["feet"] = leaves
+    seen: dict[str, str] = {}
+    for group, members in groups.items():
+        for b in members:
+            if not b:
+                raise RobotFileError(f"{where}: contact group '{group}' holds an unnamed body; name it in the MJCF")
+            if b in seen:
+                raise RobotFileError(f"{where}: body '{b}' is in contact groups '{seen[b]}' and '{group}'; put each "
+                                     "body in one group")
+            seen[b] = group
+    return groups
+
+
+def _lowest_point(model: mujoco.MjModel, qpos: np.ndarray, probes: tuple[Probe, ...]) -> float:
+    """Height of the lowest point of the contact spheres with the robot at `qpos`."""
+    data = mujoco.MjData(model)
+    data.qpos[:] = qpos
+    mujoco.mj_kinematics(model, data)
+    low = math.inf
+    for p in probes:
+        b = model.body(p.body).id
+        rot = data.xmat[b].reshape(3, 3)
+        low = min(low, float((data.xpos[b] + rot @ np.asarray(p.pos))[2]) - p.radius)
+    return low
+
+
+def parse_robot_file(data: Any, path: Path) -> RobotSpec:
+    """Check a spec file's content and derive the robot (see the module docstring); problems are one-line errors."""
+    where = f"robot spec '{path}'"
+    if not isinstance(data, dict) or not isinstance(data.get("mjcf"), str):
+        raise RobotFileError(f"{where} must be a YAML mapping with an 'mjcf' key (the robot's MJCF file)")
+    for key in data:
+        if key not in KEYS:
+            raise RobotFileError(f"{where}: unknown key '{key}'; use {', '.join(KEYS)}")
+    mjcf = (path.parent / data["mjcf"]).resolve()
+    if not mjcf.is_file():
+        raise RobotFileError(f"{where}: MJCF file '{mjcf}' does not exist (mjcf is relative to the spec file)")
+    model_name, model = _compile(mjcf, where)
+    name = data.get("name", model_name or mjcf.stem)
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise RobotFileError(f"{where}: robot name {name!r} must be letters, digits, _ or - (set 'name:')")
+    joints = _joints(model, where)
+    floating = _floating(model, where)
+    qpos, from_key = _default_pose(data, model, joints, where)
+    groups = _contact_groups(data, model, floating, where)
+    undesired = data.get("undesired_contacts", [])
+    if not isinstance(undesired, list) or any(g not in groups for g in undesired):
+        raise RobotFileError(f"{where}: undesired_contacts must list contact groups ({', '.join(groups) or 'none'}), "
+                             f"got {undesired!r}")
+    unsupported = data.get("unsupported_geoms", "error")
+    if unsupported not in UNSUPPORTED:
+        raise RobotFileError(f"{where}: unsupported_geoms must be one of {', '.join(UNSUPPORTED)}, got {unsupported!r}")
+    probes_given = data.get("probes", "collision")
+    if probes_given == "collision":
+        try:
+            probes = collision_probes(model, unsupported) if floating else ()
+        except RobotFileError as err:
+            raise RobotFileError(f"{where}: {err}") from err
+    else:
+        probes = _listed_probes(where, probes_given, [model.body(b).name for b in range(1, model.nbody)])
+    sim_dt = _number(f"{where}: sim_dt", data.get("sim_dt", float(model.opt.timestep)), 1e-5, 0.1)
+    decimation = data.get("decimation", max(1, round(CONTROL_DT / sim_dt)))
+    if isinstance(decimation, bool) or not isinstance(decimation, int) or not 1 <= decimation <= 1000:
+        raise RobotFileError(f"{where}: decimation must be a whole number of physics steps (1-1000), got "
+                             f"{decimation!r}")
+    height = 0.0
+    if floating:
+        if "init_base_height" in data:
+            height = _number(f"{where}: init_base_height", data["init_base_height"], 0.0, 100.0, True)
+        elif from_key:
+            height = float(qpos[2])
+        elif probes:
+            standing = qpos.copy()
+            standing[0:7] = (0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0)
+            height = SPAWN_CLEARANCE - _lowest_point(model, standing, probes)
+        else:
+            raise RobotFileError(f"{where}: cannot place the floating base without a keyframe or collision geometry; "
+                                 "set init_base_height")
+    kp = model.actuator_gainprm[:, 0]
+    limited = model.actuator_forcelimited.astype(bool)
+    effort = float(np.abs(model.actuator_forcerange[limited]).max()) if limited.any() else math.inf
+    # spawn heights for exploration scale with the robot, as ANYmal-C's (-0.15, 0.05) m do around its 0.6 m
+    extra: dict[str, Any] = {"init_height_range": (-0.25 * height, 0.08 * height)} if floating else {}
+    for key, low, high in (("explore_amplitude", 0.0, 10.0), ("init_vel_noise", 0.0, 100.0),
+                           ("init_tilt", 0.0, math.pi + 1e-6), ("init_joint_noise", 0.0, 10.0)):
+        if key in data:
+            extra[key] = _number(f"{where}: {key}", data[key], low, high)
+    if "init_height_range" in data:
+        r = data["init_height_range"]
+        if not isinstance(r, list) or len(r) != 2:
+            raise RobotFileError(f"{where}: init_height_range must be [low, high] (m), got {r!r}")
+        lo, hi = (_number(f"{where}: init_height_range", x, -10.0, 10.0) for x in r)
+        if lo > hi:
+            raise RobotFileError(f"{where}: init_height_range [{lo:g}, {hi:g}] has low above high")
+        extra["init_height_range"] = (lo, hi)
+    adr = [int(model.jnt_qposadr[model.joint(j).id]) for j in joints]
+    return RobotSpec(
+        name=name, mjcf=str(mjcf), joint_names=joints, default_joint_pos=tuple(float(qpos[a]) for a in adr),
+        stiffness=float(kp.max()), damping=float(-model.actuator_biasprm[:, 2].min()), effort_limit=effort,
+        init_base_height=height, floating_base=floating, sim_dt=sim_dt, decimation=decimation,
+        contact_bodies=groups, probes=probes, undesired_contacts=tuple(undesired), source=str(path), **extra,
+    )
+
+
+def load_robot_file(path: str | Path) -> RobotSpec:
+    """Read a robot spec file (YAML, safe loader) and derive the robot from its MJCF."""
+    path = Path(path).expanduser().resolve()
+    if not path.is_file():
+        raise RobotFileError(f"robot spec file '{path}' does not exist")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (yaml.YAMLError, UnicodeDecodeError) as err:
+        raise RobotFileError(f"robot spec '{path}' is not valid YAML ({type(err).__name__})") from err
+    return parse_robot_file(data, path)

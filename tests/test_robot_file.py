@@ -1,0 +1,220 @@
+"""A robot from its own MJCF and a spec file outside the package: derivation, contact spheres exact against MuJoCo's
+collision distances, sensors the backends add, one-line errors, and the whole pipeline (record, fit, bench model,
+train on the velocity task, eval) with no change to the package."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+from pathlib import Path
+
+import gymnasium as gym
+import mujoco
+import numpy as np
+import pytest
+import torch
+
+import flashnerd.robots as robots
+from flashnerd.cli.main import main
+from flashnerd.dynamics import make_dynamics
+from flashnerd.envs import DoneTerm, mdp
+from flashnerd.envs.registry import task_cfgs, with_robot
+from flashnerd.robots import RobotFileError, get_robot
+from flashnerd.robots.spec_file import collision_probes
+from flashnerd.sim.scene import build_scene
+
+HOUND = Path(__file__).parent / "assets" / "hound"
+TASK = "FlashNeRD-Velocity-Flat-Anymal-C-v0"
+
+
+@pytest.fixture(scope="module")
+def hound_dir(tmp_path_factory) -> Path:
+    """The hound copied to a folder of its own, as a user keeps a robot (MJCF, meshes, spec file)."""
+    root = tmp_path_factory.mktemp("user") / "hound"
+    shutil.copytree(HOUND, root)
+    return root
+
+
+@pytest.fixture
+def hound(hound_dir):
+    return get_robot(str(hound_dir / "hound.yaml"))
+
+
+def _write_spec(folder: Path, text: str, mjcf: str | None = None) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    if mjcf is not None:
+        (folder / "robot.xml").write_text(mjcf)
+    (folder / "robot.yaml").write_text(text)
+    return folder / "robot.yaml"
+
+
+def test_spec_file_derives_the_robot_from_its_mjcf(hound, hound_dir):
+    model = mujoco.MjModel.from_xml_path(str(hound_dir / "hound.xml"))
+    actuated = [model.joint(model.actuator_trnid[a, 0]).name for a in range(model.nu)]
+    assert hound.name == "hound" and list(hound.joint_names) == actuated
+    home = model.key("home").qpos
+    adr = [model.jnt_qposadr[model.joint(j).id] for j in hound.joint_names]
+    assert np.allclose(hound.default_joint_pos, home[adr]) and hound.init_base_height == pytest.approx(home[2])
+    assert hound.floating_base and hound.control_dt == pytest.approx(0.02)
+    assert hound.contact_bodies["base"] == ("base",)
+    assert hound.contact_bodies["feet"] == ("FL_calf", "FR_calf", "RL_calf", "RR_calf")  # the leaves of the tree
+    assert hound.contact_bodies["thighs"] == ("FL_thigh", "FR_thigh", "RL_thigh", "RR_thigh")
+    assert hound.undesired_contacts == ("thighs",)
+    # base box: 8 corners; per leg a thigh capsule (2 caps), a calf capsule (2) and a foot sphere; meshes are visual
+    assert len(hound.probes) == 8 + 4 * 5
+    assert hound.stiffness == 40.0 and hound.effort_limit == 25.0
+    assert get_robot("hound") is hound  # known by name once read
+
+
+def test_contact_spheres_reach_the_floor_exactly_as_mujoco_measures_each_geom():
+    """For spheres, capsules and boxes, the lowest of a geom's spheres is the geom's signed distance to a plane, as
+    MuJoCo's collision pipeline (mj_geomDistance) computes it, in random poses above and into the floor."""
+    xml = """<mujoco><worldbody><geom name="floor" type="plane" size="0 0 1"/>
+      <body name="b" pos="0 0 0.5"><freejoint/>
+        <geom name="s" type="sphere" size="0.05" pos="0.1 0.02 -0.03"/>
+        <geom name="c" type="capsule" size="0.03 0.12" pos="-0.05 0.04 0.01" euler="0.4 0.9 0.2"/>
+        <geom name="x" type="box" size="0.07 0.04 0.02" pos="0.02 -0.1 0.05" euler="-0.3 0.2 1.1"/>
+      </body></worldbody></mujoco>"""
+    model = mujoco.MjModel.from_xml_string(xml)
+    data = mujoco.MjData(model)
+    probes = collision_probes(model)
+    geoms = [g for g in range(model.ngeom) if model.geom_bodyid[g] == 1]
+    per_geom = [1, 2, 8]
+    assert len(probes) == sum(per_geom)
+    rng = np.random.default_rng(0)
+    floor = model.geom("floor").id
+    for _ in range(50):
+        quat = rng.normal(size=4)
+        data.qpos[:] = (*rng.uniform(-0.3, 0.3, 2), rng.uniform(-0.05, 0.25), *(quat / np.linalg.norm(quat)))
+        mujoco.mj_kinematics(model, data)
+        start = 0
+        for g, k in zip(geoms, per_geom):
+            rot = data.xmat[1].reshape(3, 3)
+            low = min(float((data.xpos[1] + rot @ np.asarray(p.pos))[2]) - p.radius for p in probes[start:start + k])
+            start += k
+            exact = mujoco.mj_geomDistance(model, data, floor, g, 1.0, None)
+            assert low == pytest.approx(exact, abs=1e-7)
+
+
+def test_backends_add_the_sensors_a_bare_mjcf_lacks(hound):
+    model = build_scene(hound)
+    for body in hound.all_contact_bodies:
+        assert model.sensor(f"{body}_contact").type == mujoco.mjtSensor.mjSENS_CONTACT
+    for joint in hound.joint_names:
+        assert model.sensor(f"{joint}_torque").type == mujoco.mjtSensor.mjSENS_ACTUATORFRC
+    # Standing in its home pose, the hound holds itself up on its feet; the base touches nothing.
+    dyn = make_dynamics("mujoco", hound, num_worlds=2)
+    ctrl = torch.tensor(hound.default_joint_pos).repeat(2, 1)
+    for _ in range(100):  # 2 s
+        dyn.step(ctrl)
+    state = dyn.state()
+    assert (state.qpos[:, 2] > 0.25).all()
+    feet = [hound.all_contact_bodies.index(b) for b in hound.contact_bodies["feet"]]
+    force = state.contact_force
+    assert (force[:, feet] > 5.0).all() and (force[:, 0] == 0).all()
+    weight = mujoco.mj_getTotalmass(model) * 9.81
+    assert force[:, feet].sum(1).mean() == pytest.approx(weight, rel=0.05)  # the feet carry the robot's weight
+    dyn.close()
+
+
+def test_the_velocity_task_runs_a_robot_from_a_spec_file(hound, hound_dir):
+    env = gym.make(TASK, num_envs=4, robot=str(hound_dir / "hound.yaml")).unwrapped
+    assert env.robot.name == "hound" and env.num_actions == 12
+    obs, *_ = env.step(torch.zeros(4, 12))
+    assert torch.isfinite(obs["policy"]).all()
+    with pytest.raises(ValueError, match="is written for robot 'microduck'"):
+        gym.make("FlashNeRD-Roll-Flat-Microduck-v0", num_envs=2, robot=str(hound_dir / "hound.yaml"))
+
+
+def test_a_robot_without_what_the_task_needs_is_refused(hound_dir):
+    spec = str(hound_dir / "hound.yaml")
+    cfg, _ = task_cfgs(TASK)
+    hands = DoneTerm(mdp.illegal_contact, params={"group": "hands", "threshold": 1.0})
+    with pytest.raises(ValueError, match="robot 'hound' has no contact group hands"):
+        with_robot(dataclasses.replace(cfg, terminations={**cfg.terminations, "hands": hands}), spec)
+    with pytest.raises(ValueError, match="robot 'franka' has a fixed base"):
+        with_robot(cfg, "franka")
+    assert with_robot(cfg, spec).robot == spec
+
+
+@pytest.mark.parametrize("text, xml_edit, match", [
+    ("mjcf: robot.xml\nfeet_regex: x\n", None, "unknown key 'feet_regex'"),
+    ("mjcf: missing.xml\n", None, "does not exist"),
+    ("mjcf: robot.xml\ncontact_bodies: {feet: '.*_toe'}\n", None, "'.*_toe' matches no name"),
+    ("mjcf: robot.xml\nname: anymal_c\n", None, "which is built in"),
+    ("mjcf: robot.xml\nname: 'two words'\n", None, "must be letters"),
+    ("mjcf: robot.xml\ndecimation: 2.5\n", None, "decimation must be a whole number"),
+    ("mjcf: robot.xml\nkeyframe: crouch\n", None, "no keyframe 'crouch'"),
+    ("mjcf: robot.xml\ndefault_joint_pos: {'.*_calf_joint': 0.0}\n", None, "outside its range"),
+    ("mjcf: robot.xml\n", ('type="capsule" size="0.025"', 'type="cylinder" size="0.025"'),
+     "is a cylinder, which contact rows do not take exactly; set 'unsupported_geoms: bounding_box'"),
+    ("mjcf: robot.xml\n", ('<position class="abduction" name="FL_hip"', '<motor name="FL_hip"'),
+     "actuator 'FL_hip' is not a position actuator"),
+    ("mjcf: robot.xml\n", ("<freejoint", "<joint type='ball'/><freejoint"), "failed to load"),
+    ("- just\n- a list\n", None, "must be a YAML mapping with an 'mjcf' key"),
+])
+def test_bad_spec_files_are_one_line_errors(tmp_path, hound_dir, text, xml_edit, match):
+    xml = (hound_dir / "hound.xml").read_text().replace('model="hound"', 'model="other"')
+    if xml_edit is not None:
+        xml = xml.replace(*xml_edit)
+    shutil.copytree(hound_dir / "meshes", tmp_path / "r" / "meshes")
+    spec = _write_spec(tmp_path / "r", text, xml)
+    with pytest.raises(RobotFileError, match=match) as err:
+        get_robot(str(spec))
+    assert "\n" not in str(err.value)
+
+
+def test_unsupported_geoms_take_their_bounding_box_when_asked(tmp_path, hound_dir):
+    xml = (hound_dir / "hound.xml").read_text().replace('model="hound"', 'model="cyl"')
+    xml = xml.replace('type="capsule" size="0.025" fromto="0 0 0 0 0 -0.2"',
+                      'type="cylinder" size="0.025 0.1" pos="0 0 -0.1"')
+    shutil.copytree(hound_dir / "meshes", tmp_path / "c" / "meshes")
+    robot = get_robot(str(_write_spec(tmp_path / "c", "mjcf: robot.xml\nunsupported_geoms: bounding_box\n", xml)))
+    thigh = [p for p in robot.probes if p.body == "FL_thigh"]
+    assert len(thigh) == 8 and min(p.pos[2] for p in thigh) == pytest.approx(-0.2)  # the cylinder's bottom face
+
+
+def test_record_fit_bench_train_eval_a_robot_from_outside_the_package(hound_dir, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    spec = str(hound_dir / "hound.yaml")
+    data = tmp_path / "hound.h5"
+    main(["record", "--robot", spec, "--num_worlds", "6", "--steps", "40", "--traj_len", "20", "--out", str(data)])
+    robots._FROM_FILES.clear()  # as in a new process: fit finds the robot from the spec file the dataset names
+    ckpt = tmp_path / "hound.safetensors"
+    main(["fit", "--data", str(data), "--out", str(ckpt), "--max_steps", "3", "--batch_size", "8",
+          "--ar_batch_size", "4", "--contact_head_steps", "5"])
+    capsys.readouterr()
+    main(["bench", "model", "--robot", spec, "--batch", "4", "--min_seconds", "0.05", "--models", "flashnerd"])
+    bench = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert bench["robot"] == "hound" and bench["steps_per_s"]["flashnerd"]["4"] > 0
+    main(["train", "--task", TASK, "--robot", spec, "--num_envs", "8", "--max_iterations", "1", "--eval_episodes",
+          "2", "--dynamics", "flashnerd", "--dynamics_checkpoint", str(ckpt)])
+    trained = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert trained["log_dir"].startswith("logs/rsl_rl/hound_flat/")
+    main(["eval", "--task", TASK, "--robot", spec, "--num_envs", "2", "--episodes", "2"])
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["checkpoint"] == trained["checkpoint"]  # the newest run of the hound's experiment
+    assert result["episodes"] == 2 and np.isfinite(result["mean_return"])
+
+
+def test_mjwarp_steps_a_robot_from_outside_the_package_as_mujoco_does(hound):
+    n, steps = 3, 25
+    dyns = [make_dynamics(name, hound, n) for name in ("mjwarp", "mujoco")]
+    gen = torch.Generator().manual_seed(3)
+    qpos = torch.as_tensor(dyns[1].default_qpos(), dtype=torch.float32).repeat(n, 1)  # (n, nq)
+    qpos[:, 7:] += 0.1 * torch.randn(n, hound.num_joints, generator=gen)
+    for dyn in dyns:
+        dyn.reset(torch.arange(n), qpos, torch.zeros(n, dyn.nv))
+    stand = torch.tensor(hound.default_joint_pos).repeat(n, 1)
+    worst = 0.0
+    for _ in range(steps):
+        ctrl = stand + 0.2 * torch.randn(n, hound.num_joints, generator=gen)
+        for dyn in dyns:
+            dyn.step(ctrl)
+        worst = max(worst, (dyns[0].state().qpos - dyns[1].state().qpos).abs().max().item())
+    assert worst < 1e-3
+    feet = [hound.all_contact_bodies.index(b) for b in hound.contact_bodies["feet"]]
+    assert dyns[0].state().contact_force[:, feet].sum(1).min() > 50.0  # standing on its feet in both
+    for dyn in dyns:
+        dyn.close()
