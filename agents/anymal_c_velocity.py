@@ -27,3 +27,14 @@ def AnymalCFlatPPORunnerCfg() -> RslRlOnPolicyRunnerCfg:  # noqa: N802  (named l
             gamma=0.99, lam=0.95, desired_kl=0.01, max_grad_norm=1.0,
         ),
     )
+
+
+def AnymalCRoughPPORunnerCfg() -> RslRlOnPolicyRunnerCfg:  # noqa: N802
+    """The flat configuration with Isaac Lab's rough-terrain settings: 1500 iterations, [512, 256, 128] ELU actor and
+    critic (the height scan adds 187 inputs)."""
+    cfg = AnymalCFlatPPORunnerCfg()
+    cfg.experiment_name = "anymal_c_rough"
+    cfg.max_iterations = 1500
+    cfg.policy.actor_hidden_dims = [512, 256, 128]
+    cfg.policy.critic_hidden_dims = [512, 256, 128]
+    return cfg

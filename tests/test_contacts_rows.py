@@ -108,9 +108,9 @@ def test_boxes_far_from_the_batch_are_skipped_without_changing_the_rows(anymal):
     qpos[:, 1] = 2 * 3.0 + (qpos[:, 1] - qpos[:, 1].round())  # every state on lane 2
     qvel = 0.3 * torch.randn(64, model.nv, generator=torch.Generator().manual_seed(4))
     det = ContactRowDetector(anymal, model)
-    near = det._near_boxes(det._sphere_centers(qpos))
+    near = det._near_boxes(det._ends(qpos))
     assert near is not None and near.tolist() == [2]  # platform 2 alone
-    assert det._near_boxes(det._sphere_centers(_states_near_platforms(anymal, model, 64, seed=3))) is None
+    assert det._near_boxes(det._ends(_states_near_platforms(anymal, model, 64, seed=3))) is None
     pruned, dist = det._detect(qpos, qvel)
     det._near_boxes = lambda centers: None  # every box
     full, full_dist = det._detect(qpos, qvel)

@@ -17,6 +17,7 @@ import torch
 
 import flashnerd.robots as robots
 from flashnerd.cli.main import main
+from flashnerd.contacts import ContactRowDetector
 from flashnerd.dynamics import make_dynamics
 from flashnerd.envs import DoneTerm, mdp
 from flashnerd.envs.registry import task_cfgs, with_robot
@@ -61,14 +62,14 @@ def test_spec_file_derives_the_robot_from_its_mjcf(hound, hound_dir):
     assert hound.contact_bodies["feet"] == ("FL_calf", "FR_calf", "RL_calf", "RR_calf")  # the leaves of the tree
     assert hound.contact_bodies["thighs"] == ("FL_thigh", "FR_thigh", "RL_thigh", "RR_thigh")
     assert hound.undesired_contacts == ("thighs",)
-    # base box: 8 corners; per leg a thigh capsule (2 caps), a calf capsule (2) and a foot sphere; meshes are visual
-    assert len(hound.probes) == 8 + 4 * 5
+    # base box: 8 corners; per leg a thigh capsule, a calf capsule and a foot sphere; the meshes are visual
+    assert len(hound.probes) == 8 + 4 * 3
     assert hound.stiffness == 40.0 and hound.effort_limit == 25.0
     assert get_robot("hound") is hound  # known by name once read
 
 
-def test_contact_spheres_reach_the_floor_exactly_as_mujoco_measures_each_geom():
-    """For spheres, capsules and boxes, the lowest of a geom's spheres is the geom's signed distance to a plane, as
+def test_contact_probes_reach_the_floor_exactly_as_mujoco_measures_each_geom():
+    """For spheres, capsules and boxes, the lowest point of a geom's probes is the geom's signed distance to a plane, as
     MuJoCo's collision pipeline (mj_geomDistance) computes it, in random poses above and into the floor."""
     xml = """<mujoco><worldbody><geom name="floor" type="plane" size="0 0 1"/>
       <body name="b" pos="0 0 0.5"><freejoint/>
@@ -80,8 +81,8 @@ def test_contact_spheres_reach_the_floor_exactly_as_mujoco_measures_each_geom():
     data = mujoco.MjData(model)
     probes = collision_probes(model)
     geoms = [g for g in range(model.ngeom) if model.geom_bodyid[g] == 1]
-    per_geom = [1, 2, 8]
-    assert len(probes) == sum(per_geom)
+    per_geom = [1, 1, 8]  # a sphere, a capsule (one segment probe), a box's corners
+    assert len(probes) == sum(per_geom) and probes[1].to is not None
     rng = np.random.default_rng(0)
     floor = model.geom("floor").id
     for _ in range(50):
@@ -89,12 +90,83 @@ def test_contact_spheres_reach_the_floor_exactly_as_mujoco_measures_each_geom():
         data.qpos[:] = (*rng.uniform(-0.3, 0.3, 2), rng.uniform(-0.05, 0.25), *(quat / np.linalg.norm(quat)))
         mujoco.mj_kinematics(model, data)
         start = 0
+        rot = data.xmat[1].reshape(3, 3)
         for g, k in zip(geoms, per_geom):
-            rot = data.xmat[1].reshape(3, 3)
-            low = min(float((data.xpos[1] + rot @ np.asarray(p.pos))[2]) - p.radius for p in probes[start:start + k])
+            ends = [e for p in probes[start:start + k] for e in ((p.pos, p.radius), (p.to or p.pos, p.radius))]
+            low = min(float((data.xpos[1] + rot @ np.asarray(e))[2]) - r for e, r in ends)
             start += k
             exact = mujoco.mj_geomDistance(model, data, floor, g, 1.0, None)
             assert low == pytest.approx(exact, abs=1e-7)
+
+
+def test_contact_rows_of_capsules_and_spheres_match_mujoco_against_boxes_and_the_ground(hound):
+    """Every (probe, scene geom) pair of the hound's capsule legs and sphere feet on the blocks terrain (boxes and
+    ramps): the detector's signed distance and nearest scene point against mj_geomDistance between the geoms."""
+    model = build_scene(hound, "blocks")
+    det = ContactRowDetector(hound, model, max_rows=8)
+    robot_geoms = [g for g in range(model.ngeom) if model.geom_bodyid[g] != 0
+                   and (model.geom_contype[g] or model.geom_conaffinity[g])]
+    probe_geom = [g for g in robot_geoms for _ in range(8 if model.geom_type[g] == mujoco.mjtGeom.mjGEOM_BOX else 1)]
+    assert len(probe_geom) == len(hound.probes)
+    scene = [model.geom("floor").id] + [g for g in range(model.ngeom) if model.geom_bodyid[g] == 0
+                                        and model.geom_type[g] == mujoco.mjtGeom.mjGEOM_BOX]
+    gen = torch.Generator().manual_seed(5)
+    u = lambda *shape: torch.rand(*shape, generator=gen)  # noqa: E731
+    boxes = torch.as_tensor(model.geom_pos[scene[1:]], dtype=torch.float32)  # (B, 3)
+    n = 64
+    qpos = torch.as_tensor(model.qpos0, dtype=torch.float32).repeat(n, 1)
+    qpos[:, :2] = boxes[torch.randint(len(boxes), (n,), generator=gen), :2] + 0.6 * (u(n, 2) - 0.5)  # near a box
+    qpos[:, 2] = 0.15 + 0.35 * u(n)
+    quat = torch.randn(n, 4, generator=gen)
+    qpos[:, 3:7] = quat / quat.norm(dim=1, keepdim=True)
+    qpos[:, 7:] = torch.tensor(hound.default_joint_pos) + 0.8 * (u(n, 12) - 0.5)
+    dist, point, _, _ = det._pairs(det._ends(qpos))  # (N, P, G), (N, P, G, 3)
+    data = mujoco.MjData(model)
+    fromto = np.zeros(6)
+    checked = {"capsule": 0, "sphere": 0}
+    for w in range(n):
+        data.qpos[:] = qpos[w].double().numpy()
+        mujoco.mj_kinematics(model, data)
+        for i, g in enumerate(probe_geom):
+            kind = mujoco.mjtGeom(model.geom_type[g]).name.removeprefix("mjGEOM_").lower()
+            if kind == "box":
+                continue  # a box's corners are exact against a plane only (the test above)
+            for j, s in enumerate(scene):
+                exact = mujoco.mj_geomDistance(model, data, s, g, 0.5, fromto)
+                if exact >= 0.5:
+                    continue
+                ref = _dense_distance(model, data, g, s)
+                assert dist[w, i, j].item() == pytest.approx(ref, abs=1e-4), (kind, w, i, j)
+                if ref > 1e-3:  # separated: MuJoCo's distance agrees, and the row's point is a nearest one (near
+                    # parallel faces there are many: the point need not be MuJoCo's, but its gap must be the distance)
+                    assert dist[w, i, j].item() == pytest.approx(exact, abs=2e-5), (kind, w, i, j)
+                    gap = _segment_gap(model, data, g, point[w, i, j].double().numpy())
+                    assert gap == pytest.approx(exact, abs=1e-4), (kind, w, i, j)
+                checked[kind] += j > 0  # pairs with a box
+    assert checked["capsule"] > 100 and checked["sphere"] > 20, checked
+
+
+def _dense_distance(model: mujoco.MjModel, data: mujoco.MjData, g: int, scene: int) -> float:
+    """Signed distance of robot geom `g` (a sphere or a capsule) to scene geom `scene` (the floor or a box) by brute
+    force: the scene's signed distance at 4001 points along the geom's segment, less its radius. (MuJoCo's own
+    capsule-box distance is wrong for a capsule deep inside a thin box, so penetrations are checked against this.)"""
+    center, axis = data.geom_xpos[g], data.geom_xmat[g].reshape(3, 3)[:, 2]
+    half_len = model.geom_size[g][1] if model.geom_type[g] == mujoco.mjtGeom.mjGEOM_CAPSULE else 0.0
+    points = center + np.outer(np.linspace(-1, 1, 4001) * half_len, axis)  # (S, 3)
+    if model.geom_type[scene] == mujoco.mjtGeom.mjGEOM_PLANE:
+        return float(points[:, 2].min() - model.geom_size[g][0])
+    local = (points - data.geom_xpos[scene]) @ data.geom_xmat[scene].reshape(3, 3)  # (S, 3) in the box frame
+    q = np.abs(local) - model.geom_size[scene]
+    sdf = np.linalg.norm(np.maximum(q, 0.0), axis=1) + np.minimum(q.max(axis=1), 0.0)
+    return float(sdf.min() - model.geom_size[g][0])
+
+
+def _segment_gap(model: mujoco.MjModel, data: mujoco.MjData, g: int, point: np.ndarray) -> float:
+    """Distance from `point` to the surface of robot geom `g` (a sphere or a capsule), outside it."""
+    center, axis = data.geom_xpos[g], data.geom_xmat[g].reshape(3, 3)[:, 2]
+    half_len = model.geom_size[g][1] if model.geom_type[g] == mujoco.mjtGeom.mjGEOM_CAPSULE else 0.0
+    along = np.clip(np.dot(point - center, axis), -half_len, half_len)
+    return float(np.linalg.norm(point - center - along * axis) - model.geom_size[g][0])
 
 
 def test_backends_add_the_sensors_a_bare_mjcf_lacks(hound):
@@ -218,3 +290,11 @@ def test_mjwarp_steps_a_robot_from_outside_the_package_as_mujoco_does(hound):
     assert dyns[0].state().contact_force[:, feet].sum(1).min() > 50.0  # standing on its feet in both
     for dyn in dyns:
         dyn.close()
+
+
+def test_two_spec_files_for_different_robots_of_one_name_are_refused(tmp_path, hound_dir, hound):
+    shutil.copytree(hound_dir, tmp_path / "copy")
+    assert get_robot(str(tmp_path / "copy" / "hound.yaml")).model_hash() == hound.model_hash()  # a copy: the same
+    (tmp_path / "copy" / "hound.xml").write_text((hound_dir / "hound.xml").read_text().replace('kp="40"', 'kp="60"'))
+    with pytest.raises(RobotFileError, match="names robot 'hound', as .* does, for another robot"):
+        get_robot(str(tmp_path / "copy" / "hound.yaml"))

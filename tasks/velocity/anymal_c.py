@@ -1,4 +1,5 @@
-"""ANYmal-C flat-ground velocity tracking, matching Isaac Lab's `Isaac-Velocity-Flat-Anymal-C-v0`.
+"""ANYmal-C velocity tracking on flat ground and on rough terrain, matching Isaac Lab's
+`Isaac-Velocity-Flat-Anymal-C-v0` and `Isaac-Velocity-Rough-Anymal-C-v0`.
 
 Control 50 Hz (sim dt 0.005, decimation 4), 20 s episodes, joint position targets = default + 0.5 * action.
 Sized for a CPU: 1024 envs (Isaac Lab: 4096; pass --num_envs 4096 or more on a GPU).
@@ -8,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-from flashnerd.envs import DoneTerm, EnvCfg, EventTerm, ObsGroup, ObsTerm, RewTerm, VelocityCommandCfg, mdp
+from flashnerd.envs import DoneTerm, EnvCfg, EventTerm, ObsGroup, ObsTerm, RewTerm, VelocityCommandCfg, mdp, terrain
 
 
 def _policy_terms() -> dict[str, ObsTerm]:
@@ -89,4 +90,37 @@ def AnymalCFlatEnvCfg_PLAY() -> EnvCfg:  # noqa: N802
     cfg.num_envs = 50
     cfg.observations["policy"].enable_corruption = False
     cfg.events.pop("push_robot")
+    return cfg
+
+
+def AnymalCRoughEnvCfg() -> EnvCfg:  # noqa: N802  (named like the Isaac Lab config class it mirrors)
+    """Rough-terrain velocity tracking, as Isaac Lab's `Isaac-Velocity-Rough-Anymal-C-v0`: the `rough` heightfield
+    (stairs, boxes, noise, slopes in rows of difficulty), a height scan in both observation groups, the terrain-level
+    curriculum, and the rough task's reward weights (feet air time 0.125, torques -1e-5, no flat-orientation term)."""
+    cfg = AnymalCFlatEnvCfg()
+    cfg.terrain = "rough"
+    for group in cfg.observations.values():
+        group.terms["height_scan"] = ObsTerm(terrain.height_scan, noise=0.1, clip=(-1.0, 1.0))
+    cfg.rewards["feet_air_time"].weight = 0.125
+    cfg.rewards["dof_torques_l2"].weight = -1.0e-5
+    cfg.rewards.pop("flat_orientation_l2")
+    cfg.trackers = {"terrain": terrain.TerrainLevels}
+    events = dict(cfg.events)
+    cfg.events = {"reset_base": events.pop("reset_base"),
+                  "place_on_terrain": EventTerm(terrain.place_on_terrain, mode="reset"), **events}
+    return cfg
+
+
+def _levels_without_curriculum(env) -> terrain.TerrainLevels:
+    """Every level from the start and no level changes (the play configuration)."""
+    return terrain.TerrainLevels(env, curriculum=False)
+
+
+def AnymalCRoughEnvCfg_PLAY() -> EnvCfg:  # noqa: N802
+    """Play configuration: 50 worlds on every level, no curriculum, no observation noise, no pushes."""
+    cfg = AnymalCRoughEnvCfg()
+    cfg.num_envs = 50
+    cfg.observations["policy"].enable_corruption = False
+    cfg.events.pop("push_robot")
+    cfg.trackers = {"terrain": _levels_without_curriculum}
     return cfg

@@ -1,8 +1,8 @@
 """Fixed-probe contact features against a flat ground plane, computed from (predicted) states in torch.
 
-For each probe sphere: the nearest ground point and the ground normal, both in the root frame, and the signed
-distance of the sphere to the ground; a probe farther than `cutoff` is masked (features zero, flag 0), as NeRD
-masks probes beyond max(4 * thickness, 0.12 m).
+For each probe (a sphere, or a capsule: its sphere at the lower segment end): the nearest ground point and the ground
+normal, both in the root frame, and the signed distance of the probe to the ground; a probe farther than `cutoff` is
+masked (features zero, flag 0), as NeRD masks probes beyond max(4 * thickness, 0.12 m).
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ FEATURES_PER_PROBE = 8  # point_b (3), normal_b (3), signed distance (1), in-ran
 
 
 def probe_spheres(robot: RobotSpec, model: mujoco.MjModel, device: torch.device | str = "cpu"):
-    """The robot's contact spheres (`RobotSpec.probes`): body ids (P,), centers in their body frames (P, 3), radii
-    (P,); refuses robots without probes or with a fixed base."""
+    """The robot's contact probes (`RobotSpec.probes`): body ids (P,), centers (a capsule: its `pos` end) in their
+    body frames (P, 3), radii (P,); refuses robots without probes or with a fixed base."""
     if not robot.probes:
         raise ValueError(f"robot '{robot.name}' defines no contact probes")
     if not robot.floating_base:
@@ -31,12 +31,34 @@ def probe_spheres(robot: RobotSpec, model: mujoco.MjModel, device: torch.device 
     return body_ids, local, radius
 
 
+def probe_segment_ends(robot: RobotSpec, device: torch.device | str = "cpu") -> torch.Tensor | None:
+    """The `to` ends (P, 3) of the probes in their body frames (a sphere's equals its center), or None when every
+    probe is a sphere."""
+    if all(p.to is None for p in robot.probes):
+        return None
+    return torch.tensor([p.to if p.to is not None else p.pos for p in robot.probes], dtype=torch.float32,
+                        device=torch.device(device))  # (P, 3)
+
+
+def lowest_centers(kin: TorchKinematics, qpos: torch.Tensor, body_ids: torch.Tensor, local: torch.Tensor,
+                   local_to: torch.Tensor | None) -> torch.Tensor:
+    """World centers (N, P, 3) of the probe spheres nearest a horizontal plane: a sphere's center, a capsule's lower
+    segment end (the segment's nearest point to any plane below it lies at an end)."""
+    if local_to is None:
+        return kin.points(qpos, body_ids, local)  # (N, P, 3)
+    p = len(body_ids)
+    ends = kin.points(qpos, torch.cat((body_ids, body_ids)), torch.cat((local, local_to)))  # (N, 2P, 3)
+    a, b = ends[:, :p], ends[:, p:]
+    return torch.where((b[..., 2] < a[..., 2])[..., None], b, a)  # (N, P, 3)
+
+
 class ProbeFeatures:
     """Maps qpos (N, nq) of a floating-base robot to probe features (N, P * 8) and signed distances (N, P)."""
 
     def __init__(self, robot: RobotSpec, model: mujoco.MjModel, device: torch.device | str = "cpu",
                  cutoff: float = 0.12, ground_height: float = 0.0, compile: bool = False) -> None:
         self.body_ids, self.local, self.radius = probe_spheres(robot, model, device)
+        self.local_to = probe_segment_ends(robot, device)  # (P, 3) or None: capsule probes
         self.kin = TorchKinematics(model, device)
         self.cutoff = cutoff
         self.ground_height = ground_height
@@ -46,8 +68,8 @@ class ProbeFeatures:
             self.features_and_distance = torch.compile(self.features_and_distance, dynamic=False)
 
     def signed_distance(self, qpos: torch.Tensor) -> torch.Tensor:
-        """Signed distance (N, P) of each probe sphere to the ground (negative = penetration)."""
-        centers = self.kin.points(qpos, self.body_ids, self.local)  # (N, P, 3)
+        """Signed distance (N, P) of each probe to the ground (negative = penetration)."""
+        centers = lowest_centers(self.kin, qpos, self.body_ids, self.local, self.local_to)  # (N, P, 3)
         return centers[..., 2] - self.ground_height - self.radius
 
     def __call__(self, qpos: torch.Tensor, qvel: torch.Tensor | None = None) -> torch.Tensor:
@@ -58,7 +80,7 @@ class ProbeFeatures:
                               qvel: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Features (N, P * 8) and signed distances (N, P) from one kinematics pass."""
         n = qpos.shape[0]
-        centers = self.kin.points(qpos, self.body_ids, self.local)  # (N, P, 3)
+        centers = lowest_centers(self.kin, qpos, self.body_ids, self.local, self.local_to)  # (N, P, 3)
         dist = centers[..., 2] - self.ground_height - self.radius  # (N, P)
         point_w = centers.clone()
         point_w[..., 2] = self.ground_height  # nearest ground point below each sphere

@@ -1,10 +1,12 @@
 """Variable contact rows: every place where the robot's collision spheres come near the scene, from (predicted) states,
 in torch, batched over worlds — what FlashNeRD's contact encoder reads instead of NeRD's fixed ground probes.
 
-Robot side: the robot's contact spheres (its `RobotSpec.probes`; ANYmal's four feet are exactly its MJCF foot
-spheres). Scene side: the ground plane and every static box geom of the compiled scene (platforms, steps, ramps; see
-`sim/terrain.py`). Sphere-plane and sphere-box distances are exact (the tests compare them with MuJoCo's collision
-pipeline). Every (sphere, scene geom) pair closer than `cutoff` is one row:
+Robot side: the robot's contact probes (its `RobotSpec.probes`): spheres (ANYmal's four feet are exactly its MJCF
+foot spheres) and capsules (a robot's collision capsules, robots/spec_file.py). Scene side: the ground plane and every
+static box geom of the compiled scene (platforms, steps, ramps; see `sim/terrain.py`). Sphere-plane, sphere-box,
+capsule-plane and capsule-box distances are exact (the tests compare them with MuJoCo's collision pipeline): a
+capsule meets a plane at a segment end, and a box where the box's signed distance along the segment is least (a
+convex function, found by golden-section search). Every (probe, scene geom) pair closer than `cutoff` is one row:
 
     body one-hot (nb) | point on the scene surface, root frame (3) | normal from the scene to the robot, root frame (3)
     | signed distance (1) | velocity of the sphere relative to the scene, root frame (3) | other side dynamic (1)
@@ -14,26 +16,31 @@ that row features are O(1) without per-slot statistics (which would break permut
 nearest first and cut at `max_rows`; the number cut is the overflow. The packed form for a model's frame vector is
 (N, R * (F + 1)): each row followed by its mask bit; empty rows are all zero.
 
-Shapes: N worlds, P spheres, G scene geoms (ground plane first, then boxes), K = P * G candidate pairs, R rows,
-F row features.
+Shapes: N worlds, P probes, E segment ends per probe (1 when every probe is a sphere, else 2), G scene geoms (ground
+plane first, then boxes), K = P * G candidate pairs, R rows, F row features.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import mujoco
 import torch
 
-from flashnerd.contacts.probes import probe_spheres
+from flashnerd.contacts.probes import probe_segment_ends, probe_spheres
 from flashnerd.robots import RobotSpec
 from flashnerd.robots.kinematics import TorchKinematics
+from flashnerd.sim.heightfield import HeightMap, read_heightfield
 from flashnerd.utils.math import quat_apply_inverse, quat_mul, rotvec_to_quat
 
 POINT_SCALE = 0.5  # m
 DISTANCE_SCALE = 0.05  # m
 VELOCITY_SCALE = 1.0  # m/s
 _FD_EPS = 1e-3  # s: finite-difference step of the sphere velocities
+_GOLDEN = (5**0.5 - 1) / 2
+_GOLDEN_STEPS = 40  # golden-section steps along a capsule's segment: the bracket shrinks to 0.618^40 = 4e-9 of it
+_SEGMENT_SAMPLES = 9  # points along a capsule's segment that find its deepest point below a heightfield
 
 
 @dataclass
@@ -62,6 +69,7 @@ class ContactRowDetector:
     def __init__(self, robot: RobotSpec, model: mujoco.MjModel, device: torch.device | str = "cpu",
                  max_rows: int = 16, cutoff: float = 0.08, compile: bool = False) -> None:
         self.body_ids, self.local, self.radius = probe_spheres(robot, model, device)  # (P,), (P, 3), (P,)
+        self.local_to = probe_segment_ends(robot, device)  # (P, 3) capsule ends, or None: spheres only
         dev = torch.device(device)
         f = dict(dtype=torch.float32, device=dev)
         self.kin = TorchKinematics(model, dev)  # compiled below as part of the sphere motion
@@ -76,7 +84,16 @@ class ContactRowDetector:
         self.box_rot = rot.reshape(-1, 3, 3).to(**f)  # (B, 3, 3) box frame -> world
         self.box_half = torch.tensor(model.geom_size[world_boxes], **f).reshape(-1, 3)  # (B, 3)
         self.box_reach = (self.box_rot.abs() @ self.box_half[..., None])[..., 0]  # (B, 3) world-aligned half extents
-        self.num_probes, self.num_geoms = len(robot.probes), 1 + len(world_boxes)
+        self.field = read_heightfield(model)  # the scene's heightfield (the `rough` terrain), or None
+        if self.field is not None:
+            self.field_map = HeightMap(self.field, dev, outside=float("-inf"))
+            self.field_heights = self.field_map.table  # (nrow, ncol)
+            half_len = 0.0 if self.local_to is None else float((self.local_to - self.local).norm(dim=-1).max()) / 2
+            # cells a surface within the cutoff can lie in, around a sphere's center or a segment's middle
+            reach = math.ceil((half_len + float(self.radius.max()) + cutoff) / self.field.cell)
+            offsets = torch.arange(-reach, reach + 1, device=dev)
+            self.field_window = torch.cartesian_prod(offsets, offsets)  # (W, 2) cell offsets (rows, columns)
+        self.num_probes, self.num_geoms = len(robot.probes), 1 + len(world_boxes) + (self.field is not None)
         self.max_rows, self.cutoff = max_rows, cutoff
         self.row_dim = len(bodies) + 11  # F
         self.dim = max_rows * (self.row_dim + 1)  # packed width
@@ -88,8 +105,12 @@ class ContactRowDetector:
             self._rows = torch.compile(self._rows, dynamic=False)
 
     # --- geometry -------------------------------------------------------------------------------------------------
-    def _sphere_centers(self, qpos: torch.Tensor) -> torch.Tensor:
-        return self.kin.points(qpos, self.body_ids, self.local)  # (N, P, 3)
+    def _ends(self, qpos: torch.Tensor) -> torch.Tensor:
+        """World positions (N, P, E, 3) of the probes' segment ends (E = 1: the sphere centers)."""
+        if self.local_to is None:
+            return self.kin.points(qpos, self.body_ids, self.local)[:, :, None]  # (N, P, 1, 3)
+        ids, local = torch.cat((self.body_ids, self.body_ids)), torch.cat((self.local, self.local_to))
+        return self.kin.points(qpos, ids, local).unflatten(1, (2, -1)).transpose(1, 2)  # (N, P, 2, 3)
 
     def _near_boxes(self, centers: torch.Tensor) -> torch.Tensor | None:
         """Indices of the boxes whose world bounding box comes within the cutoff of the bounding box of all spheres
@@ -98,18 +119,29 @@ class ContactRowDetector:
         if len(self.box_center) == 0:
             return None
         grow = self.radius.max() + self.cutoff
-        lo, hi = centers.amin(dim=(0, 1)) - grow, centers.amax(dim=(0, 1)) + grow  # (3,) x2
+        centers = centers.reshape(-1, 3)  # every segment end: their bounding box holds every segment
+        lo, hi = centers.amin(dim=0) - grow, centers.amax(dim=0) + grow  # (3,) x2
         near = ((self.box_center - self.box_reach <= hi) & (self.box_center + self.box_reach >= lo)).all(dim=1)  # (B,)
         return None if bool(near.all()) else near.nonzero()[:, 0]
 
-    def _pairs(self, centers: torch.Tensor,
-               boxes: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Signed distance (N, P, G), surface point (N, P, G, 3) and unit normal (N, P, G, 3) of every sphere-geom
-        pair, in the world frame; geom 0 is the ground plane z = 0, then every box (or only `boxes`, indices)."""
-        n, p = centers.shape[:2]
+    def _pairs(self, ends: torch.Tensor, boxes: torch.Tensor | None = None
+               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """Signed distance (N, P, G), surface point (N, P, G, 3), unit normal (N, P, G, 3) of every probe-geom pair,
+        in the world frame, and where along each capsule's segment the pair is nearest (N, P, G; None for spheres);
+        geom 0 is the ground plane z = 0, then every box (or only `boxes`, indices). `ends`: (N, P, E, 3)."""
         box_center, box_rot, half = self.box_center, self.box_rot, self.box_half  # (B, 3), (B, 3, 3), (B, 3)
         if boxes is not None:
             box_center, box_rot, half = box_center[boxes], box_rot[boxes], half[boxes]
+        if ends.shape[2] == 1:  # spheres: one center for every geom
+            centers, t = ends[:, :, 0], None  # (N, P, 3)
+            box_centers = centers[:, :, None]  # (N, P, 1, 3)
+        else:  # capsules: each geom's nearest point of the segment is the center of the sphere that meets it
+            a, b = ends[:, :, 0], ends[:, :, 1]  # (N, P, 3) x2
+            t_ground = (b[..., 2] < a[..., 2]).to(a.dtype)  # (N, P) the lower end
+            centers = a + t_ground[..., None] * (b - a)  # (N, P, 3)
+            t_box = _segment_box_nearest(a, b, box_center, box_rot, half)  # (N, P, B)
+            box_centers = a[:, :, None] + t_box[..., None] * (b - a)[:, :, None]  # (N, P, B, 3)
+            t = torch.cat((t_ground[..., None], t_box), dim=2)  # (N, P, G)
         # ground plane
         g_point = centers.clone()
         g_point[..., 2] = 0.0  # (N, P, 3)
@@ -117,7 +149,7 @@ class ContactRowDetector:
         g_normal[..., 2] = 1.0
         g_dist = centers[..., 2]  # (N, P) center distance
         # boxes, in each box's frame: local = R^T (c - center)
-        rel = centers[:, :, None] - box_center  # (N, P, B, 3)
+        rel = box_centers - box_center  # (N, P, B, 3)
         local = torch.einsum("npbi,bij->npbj", rel, box_rot)  # (N, P, B, 3)
         clamped = torch.maximum(torch.minimum(local, half), -half)  # (N, P, B, 3) nearest point of a solid box
         diff = local - clamped
@@ -135,14 +167,104 @@ class ContactRowDetector:
         b_dist = torch.where(inside, in_dist, out_dist)  # (N, P, B) signed distance of the center
         b_normal = torch.einsum("bij,npbj->npbi", box_rot, normal_l)  # (N, P, B, 3) world
         b_point = torch.einsum("bij,npbj->npbi", box_rot, point_l) + box_center
-        dist = torch.cat((g_dist[..., None], b_dist), dim=2) - self.radius[:, None]  # (N, P, G) sphere surface
-        point = torch.cat((g_point[:, :, None], b_point), dim=2)  # (N, P, G, 3)
-        normal = torch.cat((g_normal[:, :, None], b_normal), dim=2)  # (N, P, G, 3)
-        return dist, point, normal
+        dists, points, normals = [g_dist[..., None], b_dist], [g_point[:, :, None], b_point], [g_normal[:, :, None],
+                                                                                               b_normal]
+        if self.field is not None:
+            if t is None:
+                f_dist, f_point, f_normal = self._field_pairs(centers)  # (N, P), (N, P, 3) x2
+            else:
+                f_dist, f_point, f_normal, f_t = self._field_segment_pairs(ends[:, :, 0], ends[:, :, 1])
+                t = torch.cat((t, f_t[..., None]), dim=2)
+            dists.append(f_dist[..., None])
+            points.append(f_point[:, :, None])
+            normals.append(f_normal[:, :, None])
+        dist = torch.cat(dists, dim=2) - self.radius[:, None]  # (N, P, G) sphere surface
+        point = torch.cat(points, dim=2)  # (N, P, G, 3)
+        normal = torch.cat(normals, dim=2)  # (N, P, G, 3)
+        return dist, point, normal, t
+
+    def _field_triangles(self, anchor: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Corners (N, P, T, 3) x3 of the heightfield's triangles in the window of cells around points (N, P, 3):
+        per cell (v00, v01, v11) and (v00, v11, v10), MuJoCo's split."""
+        h, cell, x0, y0 = self.field_heights, self.field.cell, self.field.x0, self.field.y0
+        nrow, ncol = h.shape
+        r0 = torch.floor((anchor[..., 1] - y0) / cell).long()  # (N, P)
+        c0 = torch.floor((anchor[..., 0] - x0) / cell).long()
+        rows = (r0[..., None] + self.field_window[:, 0]).clamp(0, nrow - 2)  # (N, P, W)
+        cols = (c0[..., None] + self.field_window[:, 1]).clamp(0, ncol - 2)
+        x, y = x0 + cols * cell, y0 + rows * cell  # (N, P, W) the cells' lower corners
+        corner = lambda dr, dc: torch.stack((x + dc * cell, y + dr * cell, h[rows + dr, cols + dc]), -1)  # noqa: E731
+        v00, v01, v11, v10 = corner(0, 0), corner(0, 1), corner(1, 1), corner(1, 0)  # (N, P, W, 3) each
+        return torch.cat((v00, v00), dim=2), torch.cat((v01, v11), dim=2), torch.cat((v11, v10), dim=2)
+
+    def _field_nearest(self, points: torch.Tensor, tris) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Signed distance (N, P), nearest surface point (N, P, 3) and unit normal (N, P, 3) of points (N, P, 3) to
+        the triangles `tris` (corners (N, P, T, 3) x3); negative below the surface."""
+        a, b, c = tris
+        q = _closest_on_triangles(points[:, :, None].expand_as(a), a, b, c)  # (N, P, T, 3)
+        gap = torch.linalg.norm(points[:, :, None] - q, dim=-1)  # (N, P, T)
+        best = gap.argmin(dim=2, keepdim=True)  # (N, P, 1)
+        gap = gap.gather(2, best)[..., 0]  # (N, P)
+        pick = lambda t: t.gather(2, best[..., None].expand(-1, -1, 1, 3))[:, :, 0]  # noqa: E731  (N, P, 3)
+        q, a, b, c = pick(q), pick(a), pick(b), pick(c)
+        sign = torch.where(points[..., 2] < self._field_height(points), -1.0, 1.0)  # (N, P) inside the terrain: -1
+        up = torch.linalg.cross(b - a, c - a)
+        up = up / torch.linalg.norm(up, dim=-1, keepdim=True)  # (N, P, 3) the nearest triangle's normal
+        normal = torch.where((gap > 1e-9)[..., None], (points - q) / gap.clamp_min(1e-9)[..., None] * sign[..., None],
+                             up)
+        return sign * gap, q, normal
+
+    def _field_pairs(self, centers: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Signed distance (N, P), nearest surface point (N, P, 3) and unit normal (N, P, 3) of each sphere center to
+        the heightfield's triangles in a window of cells around it (every triangle within the cutoff lies in it)."""
+        return self._field_nearest(centers, self._field_triangles(centers))
+
+    def _field_segment_pairs(self, a: torch.Tensor, b: torch.Tensor
+                             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(signed distance (N, P), surface point (N, P, 3), normal (N, P, 3), place along the segment (N, P)) of each
+        segment a -> b (N, P, 3) to the heightfield. Clear of the surface the distance is exact: the least of the
+        ends' distances to every triangle, the segment's to every triangle edge, and zero where it crosses one.
+        Into the surface it is that of the point of the segment deepest below it (of `_SEGMENT_SAMPLES` along it,
+        measured vertically), to the surface."""
+        tris = self._field_triangles(0.5 * (a + b))
+        ta, tb, tc = tris  # (N, P, T, 3)
+        sa, sb = a[:, :, None].expand_as(ta), b[:, :, None].expand_as(ta)  # (N, P, T, 3)
+        cands = [(sa, _closest_on_triangles(sa, ta, tb, tc)), (sb, _closest_on_triangles(sb, ta, tb, tc))]
+        cands += [_closest_between_segments(sa, sb, p, q) for p, q in ((ta, tb), (tb, tc), (tc, ta))]
+        n = torch.linalg.cross(tb - ta, tc - ta)  # (N, P, T, 3) the triangles' normals (unnormalized)
+        da, db = ((sa - ta) * n).sum(-1), ((sb - ta) * n).sum(-1)  # (N, P, T) the ends' sides of each plane
+        cross = sa + (da / torch.where(da != db, da - db, torch.ones_like(da)))[..., None] * (sb - sa)
+        hit = _closest_on_triangles(cross, ta, tb, tc)  # where the segment meets the plane, if in the triangle
+        crosses = (da * db <= 0) & (da != db) & (torch.linalg.norm(hit - cross, dim=-1) < 1e-7)
+        cands.append((cross, torch.where(crosses[..., None], cross, hit + 1e3)))  # a far point where it does not
+        on_seg = torch.stack([p for p, _ in cands], dim=-2)  # (N, P, T, 6, 3)
+        on_tri = torch.stack([q for _, q in cands], dim=-2)
+        gap = torch.linalg.norm(on_seg - on_tri, dim=-1).flatten(2)  # (N, P, T*6)
+        best = gap.argmin(dim=2, keepdim=True)  # (N, P, 1)
+        gap = gap.gather(2, best)[..., 0]  # (N, P)
+        pick = lambda t: t.flatten(2, 3).gather(2, best[..., None].expand(-1, -1, 1, 3))[:, :, 0]  # noqa: E731
+        p, q = pick(on_seg), pick(on_tri)  # (N, P, 3) nearest points on the segment and on the surface
+        length2 = ((b - a) ** 2).sum(-1).clamp_min(1e-12)
+        t = (((p - a) * (b - a)).sum(-1) / length2).clamp(0, 1)  # (N, P)
+        normal = (p - q) / gap.clamp_min(1e-9)[..., None]
+        # Into the surface (or touching it): the deepest of the samples along the segment, by its vertical depth.
+        ts = torch.linspace(0, 1, _SEGMENT_SAMPLES, device=a.device)  # (K,)
+        samples = a[:, :, None] + ts[:, None] * (b - a)[:, :, None]  # (N, P, K, 3)
+        depth = self._field_height(samples) - samples[..., 2]  # (N, P, K) > 0 below the surface
+        deepest = depth.argmax(dim=2)  # (N, P)
+        into = (depth.amax(dim=2) > 0) | (gap < 1e-9)  # (N, P)
+        point = samples.gather(2, deepest[..., None, None].expand(-1, -1, 1, 3))[:, :, 0]  # (N, P, 3)
+        d_in, q_in, n_in = self._field_nearest(point, tris)
+        return (torch.where(into, -d_in.abs(), gap), torch.where(into[..., None], q_in, q),
+                torch.where(into[..., None], n_in, normal), torch.where(into, ts[deepest], t))
+
+    def _field_height(self, points: torch.Tensor) -> torch.Tensor:
+        """Surface height (...) of the heightfield under points (..., 3); -inf outside the grid (nothing below)."""
+        return self.field_map(points)
 
     def signed_distance(self, qpos: torch.Tensor) -> torch.Tensor:
-        """Signed distance (N, P) of every sphere to the nearest scene surface (negative = penetration)."""
-        return self._pairs(self._sphere_centers(qpos))[0].amin(dim=2)
+        """Signed distance (N, P) of every probe to the nearest scene surface (negative = penetration)."""
+        return self._pairs(self._ends(qpos))[0].amin(dim=2)
 
     def _advance(self, qpos: torch.Tensor, qvel: torch.Tensor, dt: float) -> torch.Tensor:
         """qpos after moving at qvel for dt (free base: world linear, body angular velocity)."""
@@ -158,28 +280,29 @@ class ContactRowDetector:
         return self._detect(qpos, qvel)[0]
 
     def features_and_distance(self, qpos: torch.Tensor, qvel: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Packed rows (N, R * (F + 1)) and each sphere's signed distance to the nearest surface (N, P), one pass;
+        """Packed rows (N, R * (F + 1)) and each probe's signed distance to the nearest surface (N, P), one pass;
         a distance beyond the cutoff may be to a farther surface than the nearest (only boxes near the batch count)."""
         rows, dist = self._detect(qpos, qvel)
         return rows.packed(), dist
 
     def _centers_and_velocity(self, qpos: torch.Tensor, qvel: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Sphere centers (N, P, 3) and their velocities (N, P, 3), by finite differences along qvel (one FK pass)."""
+        """Segment ends (N, P, E, 3) and their velocities (N, P, E, 3), by finite differences along qvel (one FK
+        pass)."""
         n = qpos.shape[0]
-        both = self._sphere_centers(torch.cat((qpos, self._advance(qpos, qvel, _FD_EPS))))  # (2N, P, 3)
+        both = self._ends(torch.cat((qpos, self._advance(qpos, qvel, _FD_EPS))))  # (2N, P, E, 3)
         return both[:n], (both[n:] - both[:n]) / _FD_EPS
 
     def _detect(self, qpos: torch.Tensor, qvel: torch.Tensor) -> tuple[ContactRows, torch.Tensor]:
-        centers, velocity = self._motion(qpos, qvel)  # (N, P, 3) x2
+        centers, velocity = self._motion(qpos, qvel)  # (N, P, E, 3) x2
         rows, mask, overflow, nearest = self._rows(qpos, centers, velocity, self._near_boxes(centers))
         return ContactRows(rows, mask, overflow), nearest
 
     def _rows_of(self, qpos: torch.Tensor, centers: torch.Tensor, velocity: torch.Tensor,
                  boxes: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Rows (N, R, F), mask (N, R), overflow (N,) and each sphere's nearest distance (N, P) from sphere centers and
-        velocities (N, P, 3) against the ground and `boxes` (indices; None = all)."""
+        """Rows (N, R, F), mask (N, R), overflow (N,) and each probe's nearest distance (N, P) from the probes' segment
+        ends and their velocities (N, P, E, 3) against the ground and `boxes` (indices; None = all)."""
         n, R, P = qpos.shape[0], self.max_rows, self.num_probes
-        dist, point, normal = self._pairs(centers, boxes)  # (N, P, G), (N, P, G, 3) x2
+        dist, point, normal, t = self._pairs(centers, boxes)  # (N, P, G), (N, P, G, 3) x2, (N, P, G) or None
         G = dist.shape[2]  # the ground and the boxes near the batch
         nearest = dist.amin(dim=2)  # (N, P)
         dist, point, normal = dist.reshape(n, P * G), point.reshape(n, P * G, 3), normal.reshape(n, P * G, 3)
@@ -193,7 +316,12 @@ class ContactRowDetector:
         root_pos, root_quat = qpos[:, None, 0:3], qpos[:, None, 3:7].expand(n, k, 4)
         point_b = quat_apply_inverse(root_quat, take(point) - root_pos) / POINT_SCALE  # (N, k, 3)
         normal_b = quat_apply_inverse(root_quat, take(normal))  # (N, k, 3)
-        vel_b = quat_apply_inverse(root_quat, velocity.gather(1, sphere[..., None].expand(-1, -1, 3))) / VELOCITY_SCALE
+        if t is None:  # a sphere moves with its center
+            vel = velocity[:, :, 0].gather(1, sphere[..., None].expand(-1, -1, 3))  # (N, k, 3)
+        else:  # the nearest point of a segment moves as the point at its place between the two ends (one rigid body)
+            va, vb = velocity[:, :, 0:1], velocity[:, :, 1:2]  # (N, P, 1, 3) x2
+            vel = take((va + t[..., None] * (vb - va)).reshape(n, P * G, 3))  # (N, k, 3)
+        vel_b = quat_apply_inverse(root_quat, vel) / VELOCITY_SCALE
         rows = torch.cat((
             self.body_onehot[sphere],  # (N, k, nb)
             point_b, normal_b,
@@ -210,3 +338,66 @@ class ContactRowDetector:
     def __call__(self, qpos: torch.Tensor, qvel: torch.Tensor) -> torch.Tensor:
         """Packed rows (N, R * (F + 1)) for a model's frame vector."""
         return self.detect(qpos, qvel).packed()
+
+
+def _closest_on_triangles(p: torch.Tensor, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+    """The point (..., 3) of each triangle (a, b, c) nearest to p (..., 3): Voronoi regions of the vertices, edges and
+    face, as in Ericson's Real-Time Collision Detection (5.1.5), batched with torch.where."""
+    dot = lambda u, w: (u * w).sum(-1)  # noqa: E731
+    ab, ac, ap, bp, cp = b - a, c - a, p - a, p - b, p - c
+    d1, d2, d3, d4, d5, d6 = dot(ab, ap), dot(ac, ap), dot(ab, bp), dot(ac, bp), dot(ab, cp), dot(ac, cp)
+    va, vb, vc = d3 * d6 - d5 * d4, d5 * d2 - d1 * d6, d1 * d4 - d3 * d2
+    safe = lambda x: torch.where(x.abs() > 1e-12, x, torch.full_like(x, 1e-12))  # noqa: E731
+    denom = safe(va + vb + vc)
+    out = a + ab * (vb / denom)[..., None] + ac * (vc / denom)[..., None]  # inside the face
+    checks = (  # applied last-to-first, so the first region that holds wins
+        ((va <= 0) & (d4 - d3 >= 0) & (d5 - d6 >= 0), b + (c - b) * ((d4 - d3) / safe(d4 - d3 + d5 - d6))[..., None]),
+        ((vb <= 0) & (d2 >= 0) & (d6 <= 0), a + ac * (d2 / safe(d2 - d6))[..., None]),  # edge AC
+        ((d6 >= 0) & (d5 <= d6), c),  # vertex C
+        ((vc <= 0) & (d1 >= 0) & (d3 <= 0), a + ab * (d1 / safe(d1 - d3))[..., None]),  # edge AB
+        ((d3 >= 0) & (d4 <= d3), b),  # vertex B
+        ((d1 <= 0) & (d2 <= 0), a),  # vertex A
+    )
+    for region, point in checks:
+        out = torch.where(region[..., None], point, out)
+    return out
+
+
+def _closest_between_segments(p1: torch.Tensor, q1: torch.Tensor, p2: torch.Tensor,
+                              q2: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The nearest points (..., 3) x2 of segments p1 -> q1 and p2 -> q2 (..., 3), either possibly a point (Ericson's
+    Real-Time Collision Detection, 5.1.9, batched)."""
+    dot = lambda u, w: (u * w).sum(-1)  # noqa: E731
+    d1, d2, r = q1 - p1, q2 - p2, p1 - p2
+    a, e, f = dot(d1, d1), dot(d2, d2), dot(d2, r)
+    c, b = dot(d1, r), dot(d1, d2)
+    eps = 1e-12
+    a_safe, e_safe = a.clamp_min(eps), e.clamp_min(eps)
+    denom = a * e - b * b
+    s = torch.where(denom > eps, ((b * f - c * e) / denom.clamp_min(eps)).clamp(0, 1), torch.zeros_like(a))
+    t = (b * s + f) / e_safe
+    s = torch.where(t < 0, (-c / a_safe).clamp(0, 1), torch.where(t > 1, ((b - c) / a_safe).clamp(0, 1), s))
+    t = t.clamp(0, 1)
+    s = torch.where(a <= eps, torch.zeros_like(s), s)  # the first segment is a point
+    t = torch.where(a <= eps, (f / e_safe).clamp(0, 1), t)
+    return p1 + d1 * s[..., None], p2 + d2 * t[..., None]
+
+
+def _box_sdf(local: torch.Tensor, half: torch.Tensor) -> torch.Tensor:
+    """Signed distance (...) of points `local` (..., 3), in a box's frame, to the solid box of half sizes `half`."""
+    q = local.abs() - half  # (..., 3)
+    return torch.linalg.norm(q.clamp_min(0.0), dim=-1) + q.amax(dim=-1).clamp_max(0.0)
+
+
+def _segment_box_nearest(a: torch.Tensor, b: torch.Tensor, box_center: torch.Tensor, box_rot: torch.Tensor,
+                         half: torch.Tensor) -> torch.Tensor:
+    """Where (N, P, B) in [0, 1] along each segment a -> b (N, P, 3) the box's signed distance is least: it is convex
+    along a line (a box is convex), so golden-section search brackets the minimum."""
+    la = torch.einsum("npbi,bij->npbj", a[:, :, None] - box_center, box_rot)  # (N, P, B, 3) in each box's frame
+    d = torch.einsum("npi,bij->npbj", b - a, box_rot)  # (N, P, B, 3)
+    lo, hi = torch.zeros_like(la[..., 0]), torch.ones_like(la[..., 0])  # (N, P, B)
+    for _ in range(_GOLDEN_STEPS):
+        x1, x2 = hi - _GOLDEN * (hi - lo), lo + _GOLDEN * (hi - lo)
+        left = _box_sdf(la + x1[..., None] * d, half) <= _box_sdf(la + x2[..., None] * d, half)  # minimum in [lo, x2]
+        lo, hi = torch.where(left, lo, x1), torch.where(left, x2, hi)
+    return 0.5 * (lo + hi)

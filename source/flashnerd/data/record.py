@@ -29,7 +29,7 @@ from flashnerd.dynamics import REFERENCE_BACKEND, backend_info, check_backend, m
 from flashnerd.dynamics.representation import StateRepresentation
 from flashnerd.robots import RobotSpec
 from flashnerd.sim.scene import actuator_ctrl_limits
-from flashnerd.sim.terrain import sample_spawn_xy, surface_height, terrain_boxes
+from flashnerd.sim.terrain import sample_spawn_xy, terrain_height
 from flashnerd.utils.math import quat_from_euler_xyz
 
 
@@ -93,7 +93,7 @@ class ExplorationSource:
             raise ValueError(f"robot '{robot.name}' has a fixed base; record it on the flat terrain")
         kwargs = {"nthread": nthread} if "nthread" in backend_info(backend).options() else {}
         self.dyn = make_dynamics(backend, robot, num_worlds, device=device, terrain=terrain, **kwargs)
-        self.terrain, self.boxes = terrain, terrain_boxes(terrain)
+        self.terrain = terrain
         ctrl_range = torch.as_tensor(actuator_ctrl_limits(self.dyn.scene), dtype=torch.float32)  # (nu, 2)
         self.controller = ExplorationController(robot, num_worlds, gen, ctrl_range)
         self.n, self.gen = num_worlds, gen
@@ -103,7 +103,7 @@ class ExplorationSource:
         if self.terrain != "flat":  # anywhere on the terrain, above its surface
             xy = sample_spawn_xy(self.terrain, self.n, self.gen)  # (n, 2)
             qpos[:, 0:2] = torch.as_tensor(xy, dtype=torch.float32)
-            qpos[:, 2] += torch.as_tensor(surface_height(self.boxes, xy), dtype=torch.float32)
+            qpos[:, 2] += torch.as_tensor(terrain_height(self.terrain, xy), dtype=torch.float32)
         self.dyn.reset(torch.arange(self.n), qpos, qvel)
         self.controller.reset()
 

@@ -20,6 +20,7 @@ from flashnerd.envs import mdp
 from flashnerd.envs.commands import OrientationGoal, VelocityCommand
 from flashnerd.envs.config import DoneTerm, EnvCfg, RewTerm
 from flashnerd.envs.registry import load_entry_point, with_robot
+from flashnerd.envs.terrain import terrain_height_map
 from flashnerd.sim.scene import actuator_ctrl_limits, build_scene, variant_robot
 from flashnerd.utils.math import quat_apply_inverse, yaw_from_quat
 
@@ -142,6 +143,7 @@ class FlashNeRDEnv(gym.Env):
             start += len(bodies)
         self.air_time = AirTime(n, len(self.robot.contact_bodies.get("feet", ())), self.device)
 
+        self.height_map = terrain_height_map(cfg.terrain, self.device)  # the terrain's heights, None without a field
         self.command_manager = VelocityCommand(cfg.commands, n, self.device, self.rng) if cfg.commands else None
         self.goal = OrientationGoal(cfg.goal, n, self.device, self.rng) if cfg.goal else None
         self.trackers = {name: make(self) for name, make in cfg.trackers.items()}

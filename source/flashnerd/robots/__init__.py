@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from flashnerd.robots.allegro import ALLEGRO
@@ -33,9 +34,11 @@ def get_robot(name: str) -> RobotSpec:
             raise RobotFileError(f"robot spec '{robot.source}' names robot '{robot.name}', which is built in; set "
                                  "another 'name:'")
         known = _FROM_FILES.get(robot.name)
-        if known is not None and known.source != robot.source:
+        same = known is not None and (dataclasses.replace(known, mjcf=robot.mjcf, source=robot.source) == robot
+                                      and known.model_hash() == robot.model_hash())
+        if known is not None and not same:  # a copy of the same robot elsewhere is the same robot
             raise RobotFileError(f"robot spec '{robot.source}' names robot '{robot.name}', as '{known.source}' "
-                                 "does; give one of them another 'name:'")
+                                 "does, for another robot; give one of them another 'name:'")
         _FROM_FILES[robot.name] = robot
         return robot
     if name in _FROM_FILES:

@@ -14,11 +14,13 @@ ASSET_DIR = Path(__file__).parent / "assets"
 
 @dataclass(frozen=True)
 class Probe:
-    """A fixed contact probe (the NeRD convention): a sphere of `radius` at `pos` in the frame of `body`."""
+    """A contact probe in the frame of `body`: a sphere of `radius` at `pos` (the NeRD convention), or with `to` a
+    capsule of that radius around the segment from `pos` to `to` (a robot's collision capsule)."""
 
     body: str
     pos: tuple[float, float, float]
     radius: float = 0.0
+    to: tuple[float, float, float] | None = None
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,8 @@
     decimation: 4                      # physics steps per control step (default: a 50 Hz control step)
     contact_bodies: {base: base, feet: ".*_foot", thighs: ".*_thigh"}   # group -> body-name regex or list of them
     undesired_contacts: [thighs]       # groups a locomotion task penalizes touching (default: none)
-    probes: collision                  # contact spheres: from the collision geometry (default), or a list of
-                                       # {body, pos, radius}
+    probes: collision                  # contact probes: from the collision geometry (default), or a list of
+                                       # {body, pos, radius} (and `to: [x, y, z]` for a capsule)
     unsupported_geoms: error           # collision geoms without an exact sphere form: error | bounding_box | skip
     explore_amplitude: 0.5             # exploration and spawn ranges of `flashnerd record` (see RobotSpec)
     init_joint_noise: 0.3
@@ -22,8 +22,9 @@ Derived from the compiled model: the joints (the actuated ones, in actuator orde
 actuator on one hinge or slide joint, as the tasks send joint targets), a floating or fixed base (a free joint on
 the first body), the PD gains and torque limit (reported; the per-actuator values stay in the MJCF), the contact
 groups `base` (the floating body) and `feet` (the bodies at the ends of the kinematic tree) unless given, and the
-contact spheres. Collision geoms (contype or conaffinity nonzero) become spheres whose distance to a plane is exactly
-the geom's: a sphere is itself, a capsule the spheres of its two end caps, a box its eight corners (radius 0).
+contact probes. Collision geoms (contype or conaffinity nonzero) become probes whose distance to a plane or a box is
+exactly the geom's (contacts/rows.py): a sphere and a capsule are themselves (a capsule probe is a segment and a
+radius), a box is its eight corners (radius 0; exact against a plane).
 Cylinders, ellipsoids and meshes have no such form: `unsupported_geoms` names what happens (`bounding_box`: the
 corners of the geom's bounding box, which reach at least as far as the geom; `skip`: no spheres).
 The backends add the sensors they need (contact per contact body, torque per actuator) through `MjSpec` when the
@@ -165,18 +166,22 @@ def _collision_geoms(model: mujoco.MjModel) -> list[int]:
             and (model.geom_contype[g] != 0 or model.geom_conaffinity[g] != 0)]
 
 
-def geom_spheres(model: mujoco.MjModel, g: int, unsupported: str = "error") -> list[tuple[np.ndarray, float]]:
-    """Spheres (center in the geom's body frame, radius) whose lowest point over a plane is the geom's lowest point:
-    a sphere, a capsule's two end caps, a box's eight corners; other types by `unsupported` (see the module doc)."""
+def geom_probes(model: mujoco.MjModel, g: int, unsupported: str = "error") -> list[Probe]:
+    """Probes of collision geom `g` in its body's frame that meet a plane or a box where the geom does: a sphere
+    itself, a capsule itself (a segment and a radius), a box's eight corners; other types by `unsupported` (see the
+    module doc)."""
     kind, size = int(model.geom_type[g]), model.geom_size[g]
     pos, rot = model.geom_pos[g], np.zeros(9)
     mujoco.mju_quat2Mat(rot, model.geom_quat[g])
     rot = rot.reshape(3, 3)  # geom frame -> body frame
     signs = np.array([[sx, sy, sz] for sx in (1, -1) for sy in (1, -1) for sz in (1, -1)], dtype=float)  # (8, 3)
+    body = model.body(model.geom_bodyid[g]).name
+    in_body = lambda c: tuple(float(x) for x in pos + rot @ c)  # noqa: E731  geom frame -> body frame
+    if kind == int(_GEOM.mjGEOM_CAPSULE):  # the segment along the geom's z axis
+        return [Probe(body, in_body(np.array([0.0, 0.0, size[1]])), float(size[0]),
+                      to=in_body(np.array([0.0, 0.0, -size[1]])))]
     if kind == int(_GEOM.mjGEOM_SPHERE):
         local = [(np.zeros(3), float(size[0]))]
-    elif kind == int(_GEOM.mjGEOM_CAPSULE):
-        local = [(np.array([0.0, 0.0, s * size[1]]), float(size[0])) for s in (1, -1)]
     elif kind == int(_GEOM.mjGEOM_BOX):
         local = [(c, 0.0) for c in signs * size[:3]]
     elif unsupported == "bounding_box":
@@ -189,13 +194,12 @@ def geom_spheres(model: mujoco.MjModel, g: int, unsupported: str = "error") -> l
         label = model.geom(g).name or f"#{g} of body '{model.body(model.geom_bodyid[g]).name}'"
         raise RobotFileError(f"collision geom '{label}' is a {kind_name}, which contact rows do not take exactly; set "
                              "'unsupported_geoms: bounding_box' (its bounding-box corners) or 'skip', or list probes")
-    return [(pos + rot @ c, r) for c, r in local]
+    return [Probe(body, in_body(c), r) for c, r in local]
 
 
 def collision_probes(model: mujoco.MjModel, unsupported: str = "error") -> tuple[Probe, ...]:
-    """Contact spheres of every collision geom of the robot (see `geom_spheres`), in geom order."""
-    return tuple(Probe(model.body(model.geom_bodyid[g]).name, tuple(float(x) for x in c), r)
-                 for g in _collision_geoms(model) for c, r in geom_spheres(model, g, unsupported))
+    """Contact probes of every collision geom of the robot (see `geom_probes`), in geom order."""
+    return tuple(p for g in _collision_geoms(model) for p in geom_probes(model, g, unsupported))
 
 
 def _listed_probes(where: str, value: Any, bodies: list[str]) -> tuple[Probe, ...]:
@@ -203,14 +207,18 @@ def _listed_probes(where: str, value: Any, bodies: list[str]) -> tuple[Probe, ..
         raise RobotFileError(f"{where}: probes must be 'collision' or a list of {{body, pos, radius}}")
     out = []
     for i, p in enumerate(value):
-        if not isinstance(p, dict) or set(p) - {"body", "pos", "radius"} or p.get("body") not in bodies:
+        if not isinstance(p, dict) or set(p) - {"body", "pos", "radius", "to"} or p.get("body") not in bodies:
             raise RobotFileError(f"{where}: probes[{i}] must be {{body: <a body of the model>, pos: [x, y, z], "
-                                 f"radius: r}}, got {p!r}")
-        pos = p.get("pos", [0.0, 0.0, 0.0])
-        if not isinstance(pos, list) or len(pos) != 3:
-            raise RobotFileError(f"{where}: probes[{i}].pos must be [x, y, z], got {pos!r}")
-        out.append(Probe(p["body"], tuple(_number(f"{where}: probes[{i}].pos", x, -10.0, 10.0) for x in pos),
-                         _number(f"{where}: probes[{i}].radius", p.get("radius", 0.0), 0.0, 10.0)))
+                                 f"radius: r, to: [x, y, z] (a capsule, optional)}}, got {p!r}")
+        ends = []
+        for key in ("pos", "to"):
+            xyz = p.get(key, [0.0, 0.0, 0.0] if key == "pos" else None)
+            if xyz is not None and (not isinstance(xyz, list) or len(xyz) != 3):
+                raise RobotFileError(f"{where}: probes[{i}].{key} must be [x, y, z], got {xyz!r}")
+            ends.append(None if xyz is None else
+                        tuple(_number(f"{where}: probes[{i}].{key}", x, -10.0, 10.0) for x in xyz))
+        out.append(Probe(p["body"], ends[0], _number(f"{where}: probes[{i}].radius", p.get("radius", 0.0), 0.0, 10.0),
+                         to=ends[1]))
     return tuple(out)
 
 
@@ -255,7 +263,8 @@ def _lowest_point(model: mujoco.MjModel, qpos: np.ndarray, probes: tuple[Probe, 
     for p in probes:
         b = model.body(p.body).id
         rot = data.xmat[b].reshape(3, 3)
-        low = min(low, float((data.xpos[b] + rot @ np.asarray(p.pos))[2]) - p.radius)
+        for end in (p.pos, p.to if p.to is not None else p.pos):
+            low = min(low, float((data.xpos[b] + rot @ np.asarray(end))[2]) - p.radius)
     return low
 
 

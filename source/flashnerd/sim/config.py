@@ -20,7 +20,7 @@ class MujocoConfig:
 class MjwarpConfig:
     """Options of the `mjwarp` backend."""
 
-    nconmax: int = 48  # contacts per world
+    nconmax: int | None = None  # contacts per world (default: 48; 128 on a heightfield, whose prisms add contacts)
     njmax: int | None = None  # constraint rows per world (default: 4 per contact + 2 per DOF)
     graph: bool | None = None  # capture a control step as a CUDA graph (default: on CUDA)
     objects: tuple[str, ...] = ()  # objects next to the robot, see sim/scene.py

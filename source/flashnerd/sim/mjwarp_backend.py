@@ -17,6 +17,7 @@ from flashnerd.robots import RobotSpec
 from flashnerd.sim.actuation import actuation_for
 from flashnerd.sim.config import MjwarpConfig
 from flashnerd.sim.scene import build_scene, check_actuators, default_qpos, robot_columns, sensor_address
+from flashnerd.sim.terrain import terrain_height, terrain_heightfield
 from flashnerd.types import RobotState
 
 try:
@@ -89,11 +90,15 @@ class MjwarpDynamics:
         self.nq_r, self.nv_r = robot_columns(robot, m)  # the robot's leading columns; objects follow
         check_actuators(robot, m)
         self.wp_device = wp.get_device(str(self.device))
+        if nconmax is None:
+            nconmax = 48 if terrain_heightfield(terrain) is None else 128
         # A pyramidal contact of condim 3 takes 4 constraint rows; joint limits take one row each.
         njmax = njmax if njmax is not None else 4 * nconmax + 2 * self.nv
 
         data0 = mujoco.MjData(m)
         data0.qpos[:self.nq_r] = self.default_qpos()
+        if robot.floating_base:  # standing on the terrain, not inside it (the contact buffers are sized from here)
+            data0.qpos[2] += float(terrain_height(terrain, data0.qpos[None, 0:2])[0])
         data0.ctrl[:] = robot.default_joint_pos
         mujoco.mj_forward(m, data0)
         self._act = actuation_for(robot, m)  # a variant's delay and torque-speed limit (sim/actuation.py)

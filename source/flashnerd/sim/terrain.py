@@ -1,4 +1,5 @@
-"""Terrains: a ground plane plus static boxes (platforms, steps, blocks, ramps), named so every backend builds the same.
+"""Terrains: a ground plane plus static boxes (platforms, steps, blocks, ramps) or a heightfield, named so every backend
+builds the same.
 
 A terrain is a list of `Box`es resting in the world. The MuJoCo scene gets one box geom per `Box` (named
 `terrain_<i>`); the learned backends' contact detector reads the same boxes back from the compiled model, so the
@@ -10,6 +11,8 @@ analytical and the learned side see one terrain.
   x = `PLATFORM_EDGE`.
 - `blocks`: training terrain (a fixed seed): a field of steps, boxes and ramps of heights up to 0.2 m, so recorded
   data shows the feet, shanks and base meeting edges, tops and sides.
+- `rough`: one heightfield of sub-terrains (stairs, boxes, noise, slopes) in rows of difficulty, Isaac Lab's rough
+  terrain in spirit (`sim/heightfield.py`).
 """
 
 from __future__ import annotations
@@ -20,12 +23,14 @@ from dataclasses import dataclass
 import mujoco
 import numpy as np
 
+from flashnerd.sim.heightfield import PLATFORM, HeightField, add_heightfield, rough_heightfield, tile_centers
+
 PLATFORM_HEIGHTS = (0.06, 0.085, 0.11, 0.135, 0.16, 0.181)  # m
 PLATFORM_EDGE = 0.75  # m: the near edge of every platform, ahead of the robot's start
 PLATFORM_SIZE = (2.0, 1.6)  # m: depth (x) and width (y)
 LANE_GAP = 3.0  # m between lanes
 BLOCKS_EXTENT = 6.0  # m: the blocks field covers [-extent, extent]^2
-TERRAINS = ("flat", "platforms", "blocks")
+TERRAINS = ("flat", "platforms", "blocks", "rough")
 
 
 @dataclass(frozen=True)
@@ -73,11 +78,20 @@ def terrain_boxes(name: str) -> list[Box]:
     """The boxes of terrain `name`; an unknown name is a one-line error."""
     if name not in TERRAINS:
         raise ValueError(f"unknown terrain '{name}'; choose one of: {', '.join(TERRAINS)}")
-    return {"flat": list, "platforms": platform_boxes, "blocks": block_boxes}[name]()
+    return {"flat": list, "platforms": platform_boxes, "blocks": block_boxes, "rough": list}[name]()
+
+
+def terrain_heightfield(name: str) -> HeightField | None:
+    """The heightfield of terrain `name`, or None for a terrain of boxes."""
+    return rough_heightfield() if name == "rough" else None
 
 
 def add_terrain(spec: mujoco.MjSpec, name: str) -> None:
-    """Add the boxes of terrain `name` to `spec`'s world body (geoms `terrain_<i>`, colliding like the floor)."""
+    """Add terrain `name` to `spec`'s world body: its boxes (geoms `terrain_<i>`) or its heightfield, colliding like
+    the floor."""
+    field = terrain_heightfield(name)
+    if field is not None:
+        add_heightfield(spec, field)
     for i, box in enumerate(terrain_boxes(name)):
         spec.worldbody.add_geom(
             name=f"terrain_{i}", type=mujoco.mjtGeom.mjGEOM_BOX, pos=list(box.center), quat=list(box.quat),
@@ -99,6 +113,12 @@ def surface_height(boxes: list[Box], xy: np.ndarray) -> np.ndarray:
     return height
 
 
+def terrain_height(name: str, xy: np.ndarray) -> np.ndarray:
+    """Height (n,) of terrain `name`'s top under points xy (n, 2) (see `surface_height`; a heightfield's surface)."""
+    field = terrain_heightfield(name)
+    return field.height_at(xy) if field is not None else surface_height(terrain_boxes(name), xy)
+
+
 def sample_spawn_xy(name: str, n: int, gen) -> np.ndarray:
     """Start positions (n, 2) for recording on terrain `name` (a torch.Generator draws them): the origin on `flat`,
     anywhere on the `blocks` field, and in front of, at the edge of or on a platform of a random lane on
@@ -110,6 +130,10 @@ def sample_spawn_xy(name: str, n: int, gen) -> np.ndarray:
         return np.zeros((n, 2))
     if name == "blocks":
         return (u - 0.5) * 2 * BLOCKS_EXTENT
+    if name == "rough":  # on a random tile's platform, or anywhere within a tile around it
+        centers = tile_centers(rough_heightfield()).reshape(-1, 2)
+        pick = torch.randint(len(centers), (n,), generator=gen).numpy()
+        return centers[pick] + (u - 0.5) * np.where(u[:, :1] < 0.5, PLATFORM, 3.0)
     lane = np.floor(torch.rand(n, generator=gen, dtype=torch.float64).numpy() * len(PLATFORM_HEIGHTS))
     x = -0.5 + u[:, 0] * (PLATFORM_EDGE + PLATFORM_SIZE[0] * 0.75 + 0.5)
     y = lane * LANE_GAP + (u[:, 1] - 0.5) * PLATFORM_SIZE[1] * 0.8
