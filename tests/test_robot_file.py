@@ -298,3 +298,30 @@ def test_two_spec_files_for_different_robots_of_one_name_are_refused(tmp_path, h
     (tmp_path / "copy" / "hound.xml").write_text((hound_dir / "hound.xml").read_text().replace('kp="40"', 'kp="60"'))
     with pytest.raises(RobotFileError, match="names robot 'hound', as .* does, for another robot"):
         get_robot(str(tmp_path / "copy" / "hound.yaml"))
+
+
+def test_a_floor_in_the_users_mjcf_and_site_only_leaf_bodies_are_handled(tmp_path, hound_dir):
+    xml = (hound_dir / "hound.xml").read_text().replace('model="hound"', 'model="tipped"')
+    xml = xml.replace('<geom name="FL" class="foot" pos="0 0 -0.2"/>',
+                      '<geom name="FL" class="foot" pos="0 0 -0.2"/><body name="FL_tip" pos="0 0 -0.2"><site/></body>')
+    xml = xml.replace("<worldbody>", '<worldbody><geom name="their_floor" type="plane" size="5 5 0.1"/>')
+    shutil.copytree(hound_dir / "meshes", tmp_path / "t" / "meshes")
+    robot = get_robot(str(_write_spec(tmp_path / "t", "mjcf: robot.xml\n", xml)))
+    assert robot.contact_bodies["feet"] == ("FL_calf", "FR_calf", "RL_calf", "RR_calf")  # the tip has no geometry
+    model = build_scene(robot)
+    planes = [model.geom(g).name for g in range(model.ngeom) if model.geom_type[g] == mujoco.mjtGeom.mjGEOM_PLANE]
+    assert planes == ["floor"]  # one floor, the scene's
+
+
+def test_a_dataset_naming_a_hostile_spec_path_is_a_one_line_error(tmp_path):
+    from flashnerd.robots import robot_of_record
+
+    big = tmp_path / "big.yaml"
+    big.write_bytes(b"#" * (2 << 20))
+    not_yaml = tmp_path / "x.yaml"
+    not_yaml.write_text("just a string")
+    for spec, match in ((str(big), "a spec file is a few lines"), (str(not_yaml), "must be a YAML mapping"),
+                        (str(tmp_path / "gone.yaml"), "which is not here")):
+        with pytest.raises(ValueError, match=match) as err:
+            robot_of_record("someone_elses_robot", spec)
+        assert "\n" not in str(err.value)

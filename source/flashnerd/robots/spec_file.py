@@ -21,7 +21,8 @@
 Derived from the compiled model: the joints (the actuated ones, in actuator order; every actuator must be a position
 actuator on one hinge or slide joint, as the tasks send joint targets), a floating or fixed base (a free joint on
 the first body), the PD gains and torque limit (reported; the per-actuator values stay in the MJCF), the contact
-groups `base` (the floating body) and `feet` (the bodies at the ends of the kinematic tree) unless given, and the
+groups `base` (the floating body) and `feet` (the bodies at the ends of the kinematic tree, or their nearest ancestors
+with collision geometry) unless given, and the
 contact probes. Collision geoms (contype or conaffinity nonzero) become probes whose distance to a plane or a box is
 exactly the geom's (contacts/rows.py): a sphere and a capsule are themselves (a capsule probe is a segment and a
 radius), a box is its eight corners (radius 0; exact against a plane).
@@ -50,6 +51,7 @@ KEYS = ("mjcf", "name", "keyframe", "default_joint_pos", "init_base_height", "si
         "init_vel_noise", "init_height_range", "init_tilt")
 UNSUPPORTED = ("error", "bounding_box", "skip")
 CONTROL_DT = 0.02  # s: the default control step (50 Hz, Isaac Lab's locomotion rate)
+MAX_SPEC_BYTES = 1 << 20  # a spec file is a few lines; a record naming a huge file is refused before it is read
 SPAWN_CLEARANCE = 0.01  # m: a derived spawn height puts the lowest collision point this far above the floor
 _NAME = re.compile(r"[A-Za-z0-9_\-]+")
 _GEOM = mujoco.mjtGeom
@@ -237,11 +239,18 @@ def _contact_groups(data: dict, model: mujoco.MjModel, floating: bool, where: st
         patterns = patterns if isinstance(patterns, list) else [patterns]
         hits = [b for p in patterns for b in _regex_matches(f"{where}: contact_bodies['{group}']", p, bodies)]
         groups[group] = tuple(dict.fromkeys(hits))
-    if floating and "feet" not in given:
+    if floating and "feet" not in given:  # the ends of the legs: each leaf body, or its nearest ancestor with collision
         children = set(int(p) for p in model.body_parentid[1:])
-        leaves = tuple(model.body(b).name for b in range(2, model.nbody) if b not in children)
-        if leaves:
-            groups["feet"] = leaves
+        colliding = {int(model.geom_bodyid[g]) for g in _collision_geoms(model)}
+        feet = []
+        for leaf in (b for b in range(2, model.nbody) if b not in children):
+            b = leaf
+            while b > 1 and b not in colliding:  # a site-only or sensor body at the end: its parent touches
+                b = int(model.body_parentid[b])
+            if b > 1 and model.body(b).name not in feet:
+                feet.append(model.body(b).name)
+        if feet:
+            groups["feet"] = tuple(feet)
     seen: dict[str, str] = {}
     for group, members in groups.items():
         for b in members:
@@ -351,6 +360,8 @@ def load_robot_file(path: str | Path) -> RobotSpec:
     path = Path(path).expanduser().resolve()
     if not path.is_file():
         raise RobotFileError(f"robot spec file '{path}' does not exist")
+    if path.stat().st_size > MAX_SPEC_BYTES:
+        raise RobotFileError(f"robot spec '{path}' is {path.stat().st_size} bytes; a spec file is a few lines of YAML")
     try:
         data = yaml.safe_load(path.read_text())
     except (yaml.YAMLError, UnicodeDecodeError) as err:

@@ -17,7 +17,7 @@ def add_parser(bsub: argparse._SubParsersAction) -> None:
     d = SuiteConfig()
     p = bsub.add_parser("suite", help="model-only accuracy and throughput of several models on several robots "
                                       "(Table I / Fig. 4): JSON, Markdown table, radar plot")
-    p.add_argument("--robots", default=",".join(d.robots), help="comma-separated robot names")
+    p.add_argument("--robots", default=",".join(d.robots), help="comma-separated robot names or spec files")
     p.add_argument("--models", default=",".join(d.models), help="comma-separated model kinds")
     p.add_argument("--fit_seconds", type=float, default=d.fit_seconds, help="wall-time budget of each fit")
     p.add_argument("--fit_steps", type=int, default=d.fit_steps, help="optimizer-step cap of each fit")
