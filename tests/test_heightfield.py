@@ -64,7 +64,7 @@ def test_the_surface_is_mujocos(rough_scene):
     mujoco.mj_forward(model, data)
     field, read = rough_heightfield(), read_heightfield(model)
     det = ContactRowDetector(get_robot("anymal_c"), model)
-    xy = np.random.default_rng(0).uniform([-12.5, -10.5], [12.5, 10.5], size=(300, 2))  # past the border too
+    xy = np.random.default_rng(0).uniform([-18.5, -15.5], [18.5, 15.5], size=(300, 2))  # past the border too
     geom = np.zeros(1, dtype=np.int32)
     mine = det._field_height(torch.tensor(np.c_[xy, np.zeros(len(xy))], dtype=torch.float32)).numpy()
     for i, (x, y) in enumerate(xy):
@@ -107,7 +107,7 @@ def test_sphere_rows_against_the_heightfield_are_exact(rough_scene):
     det = ContactRowDetector(robot, model)
     field = rough_heightfield()
     gen = np.random.default_rng(1)
-    xy = gen.uniform([-11.5, -9.5], [11.5, 9.5], size=(200, 2))
+    xy = gen.uniform([-17.5, -14.5], [17.5, 14.5], size=(200, 2))
     z = field.height_at(xy) + gen.uniform(-0.06, 0.12, size=len(xy))  # above, on and inside the surface
     centers = torch.tensor(np.c_[xy, z], dtype=torch.float32)[:, None]  # (n, 1, 3) one sphere per world
     dist, point, normal = det._field_pairs(centers)
@@ -143,9 +143,22 @@ def test_rows_above_flat_patches_match_mujocos_surface(rough_scene):
         assert dist[i].item() == pytest.approx(down - 5.0, abs=2e-5)
 
 
+def test_spawns_fall_on_the_tiles_half_of_them_on_the_platforms():
+    xy = sample_spawn_xy("rough", 2000, torch.Generator().manual_seed(0))
+    centers = tile_centers(rough_heightfield()).reshape(-1, 2)
+    offset = np.abs(xy[:, None] - centers[None]).max(axis=2).min(axis=1)  # (n,) to the nearest tile centre
+    assert (offset <= 0.375 * TILE + 1e-9).all()  # within the middle three quarters of a tile
+    on_platform = (offset <= PLATFORM / 2).mean()
+    assert 0.5 < on_platform < 0.7  # half start on a platform, and some of the wide half lands on one too
+    nearest = centers[np.abs(xy[:, None] - centers[None]).max(axis=2).argmin(axis=1)]
+    assert np.abs((xy - nearest).mean(axis=0)).max() < 0.1  # spread evenly around the centres
+
+
 def test_anymal_stands_on_every_tile_of_the_rough_field_in_mujoco():
     robot = get_robot("anymal_c")
-    centers = torch.as_tensor(sample_spawn_xy("rough", 12, torch.Generator().manual_seed(0)), dtype=torch.float32)
+    platforms = tile_centers(rough_heightfield()).reshape(-1, 2)[::3]  # every third tile's platform: all rows, types
+    centers = torch.as_tensor(platforms + np.random.default_rng(0).uniform(-0.05, 0.05, platforms.shape),
+                              dtype=torch.float32)
     dyn = make_dynamics("mujoco", robot, len(centers), terrain="rough")
     qpos = torch.as_tensor(dyn.default_qpos(), dtype=torch.float32).repeat(len(centers), 1)
     qpos[:, :2] = centers
@@ -171,7 +184,7 @@ def test_capsule_rows_against_the_heightfield(rough_scene):
     field = rough_heightfield()
     gen = np.random.default_rng(0)
     n = 120
-    middle = gen.uniform([-11.0, -9.0], [11.0, 9.0], size=(n, 2))
+    middle = gen.uniform([-17.0, -14.0], [17.0, 14.0], size=(n, 2))
     axis = gen.normal(size=(n, 3))
     axis /= np.linalg.norm(axis, axis=1, keepdims=True)
     half = gen.uniform(0.025, 0.1, size=(n, 1))

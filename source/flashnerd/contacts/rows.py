@@ -235,7 +235,8 @@ class ContactRowDetector:
         da, db = ((sa - ta) * n).sum(-1), ((sb - ta) * n).sum(-1)  # (N, P, T) the ends' sides of each plane
         cross = sa + (da / torch.where(da != db, da - db, torch.ones_like(da)))[..., None] * (sb - sa)
         hit = _closest_on_triangles(cross, ta, tb, tc)  # where the segment meets the plane, if in the triangle
-        crosses = (da * db <= 0) & (da != db) & (torch.linalg.norm(hit - cross, dim=-1) < 1e-7)
+        inside = torch.linalg.norm(hit - cross, dim=-1) < 1e-5 * (1 + cross.abs().amax(-1))  # float32 far out
+        crosses = (da * db <= 0) & (da != db) & inside
         cands.append((cross, torch.where(crosses[..., None], cross, hit + 1e3)))  # a far point where it does not
         on_seg = torch.stack([p for p, _ in cands], dim=-2)  # (N, P, T, 6, 3)
         on_tri = torch.stack([q for _, q in cands], dim=-2)

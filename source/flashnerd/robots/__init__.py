@@ -16,6 +16,7 @@ from flashnerd.robots.spec_file import RobotFileError, load_robot_file
 
 ROBOTS: dict[str, RobotSpec] = {r.name: r for r in (ALLEGRO, ANYMAL_C, CARTPOLE, FRANKA, G1, MICRODUCK)}
 _FROM_FILES: dict[str, RobotSpec] = {}  # robots read from spec files in this process, by name
+_BY_PATH: dict[str, tuple[tuple, RobotSpec]] = {}  # resolved spec path -> (file stamps, robot)
 
 
 def is_spec_path(name: str) -> bool:
@@ -25,11 +26,12 @@ def is_spec_path(name: str) -> bool:
 
 def get_robot(name: str) -> RobotSpec:
     """The robot registered under `name`, or the robot of the spec file at path `name` (robots/spec_file.py; read
-    once per process, then known by its name too); anything else is a one-line error listing the known robots."""
+    again only when the spec file or its MJCF changed, then known by its name too); anything else is a one-line error
+    listing the known robots."""
     if name in ROBOTS:
         return ROBOTS[name]
     if is_spec_path(name):
-        robot = load_robot_file(name)
+        robot = _read_spec_file(name)
         if robot.name in ROBOTS:
             raise RobotFileError(f"robot spec '{robot.source}' names robot '{robot.name}', which is built in; set "
                                  "another 'name:'")
@@ -45,6 +47,29 @@ def get_robot(name: str) -> RobotSpec:
         return _FROM_FILES[name]
     raise ValueError(f"unknown robot '{name}'; choose one of: {', '.join(sorted(ROBOTS))}, or give a robot spec file "
                      "(path/to/robot.yaml, see docs/howto/bring_your_robot.md)")
+
+
+def _stamp(*paths: str | Path) -> tuple:
+    """(modification time, size) of each file, None for one that cannot be read: a cached robot is reused while its
+    spec file and MJCF keep theirs."""
+    out = []
+    for p in paths:
+        try:
+            st = Path(p).stat()
+            out.append((st.st_mtime_ns, st.st_size))
+        except OSError:
+            out.append(None)
+    return tuple(out)
+
+
+def _read_spec_file(name: str) -> RobotSpec:
+    path = str(Path(name).expanduser().resolve())
+    cached = _BY_PATH.get(path)
+    if cached is not None and None not in cached[0] and cached[0] == _stamp(path, cached[1].mjcf):
+        return cached[1]
+    robot = load_robot_file(path)
+    _BY_PATH[path] = (_stamp(path, robot.mjcf), robot)
+    return robot
 
 
 def robot_of_record(name: str, spec: str = "") -> RobotSpec:

@@ -124,9 +124,9 @@ def _floating(model: mujoco.MjModel, where: str) -> bool:
     free = [j for j in range(model.njnt) if int(model.jnt_type[j]) == int(mujoco.mjtJoint.mjJNT_FREE)]
     if not free:
         return False
-    if free != [0] or model.body_parentid[model.jnt_bodyid[0]] != 0:
+    if free != [0] or int(model.jnt_bodyid[0]) != 1:
         raise RobotFileError(f"{where}: only the robot's first body may have a free joint (the floating base); the "
-                             "MJCF holds the robot alone, without free objects")
+                             "MJCF holds the robot alone, without free objects or static bodies before it")
     return True
 
 
@@ -297,7 +297,7 @@ def parse_robot_file(data: Any, path: Path) -> RobotSpec:
     qpos, from_key = _default_pose(data, model, joints, where)
     groups = _contact_groups(data, model, floating, where)
     undesired = data.get("undesired_contacts", [])
-    if not isinstance(undesired, list) or any(g not in groups for g in undesired):
+    if not isinstance(undesired, list) or any(not isinstance(g, str) or g not in groups for g in undesired):
         raise RobotFileError(f"{where}: undesired_contacts must list contact groups ({', '.join(groups) or 'none'}), "
                              f"got {undesired!r}")
     unsupported = data.get("unsupported_geoms", "error")
@@ -360,10 +360,13 @@ def load_robot_file(path: str | Path) -> RobotSpec:
     path = Path(path).expanduser().resolve()
     if not path.is_file():
         raise RobotFileError(f"robot spec file '{path}' does not exist")
-    if path.stat().st_size > MAX_SPEC_BYTES:
-        raise RobotFileError(f"robot spec '{path}' is {path.stat().st_size} bytes; a spec file is a few lines of YAML")
     try:
+        if path.stat().st_size > MAX_SPEC_BYTES:
+            raise RobotFileError(f"robot spec '{path}' is {path.stat().st_size} bytes; a spec file is a few lines of "
+                                 "YAML")
         data = yaml.safe_load(path.read_text())
-    except (yaml.YAMLError, UnicodeDecodeError) as err:
+    except OSError as err:
+        raise RobotFileError(f"robot spec '{path}' cannot be read ({err.strerror or type(err).__name__})") from err
+    except (yaml.YAMLError, UnicodeDecodeError, RecursionError) as err:
         raise RobotFileError(f"robot spec '{path}' is not valid YAML ({type(err).__name__})") from err
     return parse_robot_file(data, path)

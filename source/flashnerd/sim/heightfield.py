@@ -26,8 +26,8 @@ import mujoco
 import numpy as np
 import torch
 
-TILE = 4.0  # m: side of one sub-terrain
-PLATFORM = 1.0  # m: side of the flat platform in each tile's middle
+TILE = 6.0  # m: side of one sub-terrain (Isaac Lab: 8)
+PLATFORM = 2.0  # m: side of the flat platform in each tile's middle (Isaac Lab's; ANYmal-C is 1 m long)
 CELL = 0.1  # m between grid points (Isaac Lab's horizontal scale)
 LEVELS = 5  # rows of difficulty
 TYPES = ("stairs", "stairs_down", "boxes", "noise", "slope", "slope_down")

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import mujoco
 import numpy as np
 
-from flashnerd.sim.heightfield import PLATFORM, HeightField, add_heightfield, rough_heightfield, tile_centers
+from flashnerd.sim.heightfield import PLATFORM, TILE, HeightField, add_heightfield, rough_heightfield, tile_centers
 
 PLATFORM_HEIGHTS = (0.06, 0.085, 0.11, 0.135, 0.16, 0.181)  # m
 PLATFORM_EDGE = 0.75  # m: the near edge of every platform, ahead of the robot's start
@@ -133,7 +133,8 @@ def sample_spawn_xy(name: str, n: int, gen) -> np.ndarray:
     if name == "rough":  # on a random tile's platform, or anywhere within a tile around it
         centers = tile_centers(rough_heightfield()).reshape(-1, 2)
         pick = torch.randint(len(centers), (n,), generator=gen).numpy()
-        return centers[pick] + (u - 0.5) * np.where(u[:, :1] < 0.5, PLATFORM, 3.0)
+        wide = torch.rand(n, 1, generator=gen, dtype=torch.float64).numpy() < 0.5
+        return centers[pick] + (u - 0.5) * np.where(wide, 0.75 * TILE, PLATFORM)
     lane = np.floor(torch.rand(n, generator=gen, dtype=torch.float64).numpy() * len(PLATFORM_HEIGHTS))
     x = -0.5 + u[:, 0] * (PLATFORM_EDGE + PLATFORM_SIZE[0] * 0.75 + 0.5)
     y = lane * LANE_GAP + (u[:, 1] - 0.5) * PLATFORM_SIZE[1] * 0.8
