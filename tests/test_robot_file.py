@@ -292,7 +292,9 @@ def test_mjwarp_steps_a_robot_from_outside_the_package_as_mujoco_does(hound):
         dyn.close()
 
 
-def test_two_spec_files_for_different_robots_of_one_name_are_refused(tmp_path, hound_dir, hound):
+def test_two_spec_files_for_different_robots_of_one_name_are_refused(tmp_path, hound_dir, hound, monkeypatch):
+    monkeypatch.setattr(robots, "_FROM_FILES", dict(robots._FROM_FILES))  # the other 'hound' leaves with the test
+    monkeypatch.setattr(robots, "_BY_PATH", dict(robots._BY_PATH))
     shutil.copytree(hound_dir, tmp_path / "copy")
     assert get_robot(str(tmp_path / "copy" / "hound.yaml")).model_hash() == hound.model_hash()  # a copy: the same
     (tmp_path / "copy" / "hound.xml").write_text((hound_dir / "hound.xml").read_text().replace('kp="40"', 'kp="60"'))

@@ -40,15 +40,24 @@ def probe_segment_ends(robot: RobotSpec, device: torch.device | str = "cpu") -> 
                         device=torch.device(device))  # (P, 3)
 
 
+def segment_ends(kin: TorchKinematics, qpos: torch.Tensor, body_ids: torch.Tensor, local: torch.Tensor,
+                 local_to: torch.Tensor | None) -> torch.Tensor:
+    """World positions (N, P, E, 3) of the probes' segment ends, from one kinematics pass (E = 1 when every probe is
+    a sphere: the centers; else 2, a sphere's two ends equal)."""
+    if local_to is None:
+        return kin.points(qpos, body_ids, local)[:, :, None]  # (N, P, 1, 3)
+    ends = kin.points(qpos, torch.cat((body_ids, body_ids)), torch.cat((local, local_to)))  # (N, 2P, 3)
+    return ends.unflatten(1, (2, -1)).transpose(1, 2)  # (N, P, 2, 3)
+
+
 def lowest_centers(kin: TorchKinematics, qpos: torch.Tensor, body_ids: torch.Tensor, local: torch.Tensor,
                    local_to: torch.Tensor | None) -> torch.Tensor:
     """World centers (N, P, 3) of the probe spheres nearest a horizontal plane: a sphere's center, a capsule's lower
     segment end (the segment's nearest point to any plane below it lies at an end)."""
-    if local_to is None:
-        return kin.points(qpos, body_ids, local)  # (N, P, 3)
-    p = len(body_ids)
-    ends = kin.points(qpos, torch.cat((body_ids, body_ids)), torch.cat((local, local_to)))  # (N, 2P, 3)
-    a, b = ends[:, :p], ends[:, p:]
+    ends = segment_ends(kin, qpos, body_ids, local, local_to)  # (N, P, E, 3)
+    if ends.shape[2] == 1:
+        return ends[:, :, 0]  # (N, P, 3)
+    a, b = ends[:, :, 0], ends[:, :, 1]
     return torch.where((b[..., 2] < a[..., 2])[..., None], b, a)  # (N, P, 3)
 
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import mujoco
 import torch
 
-from flashnerd.contacts.probes import probe_segment_ends, probe_spheres
+from flashnerd.contacts.probes import probe_segment_ends, probe_spheres, segment_ends
 from flashnerd.robots import RobotSpec
 from flashnerd.robots.kinematics import TorchKinematics
 from flashnerd.sim.heightfield import HeightMap, read_heightfield
@@ -107,10 +107,7 @@ class ContactRowDetector:
     # --- geometry -------------------------------------------------------------------------------------------------
     def _ends(self, qpos: torch.Tensor) -> torch.Tensor:
         """World positions (N, P, E, 3) of the probes' segment ends (E = 1: the sphere centers)."""
-        if self.local_to is None:
-            return self.kin.points(qpos, self.body_ids, self.local)[:, :, None]  # (N, P, 1, 3)
-        ids, local = torch.cat((self.body_ids, self.body_ids)), torch.cat((self.local, self.local_to))
-        return self.kin.points(qpos, ids, local).unflatten(1, (2, -1)).transpose(1, 2)  # (N, P, 2, 3)
+        return segment_ends(self.kin, qpos, self.body_ids, self.local, self.local_to)
 
     def _near_boxes(self, centers: torch.Tensor) -> torch.Tensor | None:
         """Indices of the boxes whose world bounding box comes within the cutoff of the bounding box of all spheres

@@ -37,9 +37,9 @@ def build_scene_spec(robot: RobotSpec, terrain: str = "flat", objects: tuple[str
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise ValueError(f"robot MJCF {robot.mjcf_path} failed to load: {first}") from err
     spec.option.timestep = robot.sim_dt
-    if robot.source:  # a user's MJCF may bring its own floor; the scene adds the one every backend agrees on
-        for geom in [g for g in spec.worldbody.geoms if g.type == mujoco.mjtGeom.mjGEOM_PLANE]:
-            spec.delete(geom)
+    # a robot's MJCF may bring its own floor (a user's often does); the scene adds the one every backend agrees on
+    for geom in [g for g in spec.worldbody.geoms if g.type == mujoco.mjtGeom.mjGEOM_PLANE]:
+        spec.delete(geom)
     add_robot_sensors(spec, robot)
     if robot.variant is not None:  # before terrain and objects, so its regexes see the robot alone
         apply_variant(spec, robot.variant)
