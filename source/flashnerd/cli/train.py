@@ -1,8 +1,10 @@
-"""`flashnerd train`: PPO (rsl-rl-lib) on any task and dynamics backend, with Isaac Lab's log layout."""
+"""`flashnerd train`: PPO (rsl-rl-lib) on any task and dynamics backend, or SHAC (`--algo shac`) through a
+differentiable learned backend, with Isaac Lab's log layout."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -26,14 +28,21 @@ from flashnerd.cli.common import (
 from flashnerd.dynamics.learned import MEMBER_MODES
 from flashnerd.envs.evaluate import evaluate_on_backends
 from flashnerd.envs.rsl_rl import make_runner
+from flashnerd.envs.shac import ShacCfg, ShacTrainer
+from flashnerd.models import MODEL_KINDS
 from flashnerd.utils.distributed import dist_info, shutdown
 from flashnerd.utils.seeding import seed_everything
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("train", help="train a PPO policy on a task")
+    p = sub.add_parser("train", help="train a policy on a task (PPO, or SHAC through a learned model)")
     add_env_args(p)
     add_checkpoint_args(p)
+    p.add_argument("--algo", default="ppo", choices=ALGOS,
+                   help="ppo (rsl-rl-lib, any backend) or shac (short-horizon actor-critic: gradients of the return "
+                        "through the learned model; learned backends only)")
+    p.add_argument("--shac_horizon", type=int, default=None,
+                   help=f"SHAC: steps per differentiable rollout (default {ShacCfg.horizon})")
     p.add_argument("--max_iterations", type=int, default=None,
                    help="PPO iterations in all, counting those a resumed run already did (default: agent config)")
     p.add_argument("--save_interval", type=int, default=None,
@@ -54,8 +63,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+ALGOS = ("ppo", "shac")
+
+
 def run(args: argparse.Namespace) -> dict:
     env_cfg, agent_cfg = load_task_cfgs(args)
+    shac_cfg = shac_args(args, env_cfg)
     check_positive("max_iterations", args.max_iterations)
     check_positive("save_interval", args.save_interval)
     if args.eval_episodes < 0:
@@ -87,6 +100,8 @@ def run(args: argparse.Namespace) -> dict:
 
     seed_everything(agent_cfg.seed)
     log_dir = new_log_dir(args.log_root, agent_cfg.experiment_name, agent_cfg.run_name)
+    if shac_cfg is not None:
+        return run_shac(args, env_cfg, agent_cfg, shac_cfg, log_dir, resume_path)
     env, runner = make_runner(args.task, env_cfg, agent_cfg, str(log_dir) if info.is_main else None,
                               verbose=info.is_main)
     if info.is_main:
@@ -119,24 +134,83 @@ def run(args: argparse.Namespace) -> dict:
         shutdown()
         if not info.is_main:
             return {}
+    summary = finish(args, env_cfg, agent_cfg, runner, log_dir, wall, runner.current_learning_iteration)
+    summary["processes"] = info.world_size
+    print(json.dumps(summary))
+    return summary
+
+
+def finish(args: argparse.Namespace, env_cfg, agent_cfg, runner, log_dir, wall: float, last_iteration: int) -> dict:
+    """Evaluate the trained policy on its backend and in MuJoCo (unless --eval_episodes 0); the run's summary."""
     evaluation = {}
     if args.eval_episodes > 0:
         policy = runner.get_inference_policy(device=agent_cfg.device)
         evaluation = evaluate_on_backends(args.task, env_cfg, policy, args.eval_episodes)
         write_json(log_dir / "eval.json", evaluation)
         print_comparison(evaluation, env_cfg.dynamics, args.eval_episodes)
-    summary = {
+    return {
         "task": args.task,
+        "algo": args.algo,
         "dynamics": env_cfg.dynamics,
         "num_envs": env_cfg.num_envs,
-        "processes": info.world_size,
         "iterations": agent_cfg.max_iterations,
         "wall_time_s": round(wall, 2),
         "log_dir": str(log_dir),
-        "checkpoint": str(log_dir / f"model_{runner.current_learning_iteration}.pt"),
+        "checkpoint": str(log_dir / f"model_{last_iteration}.pt"),
         "eval": {backend: {k: m[k] for k in ("mean_return", "lin_vel_rms", "ang_vel_rms", "fall_rate")}
                  for backend, m in evaluation.items()},
     }
+
+
+def shac_args(args: argparse.Namespace, env_cfg) -> ShacCfg | None:
+    """SHAC's settings for --algo shac (None for PPO); SHAC options without it, or SHAC on a backend it cannot
+    differentiate through, are one-line errors. The env's learned backend is made differentiable."""
+    if args.algo != "shac":
+        if args.shac_horizon is not None:
+            raise CLIError("--shac_horizon sets SHAC's rollout length; add --algo shac, or drop it")
+        return None
+    if env_cfg.dynamics not in MODEL_KINDS:
+        raise CLIError(f"--algo shac differentiates through a learned model, and '{env_cfg.dynamics}' is not one; "
+                       f"use --dynamics {' / '.join(MODEL_KINDS)} (or --algo ppo on any backend)")
+    if dist_info().enabled:
+        raise CLIError("--algo shac runs in one process; start it without torchrun")
+    cfg = ShacCfg()
+    if args.shac_horizon is not None:
+        check_positive("shac_horizon", args.shac_horizon)
+        cfg.horizon = args.shac_horizon
+    env_cfg.dynamics_kwargs = {**env_cfg.dynamics_kwargs, "differentiable": True}
+    return cfg
+
+
+def run_shac(args: argparse.Namespace, env_cfg, agent_cfg, shac_cfg: ShacCfg, log_dir, resume_path) -> dict:
+    """`flashnerd train --algo shac`: SHAC with the agent config's actor and critic, rsl_rl's checkpoint layout."""
+    env, runner = make_runner(args.task, env_cfg, agent_cfg, None)
+    dump_yaml(log_dir / "params" / "env.yaml", env_cfg)
+    dump_yaml(log_dir / "params" / "agent.yaml", agent_cfg)
+    dump_yaml(log_dir / "params" / "shac.yaml", shac_cfg)
+    trainer = ShacTrainer(env, runner, shac_cfg, agent_cfg.max_iterations, str(log_dir))
+    if resume_path is not None:
+        trainer.load(str(resume_path))
+        if trainer.iteration >= agent_cfg.max_iterations:
+            raise CLIError(f"'{resume_path}' already completed {trainer.iteration} iterations; raise "
+                           "--max_iterations above that")
+        print(f"[flashnerd] resuming from {resume_path}: {trainer.iteration} iterations done")
+    else:  # spread the first resets over the episode, as rsl_rl's init_at_random_ep_len
+        env.episode_length_buf = torch.randint_like(env.episode_length_buf, high=int(env.max_episode_length))
+    start = time.perf_counter()
+    try:
+        trainer.learn(agent_cfg.max_iterations - trainer.iteration, agent_cfg.save_interval)
+    except KeyboardInterrupt:
+        if trainer.iteration > 0:
+            path = log_dir / f"model_{trainer.iteration - 1}.pt"
+            trainer.save(str(path))
+            print(f"[flashnerd] interrupted; saved {path}")
+        raise
+    wall = time.perf_counter() - start
+    env.close()
+    eval_cfg = dataclasses.replace(env_cfg, dynamics_kwargs={k: v for k, v in env_cfg.dynamics_kwargs.items()
+                                                             if k != "differentiable"})
+    summary = finish(args, eval_cfg, agent_cfg, runner, log_dir, wall, trainer.iteration - 1)
     print(json.dumps(summary))
     return summary
 

@@ -95,7 +95,7 @@ class ProbeFeatures:
         point_w[..., 2] = self.ground_height  # nearest ground point below each sphere
         root_pos, root_quat = qpos[:, None, 0:3], qpos[:, None, 3:7].expand(n, self.num_probes, 4)
         point_b = quat_apply_inverse(root_quat, point_w - root_pos)  # (N, P, 3)
-        up = torch.tensor([0.0, 0.0, 1.0], device=qpos.device).expand(n, self.num_probes, 3)
+        up = torch.tensor([0.0, 0.0, 1.0], device=qpos.device, dtype=qpos.dtype).expand(n, self.num_probes, 3)
         normal_b = quat_apply_inverse(root_quat, up)  # (N, P, 3)
         flag = (dist < self.cutoff).to(qpos.dtype)  # (N, P)
         feats = torch.cat((point_b, normal_b, dist[..., None], flag[..., None]), dim=-1) * flag[..., None]

@@ -58,6 +58,9 @@ class LearnedConfig:
     # With an ensemble checkpoint, which prediction moves each world: "mean" of the members, a random member per
     # world redrawn every "step", or one per world kept for its "episode" (redrawn at reset), as PETS samples.
     members: str = "mean"
+    # Keep the autograd graph through the steps (a differentiable rollout: SHAC, gradient-refined planning): states
+    # and caches are then replaced, never written in place, and `detach()` cuts the graph. Off: the fast path.
+    differentiable: bool = False
 
 
 class LearnedDynamics:
@@ -65,7 +68,8 @@ class LearnedDynamics:
 
     Besides the seam it exposes what model-level tools need: `network` (the `nn.Module`), `rep` (its state
     representation), `checkpoint_path`, and `set_state` / `reset_history` for a solver that resolves the state
-    between model steps (two-way coupling)."""
+    between model steps (two-way coupling). With `differentiable` the states it reports carry gradients with respect
+    to the controls (and to every earlier state) until `detach()`."""
 
     def __init__(self, robot: RobotSpec, num_worlds: int, device: str | torch.device = "cpu", terrain: str = "flat",
                  config: LearnedConfig | None = None, kind: str = "flashnerd") -> None:
@@ -101,6 +105,7 @@ class LearnedDynamics:
             raise ValueError(f"members='{config.members}' samples ensemble members, and '{path}' holds one model; "
                              "fit an ensemble with `flashnerd fit --ensemble K`")
         self.members_mode = config.members
+        self.differentiable = config.differentiable
         seed = int(torch.randint(0, 2**62, (1,)))  # member draws follow the global seed (the env sets it)
         self._member_gen = torch.Generator(device=self.device).manual_seed(seed)
         self._member = torch.randint(0, self.num_members, (num_worlds,), device=self.device,
@@ -126,8 +131,7 @@ class LearnedDynamics:
         self._torque_phase = (robot.decimation - 1) / robot.decimation
         self._contact = torch.zeros(num_worlds, self._nb, **f32)  # (N, nb)
         self._disagreement = torch.zeros(num_worlds, **f32) if self.num_members > 1 else None  # (N,)
-        self._state = RobotState(self._qpos, self._qvel, self._torque, self._contact, robot.floating_base,
-                                 self._disagreement)
+        self._rebind_state()
         self._refresh_contacts()
 
     def default_qpos(self) -> np.ndarray:
@@ -137,6 +141,7 @@ class LearnedDynamics:
     def reset(self, world_ids: torch.Tensor, qpos: torch.Tensor, qvel: torch.Tensor) -> None:
         """Write the state of `world_ids` and forget their history only."""
         ids = world_ids.to(self.device)
+        self._own_buffers()
         self._qpos[ids] = qpos.to(self._qpos)
         self._qvel[ids] = qvel.to(self._qvel)
         self._torque[ids] = 0.0
@@ -151,26 +156,48 @@ class LearnedDynamics:
 
     def set_qvel(self, world_ids: torch.Tensor, qvel: torch.Tensor) -> None:
         """Change velocities (a push) keeping the history."""
+        self._own_buffers()
         self._qvel[world_ids.to(self.device)] = qvel.to(self._qvel)
         self._refresh_contacts()  # contact rows carry velocities
 
     def set_state(self, qpos: torch.Tensor, qvel: torch.Tensor) -> None:
         """Overwrite every world's state (N, nq), (N, nv) keeping the history: the next step starts from it."""
+        self._own_buffers()
         self._qpos.copy_(qpos)
         self._qvel.copy_(qvel)
         self._refresh_contacts()
 
     def reset_history(self, world_ids: torch.Tensor) -> None:
         """Forget the history of `world_ids` (k,) only, keeping their state."""
+        self._own_buffers()
         self.network.reset_cache(self.cache, world_ids.to(self.device))
 
-    @torch.no_grad()
     def step(self, ctrl: torch.Tensor) -> None:
         """One model call for all worlds: frame features -> normalized increment -> next state."""
         ctrl = ctrl.to(self._qpos)
-        # contact features of the current state: (N, P*8) probes or (N, R*(F+1)) packed rows, from _refresh_contacts
-        x = self.x_norm.normalize(self.rep.inputs(self._qpos, self._qvel, ctrl, self._features))  # (N, I)
-        delta = self.y_norm.denormalize(self._combine(self.network.step(x, self.cache)))  # (N, O)
+        if self.differentiable:
+            # the functional step: new caches and states, the graph from ctrl and the earlier states kept
+            pred, self.cache = self.network.step_functional(self._frame(ctrl), self.cache)
+            self._qpos, self._qvel, self._torque = self._advance(ctrl, pred)
+            self._ctrl = ctrl
+            self._rebind_state()
+        else:
+            with torch.no_grad():
+                qpos, qvel, torque = self._advance(ctrl, self.network.step(self._frame(ctrl), self.cache))
+                self._torque.copy_(torque)
+                self._qpos.copy_(qpos)
+                self._qvel.copy_(qvel)
+                self._ctrl.copy_(ctrl)
+        self._refresh_contacts()
+
+    def _frame(self, ctrl: torch.Tensor) -> torch.Tensor:
+        """The normalized model input (N, I) of the current state under control ctrl (N, nu); the contact features
+        (N, P*8) probes or (N, R*(F+1)) packed rows are those of the current state, from `_refresh_contacts`."""
+        return self.x_norm.normalize(self.rep.inputs(self._qpos, self._qvel, ctrl, self._features))  # (N, I)
+
+    def _advance(self, ctrl: torch.Tensor, pred: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The next qpos (N, nq), qvel (N, nv) and the PD torque (N, nu) from the model's prediction."""
+        delta = self.y_norm.denormalize(self._combine(pred))  # (N, O)
         qpos, qvel = self.rep.apply(self._qpos, self._qvel, delta)
         # PD torque where the analytical backend reports it: at its last substep, (dec-1)/dec of the way from this
         # state to the next. The start-of-step torque overstates sum(tau^2) by 1.9x on walking data (measured), and
@@ -180,18 +207,45 @@ class LearnedDynamics:
         joint_pos = torch.lerp(rep.actuated_pos(self._qpos), rep.actuated_pos(qpos), a)  # (N, nu)
         joint_vel = torch.lerp(rep.actuated_vel(self._qvel), rep.actuated_vel(qvel), a)  # (N, nu)
         torque = self._kp * (ctrl - joint_pos) - self._kd * joint_vel  # (N, nu)
-        self._torque.copy_(torch.minimum(torque.abs(), self._effort) * torque.sign())
-        self._qpos.copy_(qpos)
-        self._qvel.copy_(qvel)
-        self._ctrl.copy_(ctrl)
-        self._refresh_contacts()
+        return qpos, qvel, torch.minimum(torque.abs(), self._effort) * torque.sign()
+
+    def detach(self) -> None:
+        """Cut the autograd graph: the current states and caches keep their values and forget how they were made
+        (truncated backpropagation between differentiable rollouts)."""
+        self._qpos, self._qvel, self._torque, self._ctrl = (t.detach() for t in
+                                                            (self._qpos, self._qvel, self._torque, self._ctrl))
+        self._features = self._features.detach()
+        _map_cache(self.cache, torch.Tensor.detach)
+        self._rebind_state()
+
+    def to_dtype(self, dtype: torch.dtype) -> LearnedDynamics:
+        """Every floating tensor of the backend (the network, normalizers, contact geometry, states, caches) cast to
+        `dtype`, e.g. float64 for finite-difference checks of gradients; returns self."""
+        _cast_floats(self, dtype, set())
+        self._rebind_state()
+        return self
+
+    def _own_buffers(self) -> None:
+        """Before an in-place write in differentiable mode: fresh copies of the states and caches, so that the
+        values earlier steps saved for the backward pass stay as they were."""
+        if not self.differentiable:
+            return
+        self._qpos, self._qvel, self._torque, self._ctrl = (t.clone() for t in
+                                                            (self._qpos, self._qvel, self._torque, self._ctrl))
+        _map_cache(self.cache, torch.Tensor.clone)
+        self._rebind_state()
+
+    def _rebind_state(self) -> None:
+        """The reported `RobotState` on the current tensors (replaced, not written, in differentiable mode)."""
+        self._state = RobotState(self._qpos, self._qvel, self._torque, self._contact, self.robot.floating_base,
+                                 self._disagreement)
 
     def _combine(self, pred: torch.Tensor) -> torch.Tensor:
         """The normalized increment (N, O) that moves each world: the model's, or from an ensemble's (K, N, O) the
         members' mean or each world's drawn member; records the members' disagreement."""
         if self.num_members == 1:
             return pred
-        self._disagreement.copy_(disagreement(pred))
+        self._disagreement.copy_(disagreement(pred.detach()))
         if self.members_mode == "mean":
             return pred.mean(dim=0)  # (N, O)
         if self.members_mode == "step":
@@ -201,18 +255,41 @@ class LearnedDynamics:
     def _refresh_contacts(self) -> None:
         """Contact features of the current state (the next step's input) and the contact summary, one pass."""
         self._features, distance = self.probes.features_and_distance(self._qpos, self._qvel)
-        if self.contact_head is not None:  # (N, nb) the head's forces on the end-of-step frame
-            frame = self.rep.inputs(self._qpos, self._qvel, self._ctrl, self._features)  # (N, I)
-            self._contact.copy_(self.contact_head.contact_force(self.x_norm.normalize(frame)))
-            return
-        if self.probes.num_probes == 0:  # no probes: the contact summary stays zero
-            return
-        depth = (CONTACT_MARGIN - distance).clamp_min(0.0)  # (N, P)
-        force = CONTACT_STIFFNESS * depth  # (N, P)
-        self._contact.copy_((force[:, :, None] * self._probe_owner).amax(dim=1))  # (N, nb) largest probe force
+        with torch.no_grad():  # the summary feeds thresholds (terminations, contact counts): no gradient
+            if self.contact_head is not None:  # (N, nb) the head's forces on the end-of-step frame
+                frame = self.rep.inputs(self._qpos, self._qvel, self._ctrl, self._features)  # (N, I)
+                self._contact.copy_(self.contact_head.contact_force(self.x_norm.normalize(frame)))
+                return
+            if self.probes.num_probes == 0:  # no probes: the contact summary stays zero
+                return
+            depth = (CONTACT_MARGIN - distance).clamp_min(0.0)  # (N, P)
+            force = CONTACT_STIFFNESS * depth  # (N, P)
+            self._contact.copy_((force[:, :, None] * self._probe_owner).amax(dim=1))  # (N, nb) largest probe force
 
     def state(self) -> RobotState:
         return self._state
 
     def close(self) -> None:
         """Nothing to release: the model and its caches are freed with the object."""
+
+
+def _map_cache(cache, fn) -> None:
+    """Replace every tensor field of a model cache (an ensemble's inner one included) by fn(field)."""
+    inner = getattr(cache, "inner", cache)
+    for name, value in vars(inner).items():
+        if isinstance(value, torch.Tensor):
+            setattr(inner, name, fn(value))
+
+
+def _cast_floats(obj, dtype: torch.dtype, seen: set[int]) -> None:
+    """Cast the floating tensors and modules held by `obj` and by the flashnerd objects it holds, in place."""
+    if id(obj) in seen:
+        return
+    seen.add(id(obj))
+    for name, value in vars(obj).items():
+        if isinstance(value, torch.Tensor) and value.is_floating_point():
+            setattr(obj, name, value.to(dtype))
+        elif isinstance(value, torch.nn.Module):
+            value.to(dtype)
+        elif hasattr(value, "__dict__") and type(value).__module__.startswith("flashnerd"):
+            _cast_floats(value, dtype, seen)

@@ -195,8 +195,8 @@ class FlashNeRDEnv(gym.Env):
     def step(self, actions: torch.Tensor):
         """Apply actions (N, na) for one control step; returns (obs, reward, terminated, truncated, extras)."""
         actions = self._check_actions(actions)
-        self.prev_actions.copy_(self.actions)
-        self.actions.copy_(actions)
+        # replaced, not written: with a differentiable backend the actions carry the policy's graph
+        self.prev_actions, self.actions = self.actions, actions.clone()
         self.joint_targets = self._action_to_targets(self.actions)  # (N, nj)
         self.dyn.step(self.joint_targets)
 
@@ -219,12 +219,29 @@ class FlashNeRDEnv(gym.Env):
         reset_ids = torch.nonzero(terminated | truncated).flatten()
         if len(reset_ids) > 0:
             self._reset_idx(reset_ids)
-        if self.command_manager is not None:
-            self.command_manager.update(self.step_dt, self.heading)
+        if self.command_manager is not None:  # commands are given to the robot: no gradient flows into them
+            self.command_manager.update(self.step_dt, self.heading.detach())
         self._apply_interval_events()
         self._obs = self.compute_observations()
         self.extras["time_outs"] = truncated
         return self._obs, reward, terminated, truncated, self.extras
+
+    @property
+    def differentiable(self) -> bool:
+        """Whether observations and rewards carry gradients with respect to the actions (a learned backend made
+        with `differentiable=True`); `detach()` cuts them."""
+        return bool(getattr(self.dyn, "differentiable", False))
+
+    def detach(self) -> None:
+        """Cut the autograd graph of a differentiable env (truncated backpropagation between short rollouts): the
+        backend's states and caches and every buffer derived from them keep their values only."""
+        if not self.differentiable:
+            return
+        self.dyn.detach()
+        for name, value in vars(self).items():
+            if isinstance(value, torch.Tensor) and value.requires_grad:
+                setattr(self, name, value.detach())
+        self._obs = {group: obs.detach() for group, obs in self._obs.items()}
 
     def get_observations(self) -> dict[str, torch.Tensor]:
         """The observations returned by the last `reset()`/`step()`."""
@@ -297,9 +314,9 @@ class FlashNeRDEnv(gym.Env):
             # A diverged world (NaN/Inf state) earns nothing this step and is reset by its termination term;
             # without this one bad world would poison the batch's returns (rsl_rl stops on NaN rewards).
             value = torch.nan_to_num(value, nan=0.0, posinf=0.0, neginf=0.0)
-            self.reward_terms[name] = value
-            self.episode_sums[name] += value
-            reward += value
+            self.reward_terms[name] = value.detach()
+            self.episode_sums[name] += value.detach()
+            reward = reward + value
         return reward
 
     def compute_observations(self) -> dict[str, torch.Tensor]:
@@ -343,17 +360,18 @@ class FlashNeRDEnv(gym.Env):
                 event.func(self, env_ids, **event.params)
         if self.goal is not None:  # once the object is placed: relative goals start from its new orientation
             self.goal.resample(env_ids, self.object_quat)
-        self.joint_targets[env_ids] = qpos[:, self._actuated_qpos]  # the EMA restarts from the reset pose
+        # the EMA restarts from the reset pose; buffers that may carry gradients are replaced, not written
+        self.joint_targets = self.joint_targets.index_copy(0, env_ids, qpos[:, self._actuated_qpos])
 
-        self.actions[env_ids] = 0.0
-        self.prev_actions[env_ids] = 0.0
+        self.actions = self.actions.index_fill(0, env_ids, 0.0)
+        self.prev_actions = self.prev_actions.index_fill(0, env_ids, 0.0)
         self.episode_length_buf[env_ids] = 0
         self.air_time.reset(env_ids)
         if self.command_manager is not None:
             self.command_manager.resample(env_ids)
         self._update_derived(joint_acc=False)
-        self._prev_joint_vel[env_ids] = self.state.joint_vel[env_ids]
-        self.joint_acc[env_ids] = 0.0
+        self._prev_joint_vel = self._prev_joint_vel.index_copy(0, env_ids, self.state.joint_vel[env_ids])
+        self.joint_acc = self.joint_acc.index_fill(0, env_ids, 0.0)
 
     def _sample_interval(self, bounds: tuple[float, float] | None, n: int) -> torch.Tensor:
         lo, hi = bounds if bounds is not None else (1.0, 1.0)

@@ -1,10 +1,12 @@
 """What every learned dynamics model provides to the fitting loop and the streaming backends.
 
 Each model is an `nn.Module` with `forward(x)` over windows (B, T, I) -> (B, T, O) normalized increments,
-`init_cache` / `step` / `reset_cache` for streaming, and the three training hooks below, so `training/fit.py` treats
-every model alike: its teacher-forced `loss`, its `forecast` for the autoregressive loss, and its `context` (how many
-frames a window may hold). `receptive_field` is how many streaming steps fill its history (benchmarks warm up that
-long). `models/ensemble.py` stacks K members of one kind into one module with the same hooks.
+`init_cache` / `step` / `reset_cache` for streaming (`step` writes the cache in place, for inference;
+`step_functional(x_t, cache) -> (prediction, new_cache)` writes nothing, so autograd runs through a rollout), and the
+three training hooks below, so `training/fit.py` treats every model alike: its teacher-forced `loss`, its `forecast`
+for the autoregressive loss, and its `context` (how many frames a window may hold). `receptive_field` is how many
+streaming steps fill its history (benchmarks warm up that long). `models/ensemble.py` stacks K members of one kind
+into one module with the same hooks.
 """
 
 from __future__ import annotations

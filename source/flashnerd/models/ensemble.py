@@ -65,7 +65,8 @@ class Ensemble(DynamicsModel):
         self.config = template.config
         self.context, self.receptive_field = template.context, template.receptive_field
         self.shared_cache = template.shared_cache
-        self._methods = {m: (_Method(template, m),) for m in ("forward", "loss", "forecast", "step", "reset_cache")}
+        self._methods = {m: (_Method(template, m),) for m in ("forward", "loss", "forecast", "step", "step_functional",
+                                                           "reset_cache")}
         self.batched_call: bool | None = None  # streaming as one vmap'd call (None: on GPUs; True/False: always/never)
 
     def _stacked_params(self) -> dict[str, torch.Tensor]:
@@ -183,6 +184,20 @@ class Ensemble(DynamicsModel):
     def step(self, x_t: torch.Tensor, cache: EnsembleCache) -> torch.Tensor:
         """The newest frame x_t (B, I), the same for every member -> every member's prediction (K, B, O)."""
         return self._cache_call("step", cache, x_t)
+
+    def step_functional(self, x_t: torch.Tensor, cache: EnsembleCache) -> tuple[torch.Tensor, EnsembleCache]:
+        """`step` without writes: every member's prediction (K, B, O) and a new cache (autograd runs through it).
+        The members run in turn on their weight slices; the shared fields advance as member 0's do."""
+        inner, stacked = cache.inner, self._stacked_params()
+        (call,) = self._methods["step_functional"]
+        outs, news = [], []
+        for k in range(self.num_members):
+            own = dataclasses.replace(inner, **{n: getattr(inner, n)[k] for n in cache.batched})
+            out, new = functional_call(call, {n: p[k] for n, p in stacked.items()}, (x_t, own))
+            outs.append(out)
+            news.append(new)
+        stacked_fields = {n: torch.stack([getattr(c, n) for c in news]) for n in cache.batched}  # (K, ...)
+        return torch.stack(outs), EnsembleCache(dataclasses.replace(news[0], **stacked_fields), cache.batched)
 
     def reset_cache(self, cache: EnsembleCache, world_ids: torch.Tensor) -> None:
         """Forget the history of `world_ids` in every member."""

@@ -105,14 +105,11 @@ class FlashBlock(nn.Module):
         h: torch.Tensor,
         k_cache: torch.Tensor,
         v_cache: torch.Tensor,
-        ptr: int,
         lags: torch.Tensor,
         valid: torch.Tensor,
-    ) -> torch.Tensor:
-        """Newest frame only: h (B, C); caches (B, H, S, D) with slot lags (S,) and validity (B, S) -> (B, C).
-
-        Writes this frame's key/value into slot `ptr` after attending, so the attention sees the old contents.
-        """
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Newest frame only: h (B, C); caches (B, H, S, D) with slot lags (S,) and validity (B, S) -> (B, C), and
+        this frame's key and value (B, H, D), which the caller stores in the slot of the oldest frame."""
         q, k, v, ff = self._project(h[:, None])  # (B, H, 1, D) x3, (B, 1, F)
         # 1 + S keys per query: scores and the weighted sum as plain tensor ops, without concatenating the cache
         # (cheaper than the fused kernel at this size, and batched over ensemble members by vmap)
@@ -124,10 +121,8 @@ class FlashBlock(nn.Module):
         scores = (torch.cat([now, past], dim=-1) * scale + bias).masked_fill(~keep[:, None], float("-inf"))
         w = torch.softmax(scores, dim=-1)  # (B, H, 1+S)
         y = w[..., :1] * v[:, :, 0] + (w[:, :, None, 1:] @ v_cache)[:, :, 0]  # (B, H, D)
-        k_cache[:, :, ptr] = k[:, :, 0]  # (B, H, D) overwrites the oldest frame
-        v_cache[:, :, ptr] = v[:, :, 0]  # (B, H, D)
         y = y[:, :, None]  # (B, H, 1, D)
-        return self._combine(h[:, None], y, ff)[:, 0]  # (B, C)
+        return self._combine(h[:, None], y, ff)[:, 0], k[:, :, 0], v[:, :, 0]  # (B, C), (B, H, D) x2
 
 
 class FlashNeRD(DynamicsModel):
@@ -204,21 +199,44 @@ class FlashNeRD(DynamicsModel):
             count=torch.zeros(batch_size, device=device, dtype=torch.long),
         )
 
+    def _slots(self, cache: FlashNeRDCache) -> tuple[torch.Tensor, torch.Tensor]:
+        """Lag (S,) of each ring slot (the most recently written has lag 1) and its validity per world (B, S)."""
+        lags = (cache.ptr - 1 - self.slots) % self.config.span + 1  # (S,)
+        return lags, lags[None] <= cache.count[:, None]  # (S,), (B, S): valid once the world has seen that many
+
     def step(self, x_t: torch.Tensor, cache: FlashNeRDCache) -> torch.Tensor:
         """Process only the newest frame x_t (B, input_dim) -> (B, output_dim), updating `cache` in place.
 
-        Meant for inference; wrap in torch.no_grad() since the cache is written in place.
+        Meant for inference; wrap in torch.no_grad() since the cache is written in place (`step_functional` is the
+        differentiable form).
         """
-        S = self.config.span
-        lags = (cache.ptr - 1 - self.slots) % S + 1  # (S,): the most recently written slot has lag 1
-        valid = lags[None] <= cache.count[:, None]  # (B, S): a slot is valid once the world has seen that many frames
+        lags, valid = self._slots(cache)
         e, frame = self._embed(x_t)  # (B, C), (B, I')
         h = e
         for layer, block in enumerate(self.blocks):
-            h = block.step(h, cache.k[layer], cache.v[layer], cache.ptr, lags, valid)  # (B, C)
-        cache.ptr = (cache.ptr + 1) % S
-        cache.count.add_(1).clamp_(max=S)  # (B,)
+            h, k, v = block.step(h, cache.k[layer], cache.v[layer], lags, valid)  # (B, C), (B, H, D) x2
+            cache.k[layer, :, :, cache.ptr] = k  # overwrites the oldest frame, after attending to it
+            cache.v[layer, :, :, cache.ptr] = v
+        cache.ptr = (cache.ptr + 1) % self.config.span
+        cache.count.add_(1).clamp_(max=self.config.span)  # (B,)
         return self._predict(h, e, frame)  # (B, O)
+
+    def step_functional(self, x_t: torch.Tensor, cache: FlashNeRDCache) -> tuple[torch.Tensor, FlashNeRDCache]:
+        """`step` without writes: x_t (B, input_dim) and `cache` -> (B, output_dim) and a new cache; autograd runs
+        through any number of these steps (the inputs' caches are left as they were)."""
+        lags, valid = self._slots(cache)
+        e, frame = self._embed(x_t)  # (B, C), (B, I')
+        h, ks, vs = e, [], []
+        for layer, block in enumerate(self.blocks):
+            h, k, v = block.step(h, cache.k[layer], cache.v[layer], lags, valid)  # (B, C), (B, H, D) x2
+            ks.append(k)
+            vs.append(v)
+        p = cache.ptr  # this frame replaces the oldest one in slot p
+        k_new = torch.cat([cache.k[:, :, :, :p], torch.stack(ks)[:, :, :, None], cache.k[:, :, :, p + 1:]], dim=3)
+        v_new = torch.cat([cache.v[:, :, :, :p], torch.stack(vs)[:, :, :, None], cache.v[:, :, :, p + 1:]], dim=3)
+        count = (cache.count + 1).clamp(max=self.config.span)  # (B,)
+        new = FlashNeRDCache(k_new, v_new, count, (cache.ptr + 1) % self.config.span)  # (L, B, H, S, D) x2
+        return self._predict(h, e, frame), new  # (B, O)
 
     def reset_cache(self, cache: FlashNeRDCache, world_ids: torch.Tensor) -> None:
         """Forget the history of `world_ids` only; other worlds are untouched."""

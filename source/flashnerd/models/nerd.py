@@ -148,13 +148,23 @@ class NeRD(DynamicsModel):
         cache.x.copy_(cache.x.roll(-1, dims=1))  # (B, W, I) shift left by one frame
         cache.x[:, -1] = x_t
         cache.count.add_(1).clamp_(max=W)  # (B,)
-        start = W - cache.count  # (B,) first valid slot per world
+        return self._newest(cache.x, cache.count)
+
+    def step_functional(self, x_t: torch.Tensor, cache: NeRDCache) -> tuple[torch.Tensor, NeRDCache]:
+        """`step` without writes: -> (B, output_dim) and a new cache (autograd runs through it)."""
+        x = torch.cat([cache.x[:, 1:], x_t[:, None]], dim=1)  # (B, W, I)
+        count = (cache.count + 1).clamp(max=self.config.window)  # (B,)
+        return self._newest(x, count), NeRDCache(x=x, count=count)
+
+    def _newest(self, x: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
+        """The prediction (B, O) at the newest frame of histories x (B, W, I) holding `count` (B,) valid frames."""
+        start = self.config.window - count  # (B,) first valid slot per world
         valid = self.slots[None] >= start[:, None]  # (B, W)
         pos = (self.slots[None] - start[:, None]).clamp(min=0)  # (B, W): valid frames at positions 0..count-1
         # causal, invalid keys hidden; the diagonal stays open so invalid query rows never see an all-masked row (NaN)
         mask = self.causal & (valid[:, None, :] | self.diag)  # (B, W, W)
         # only the newest frame's prediction is needed: the head runs on that position alone
-        return self.head(self._hidden(cache.x, pos, mask[:, None])[:, -1])  # (B, O)
+        return self.head(self._hidden(x, pos, mask[:, None])[:, -1])  # (B, O)
 
     def reset_cache(self, cache: NeRDCache, world_ids: torch.Tensor) -> None:
         """Forget the history of `world_ids` only; other worlds are untouched."""

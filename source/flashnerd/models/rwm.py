@@ -132,6 +132,11 @@ class RWM(DynamicsModel):
         cache.h.copy_(h)
         return self.heads(y[:, 0])["mean"]  # (B, O)
 
+    def step_functional(self, x_t: torch.Tensor, cache: RWMCache) -> tuple[torch.Tensor, RWMCache]:
+        """`step` without writes: -> mean increment (B, O) and a new cache (autograd runs through it)."""
+        y, h = self._recurrent(x_t[:, None], cache.h)  # (B, 1, C), (L, B, C)
+        return self.heads(y[:, 0])["mean"], RWMCache(h=h)  # (B, O)
+
     def reset_cache(self, cache: RWMCache, world_ids: torch.Tensor) -> None:
         """Forget the history of `world_ids` only; other worlds are untouched."""
         cache.h[:, world_ids] = 0.0
