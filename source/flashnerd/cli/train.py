@@ -117,18 +117,16 @@ def run(args: argparse.Namespace) -> dict:
         runner.current_learning_iteration = done
         print(f"[flashnerd] resuming from {resume_path}: {done} iterations done, {remaining} to go")
 
-    start = time.perf_counter()
-    try:
-        runner.learn(num_learning_iterations=remaining, init_at_random_ep_len=resume_path is None)
-    except KeyboardInterrupt:
-        # Ctrl-C: save the policy after the last completed iteration, so `--resume` continues without a gap.
-        if runner.last_completed_iteration >= 0 and info.is_main:
-            runner.current_learning_iteration = runner.last_completed_iteration
-            path = log_dir / f"model_{runner.last_completed_iteration}.pt"
-            runner.save(str(path))
-            print(f"[flashnerd] interrupted; saved {path}")
-        raise
-    wall = time.perf_counter() - start
+    def save_last():
+        if runner.last_completed_iteration < 0 or not info.is_main:
+            return None
+        runner.current_learning_iteration = runner.last_completed_iteration
+        path = log_dir / f"model_{runner.last_completed_iteration}.pt"
+        runner.save(str(path))
+        return path
+
+    wall = learn_timed(lambda: runner.learn(num_learning_iterations=remaining,
+                                            init_at_random_ep_len=resume_path is None), save_last)
     env.close()
     if info.enabled:
         shutdown()
@@ -138,6 +136,20 @@ def run(args: argparse.Namespace) -> dict:
     summary["processes"] = info.world_size
     print(json.dumps(summary))
     return summary
+
+
+def learn_timed(learn, save_last) -> float:
+    """Run `learn()` and return its wall time in seconds. On Ctrl-C, `save_last()` saves the policy after the last
+    completed iteration (returning its path, or None when there is none), so `--resume` continues without a gap."""
+    start = time.perf_counter()
+    try:
+        learn()
+    except KeyboardInterrupt:
+        path = save_last()
+        if path is not None:
+            print(f"[flashnerd] interrupted; saved {path}")
+        raise
+    return time.perf_counter() - start
 
 
 def finish(args: argparse.Namespace, env_cfg, agent_cfg, runner, log_dir, wall: float, last_iteration: int) -> dict:
@@ -197,16 +209,15 @@ def run_shac(args: argparse.Namespace, env_cfg, agent_cfg, shac_cfg: ShacCfg, lo
         print(f"[flashnerd] resuming from {resume_path}: {trainer.iteration} iterations done")
     else:  # spread the first resets over the episode, as rsl_rl's init_at_random_ep_len
         env.episode_length_buf = torch.randint_like(env.episode_length_buf, high=int(env.max_episode_length))
-    start = time.perf_counter()
-    try:
-        trainer.learn(agent_cfg.max_iterations - trainer.iteration, agent_cfg.save_interval)
-    except KeyboardInterrupt:
-        if trainer.iteration > 0:
-            path = log_dir / f"model_{trainer.iteration - 1}.pt"
-            trainer.save(str(path))
-            print(f"[flashnerd] interrupted; saved {path}")
-        raise
-    wall = time.perf_counter() - start
+    def save_last():
+        if trainer.iteration == 0:
+            return None
+        path = log_dir / f"model_{trainer.iteration - 1}.pt"
+        trainer.save(str(path))
+        return path
+
+    wall = learn_timed(lambda: trainer.learn(agent_cfg.max_iterations - trainer.iteration, agent_cfg.save_interval),
+                       save_last)
     env.close()
     eval_cfg = dataclasses.replace(env_cfg, dynamics_kwargs={k: v for k, v in env_cfg.dynamics_kwargs.items()
                                                              if k != "differentiable"})
