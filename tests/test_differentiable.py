@@ -221,6 +221,12 @@ def test_shac_trains_saves_an_rsl_rl_checkpoint_that_eval_loads_and_resumes(tmp_
     assert Path(resumed["checkpoint"]).name == "model_2.pt"
     weights = read_policy_checkpoint(resumed["checkpoint"])["actor_state_dict"]
     assert any(not torch.equal(weights[k], loaded["actor_state_dict"][k]) for k in weights)  # it learned
+    truncated = tmp_path / "model_9.pt"  # a SHAC checkpoint without its optimizers: a one-line error on --resume
+    torch.save({k: v for k, v in loaded.items() if k != "shac_actor_optimizer"}, truncated)
+    assert main([*argv[:-4], "--run_name", "bad", "--eval_episodes", "0", "--max_iterations", "3", "--resume",
+                 "--checkpoint", str(truncated)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "lacks shac_actor_optimizer" in err and len(err.splitlines()) == 1
 
 
 @pytest.mark.parametrize("argv, message", [

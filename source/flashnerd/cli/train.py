@@ -176,7 +176,7 @@ def finish(args: argparse.Namespace, env_cfg, agent_cfg, runner, log_dir, wall: 
 
 def shac_args(args: argparse.Namespace, env_cfg) -> ShacCfg | None:
     """SHAC's settings for --algo shac (None for PPO); SHAC options without it, or SHAC on a backend it cannot
-    differentiate through, are one-line errors. The env's learned backend is made differentiable."""
+    differentiate through, are one-line errors."""
     if args.algo != "shac":
         if args.shac_horizon is not None:
             raise CLIError("--shac_horizon sets SHAC's rollout length; add --algo shac, or drop it")
@@ -190,14 +190,15 @@ def shac_args(args: argparse.Namespace, env_cfg) -> ShacCfg | None:
     if args.shac_horizon is not None:
         check_positive("shac_horizon", args.shac_horizon)
         cfg.horizon = args.shac_horizon
-    env_cfg.dynamics_kwargs = {**env_cfg.dynamics_kwargs, "differentiable": True}
     return cfg
 
 
 def run_shac(args: argparse.Namespace, env_cfg, agent_cfg, shac_cfg: ShacCfg, log_dir, resume_path) -> dict:
-    """`flashnerd train --algo shac`: SHAC with the agent config's actor and critic, rsl_rl's checkpoint layout."""
-    env, runner = make_runner(args.task, env_cfg, agent_cfg, None)
-    dump_yaml(log_dir / "params" / "env.yaml", env_cfg)
+    """`flashnerd train --algo shac`: SHAC with the agent config's actor and critic, rsl_rl's checkpoint layout. The
+    training env's learned backend is made differentiable; the evaluation afterwards runs `env_cfg` as given."""
+    train_cfg = dataclasses.replace(env_cfg, dynamics_kwargs={**env_cfg.dynamics_kwargs, "differentiable": True})
+    env, runner = make_runner(args.task, train_cfg, agent_cfg, None)
+    dump_yaml(log_dir / "params" / "env.yaml", train_cfg)
     dump_yaml(log_dir / "params" / "agent.yaml", agent_cfg)
     dump_yaml(log_dir / "params" / "shac.yaml", shac_cfg)
     trainer = ShacTrainer(env, runner, shac_cfg, agent_cfg.max_iterations, str(log_dir))
@@ -209,6 +210,7 @@ def run_shac(args: argparse.Namespace, env_cfg, agent_cfg, shac_cfg: ShacCfg, lo
         print(f"[flashnerd] resuming from {resume_path}: {trainer.iteration} iterations done")
     else:  # spread the first resets over the episode, as rsl_rl's init_at_random_ep_len
         env.episode_length_buf = torch.randint_like(env.episode_length_buf, high=int(env.max_episode_length))
+
     def save_last():
         if trainer.iteration == 0:
             return None
@@ -219,9 +221,7 @@ def run_shac(args: argparse.Namespace, env_cfg, agent_cfg, shac_cfg: ShacCfg, lo
     wall = learn_timed(lambda: trainer.learn(agent_cfg.max_iterations - trainer.iteration, agent_cfg.save_interval),
                        save_last)
     env.close()
-    eval_cfg = dataclasses.replace(env_cfg, dynamics_kwargs={k: v for k, v in env_cfg.dynamics_kwargs.items()
-                                                             if k != "differentiable"})
-    summary = finish(args, eval_cfg, agent_cfg, runner, log_dir, wall, trainer.iteration - 1)
+    summary = finish(args, env_cfg, agent_cfg, runner, log_dir, wall, trainer.iteration - 1)
     print(json.dumps(summary))
     return summary
 

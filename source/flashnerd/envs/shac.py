@@ -56,6 +56,9 @@ def check_shac_cfg(cfg: ShacCfg) -> None:
         raise ValueError("SHAC needs 0 < gamma <= 1, 0 <= lam < 1 and 0 <= target_critic_alpha < 1")
 
 
+SHAC_STATE = ("shac_actor_optimizer", "shac_critic_optimizer", "shac_target_critic")  # saved beside rsl_rl's keys
+
+
 class ShacTrainer:
     """SHAC on the env of `runner` (a `FlashNeRDRunner` from `make_runner`, whose actor and critic it trains)."""
 
@@ -259,6 +262,10 @@ class ShacTrainer:
         loaded = read_policy_checkpoint(path, str(self.env.device))
         if loaded.get("algo") != "shac":
             raise ValueError(f"'{path}' is not a SHAC checkpoint; --resume with --algo shac continues SHAC runs only")
+        missing = [k for k in SHAC_STATE if k not in loaded]
+        if missing:
+            raise ValueError(f"SHAC checkpoint '{path}' lacks {', '.join(missing)}; it is truncated or not written "
+                             "by `flashnerd train --algo shac`")
         self.runner.alg.load(loaded, {"actor": True, "critic": True}, strict=True)
         self.actor_opt.load_state_dict(loaded["shac_actor_optimizer"])
         self.critic_opt.load_state_dict(loaded["shac_critic_optimizer"])
