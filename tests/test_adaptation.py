@@ -92,19 +92,26 @@ def test_mixed_in_data_of_another_trajectory_length_is_refused(fitted, tmp_path)
 
 def test_bench_reality_gap_runs_the_loop_a_lab_runs(tmp_path, capsys):
     """Tiny settings: every stage runs (safe policy, robot log written and imported, adaptation, PPO on the adapted
-    model, evaluation in the variant) and the JSON and the plot are written."""
+    model, evaluation in the variant, the baseline randomized over the variant's ranges) and the JSON and the plot
+    are written. The robot is the variant's fixed values; the randomized baseline trains on its ranges alone."""
     import json
 
+    from flashnerd.robots.variant import load_variant
+
     out = tmp_path / "rg"
-    assert main(["bench", "reality-gap", "--robot_variant", "variants/anymal_c_worn.yaml", "--real_minutes", "0.2",
+    assert main(["bench", "reality-gap", "--robot_variant", "variants/anymal_c_worn_dr.yaml", "--real_minutes", "0.2",
                  "--iterations", "1", "--num_envs", "4", "--eval_episodes", "2", "--robot_worlds", "2",
                  "--mix", "0.3", "--sim_minutes", "0.1", "--fit_budget", "1", "--traj_len", "20",
                  "--out_dir", str(out)]) == 0
     summary = json.loads((out / "reality_gap.json").read_text())
-    assert set(summary["baselines"]) == {"nominal", "oracle"} and (out / "reality_gap.png").is_file()
+    assert set(summary["baselines"]) == {"nominal", "oracle", "randomized"} and (out / "reality_gap.png").is_file()
+    worn, ranges = load_variant("variants/anymal_c_worn_dr.yaml"), load_variant(out / "anymal_c_worn_dr_ranges.yaml")
+    assert load_variant(out / "anymal_c_worn_dr.yaml").spec == worn.fixed().spec
+    assert ranges.randomized == worn.randomized and "effort_scale" not in str(ranges.spec.get("joints"))
     budget = summary["budgets"][0]
     assert budget["logged"]["minutes"] == pytest.approx(0.2) and (out / "0.2min" / "robot_log.parquet").is_file()
-    assert load_dataset(out / "0.2min" / "robot.h5").attrs["variants"] == ["anymal_c_worn"]
+    logged = load_dataset(out / "0.2min" / "robot.h5").attrs
+    assert logged["variants"] == ["anymal_c_worn_dr"] and "randomize" not in logged["variant"]  # the fixed robot
     assert set(budget["nrmse_held_out"]) == {"nrmse_before", "nrmse_after"}
     assert read_checkpoint(out / "0.2min" / "adapted.safetensors")["adaptation"] == budget["nrmse_card"]
     printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])

@@ -107,7 +107,8 @@ def test_a_scaled_torque_limit_clips_the_applied_torque_where_it_says(anymal):
     dyn.close()
 
 
-@pytest.mark.parametrize("name, key", [("anymal_c_worn", '"payload"'), ("anymal_c_slow_motors", '"no_load_speed"')])
+@pytest.mark.parametrize("name, key", [("anymal_c_worn", '"payload"'), ("anymal_c_slow_motors", '"no_load_speed"'),
+                                       ("anymal_c_worn_dr", '"randomize"')])
 def test_the_shipped_variants_are_well_formed_and_recorded_in_datasets(anymal, tmp_path, name, key):
     from flashnerd.data.dataset import load_dataset
 
@@ -122,7 +123,15 @@ def test_the_shipped_variants_are_well_formed_and_recorded_in_datasets(anymal, t
     ({"payload": {"body": "base", "mass": -1.0}}, "payload.mass must be > 0"),
     ({"mass_scale": {".*THIGH": 0.0}}, "must be > 0"),
     ({"joints": {".*": {"stiffness": 1.0}}}, "unknown key 'stiffness'"),
-    ({"randomize": {"payload.mass": [0.0, 1.0]}}, "not applied by this flashnerd version yet"),
+    ({"randomize": {"payload.mass": [0.0, 1.0]}}, "randomize 'payload.mass' needs a 'payload' entry"),
+    ({"mass_scale": {".*THIGH": 1.1}, "randomize": {"mass_scale": [1.2, 0.9]}}, "low 1.2 above high 0.9"),
+    ({"randomize": {"actuators.effort_scale": [0.0, 1.0]}}, "must be > 0"),
+    ({"randomize": {"joints.damping": [-1.0, 1.0]}}, "must be >= 0"),
+    ({"randomize": {"joints.damping": 1.0}}, "must be a range \\[low, high\\]"),
+    ({"randomize": {"joints.damping": [0.0, 1.0, 2.0]}}, "must be a range"),
+    ({"randomize": {"actuators.delay_s": [0.0, 0.01]}}, "is not supported"),
+    ({"randomize": {"gravity": [9.0, 10.0]}}, "unknown path 'gravity'"),
+    ({"randomize": {}}, "randomize must be a non-empty mapping"),
     ({"actuators": {".*": {"delay_s": -0.01}}}, "delay_s must be >= 0"),
     ({"actuators": {".*": {"no_load_speed": 0.0}}}, "no_load_speed must be > 0"),
     ({"frobnicate": 1}, "unknown key 'frobnicate'"),

@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass
 
 import gymnasium as gym
+import mujoco
 import numpy as np
 import torch
 
@@ -53,7 +54,8 @@ def _size(n: float) -> str:
 
 def world_axis_bytes(root: object, n: int, depth: int = 3) -> int:
     """Bytes of every distinct tensor/array reachable from `root` (attributes, dicts, lists; `depth` levels) whose
-    first axis has length `n` (for tensors also the second: per-layer caches are (L, n, ...))."""
+    first axis has length `n` (for tensors also the second: per-layer caches are (L, n, ...)), and the buffers of a
+    list of `n` distinct MuJoCo models (one per world)."""
     seen: set[int] = set()
     total = 0
 
@@ -74,6 +76,11 @@ def world_axis_bytes(root: object, n: int, depth: int = 3) -> int:
         if level == 0 or id(obj) in seen or isinstance(obj, (str, bytes, int, float, bool, type(None))):
             return
         seen.add(id(obj))
+        if isinstance(obj, list) and len(obj) == n and obj and isinstance(obj[0], mujoco.MjModel):
+            # one model per world (a randomized variant on `mujoco`): the distinct ones are per-world memory
+            distinct = {id(m): m.nbuffer for m in obj}
+            total += sum(distinct.values()) if len(distinct) == n else 0
+            return
         if isinstance(obj, dict):
             children = obj.values()
         elif isinstance(obj, (list, tuple)):

@@ -9,6 +9,14 @@ A variant is a YAML file (read with `yaml.safe_load`, so it runs no code):
     actuators: {".*": {kp_scale: 0.75, kv_scale: 1.0, effort_scale: 0.7,  # actuator-name regex -> factors,
                        delay_s: 0.01, no_load_speed: 12.0}}                # and actuation (sim/actuation.py)
     friction_scale: {".*FOOT": 0.6}                                    # geom- or body-name regex -> sliding factor
+    randomize: {payload.mass: [0.0, 10.0], actuators.effort_scale: [0.6, 1.0]}  # per-world, per-reset ranges
+
+`randomize` draws the named values per world, uniformly in their ranges, whenever a world is built or reset (domain
+randomization; `flashnerd.sim.randomize`, on the analytical backends). A drawn value replaces the file's own value of
+that key for the same elements: `payload.mass` the payload's mass (the file needs a `payload`), `mass_scale` and
+`friction_scale` the factor of every body or geom their patterns match (the file needs the section), `joints.<key>`
+and `actuators.<key>` the value of every joint or actuator the section's patterns match (every one without the
+section). One draw per world and path: all elements of a path share it.
 
 This module parses and checks the values; `flashnerd.sim.variant` applies a variant to a scene with MuJoCo's
 `MjSpec` editing API (and refuses a regex that matches nothing), and `flashnerd.sim.actuation` adds what an MJCF
@@ -33,8 +41,15 @@ JOINT_KEYS = ("damping", "armature", "frictionloss")
 # actuator key -> (low, high, low excluded): scales are positive factors, a delay may be zero
 ACTUATOR_KEYS = {"kp_scale": (0.0, 100.0, True), "kv_scale": (0.0, 100.0, True), "effort_scale": (0.0, 100.0, True),
                  "delay_s": (0.0, 1.0, False), "no_load_speed": (0.0, 1e4, True)}
-NOT_YET = ("randomize",)  # named by the schema, not applied by this version
-TOP_KEYS = ("robot", "payload", "mass_scale", "joints", "actuators", "friction_scale")
+TOP_KEYS = ("robot", "payload", "mass_scale", "joints", "actuators", "friction_scale", "randomize")
+# randomizable path -> the value range of the file's own key (low, high, low excluded); delay_s and no_load_speed are
+# not randomizable (a world's delay sizes the target history, a line changes how the backend steps)
+RANDOM_PATHS = {"payload.mass": (0.0, 1e4, False), "mass_scale": (0.0, 100.0, True),
+                "friction_scale": (0.0, 100.0, True),
+                **{f"joints.{k}": (0.0, 1e4, False) for k in JOINT_KEYS},
+                **{f"actuators.{k}": ACTUATOR_KEYS[k] for k in ("kp_scale", "kv_scale", "effort_scale")}}
+# a randomized path whose elements come from a section of the file that must be there
+NEEDS_SECTION = {"payload.mass": "payload", "mass_scale": "mass_scale", "friction_scale": "friction_scale"}
 
 
 @dataclass(frozen=True)
@@ -56,6 +71,42 @@ class RobotVariant:
     def describe(self) -> dict[str, Any]:
         """What datasets and checkpoints store about the variant they came from."""
         return {"name": self.name, "digest": self.digest(), "spec": self.spec}
+
+    @property
+    def randomized(self) -> dict[str, tuple[float, float]]:
+        """The `randomize` ranges, path -> (low, high); empty when the variant draws nothing."""
+        return {k: (lo, hi) for k, (lo, hi) in self.spec.get("randomize", {}).items()}
+
+    def fixed(self) -> RobotVariant:
+        """This variant without its `randomize` ranges: one robot, the file's own values (bench reality-gap's
+        stand-in for the real robot)."""
+        spec = {k: v for k, v in self.spec.items() if k != "randomize"}
+        return RobotVariant(self.name, spec, self.source)
+
+    def ranges_only(self) -> RobotVariant:
+        """The nominal robot with this variant's `randomize` ranges alone: what a lab that knows only the ranges
+        trains a domain-randomized policy on. The sections a path draws for keep their patterns (which elements) and
+        the payload its body and place; every value the file fixes is dropped (a drawn key's value is a placeholder
+        the draw replaces)."""
+        ranges = self.randomized
+        spec: dict[str, Any] = {"robot": self.robot}
+        if "payload.mass" in ranges:
+            spec["payload"] = dict(self.spec["payload"], mass=ranges["payload.mass"][1] or 1.0)
+        for section in ("mass_scale", "friction_scale"):
+            if section in ranges:
+                spec[section] = {pattern: 1.0 for pattern in self.spec[section]}
+        for section in ("joints", "actuators"):
+            drawn = {p.split(".", 1)[1]: lo for p, (lo, _) in ranges.items() if p.startswith(section + ".")}
+            if drawn and section in self.spec:
+                spec[section] = {pattern: dict(drawn) for pattern in self.spec[section]}
+        spec["randomize"] = self.spec["randomize"] if ranges else {}
+        if not ranges:
+            del spec["randomize"]
+        return RobotVariant(f"{self.name}_ranges", spec, self.source)
+
+    def write(self, path: str | Path) -> None:
+        """Write the checked content as a variant file that `load_variant` reads back to the same content."""
+        Path(path).write_text(yaml.safe_dump(self.spec, sort_keys=False))
 
 
 class VariantError(ValueError):
@@ -98,8 +149,6 @@ def _fields(where: str, value: Any, allowed, check) -> dict[str, float]:
     value = _mapping(where, value)
     out = {}
     for key, v in value.items():
-        if key in NOT_YET:
-            raise VariantError(f"{where}.{key} is not applied by this flashnerd version yet; remove it")
         if key not in allowed:
             raise VariantError(f"{where}: unknown key '{key}'; use {', '.join(allowed)}")
         out[key] = check(f"{where}.{key}", v, key)
@@ -112,8 +161,6 @@ def parse_variant(data: Any, name: str, source: str = "") -> RobotVariant:
     if not isinstance(data, dict):
         raise VariantError(f"variant '{where}' must be a YAML mapping with a 'robot' key")
     for key in data:
-        if key in NOT_YET:
-            raise VariantError(f"variant '{where}': '{key}' is not applied by this flashnerd version yet; remove it")
         if key not in TOP_KEYS:
             raise VariantError(f"variant '{where}': unknown key '{key}'; use {', '.join(TOP_KEYS)}")
     if not isinstance(data.get("robot"), str):
@@ -148,7 +195,31 @@ def parse_variant(data: Any, name: str, source: str = "") -> RobotVariant:
         spec["friction_scale"] = {_regex(f"{where}: friction_scale", k): _number(f"{where}: friction_scale['{k}']",
                                                                                    v, 0.0, 100.0, True)
                                   for k, v in _mapping(f"{where}: friction_scale", data["friction_scale"]).items()}
+    if "randomize" in data:
+        spec["randomize"] = _ranges(where, data["randomize"], spec)
     return RobotVariant(name, spec, source)
+
+
+def _ranges(where: str, value: Any, spec: dict[str, Any]) -> dict[str, list[float]]:
+    """Check `randomize`: path -> [low, high] within the range of the file's own key, each path's section present."""
+    out = {}
+    for path, bounds in _mapping(f"{where}: randomize", value).items():
+        if path in ("actuators.delay_s", "actuators.no_load_speed"):
+            raise VariantError(f"{where}: randomize '{path}' is not supported (a world's delay sizes the target "
+                               f"history); give it one value in 'actuators'")
+        if path not in RANDOM_PATHS:
+            raise VariantError(f"{where}: randomize has unknown path '{path}'; use {', '.join(RANDOM_PATHS)}")
+        if not isinstance(bounds, list) or len(bounds) != 2:
+            raise VariantError(f"{where}: randomize '{path}' must be a range [low, high], got {bounds!r}")
+        lo, hi = (_number(f"{where}: randomize '{path}'", b, *RANDOM_PATHS[path]) for b in bounds)
+        if lo > hi:
+            raise VariantError(f"{where}: randomize '{path}' has low {lo:g} above high {hi:g}; write [low, high]")
+        section = NEEDS_SECTION.get(path)
+        if section is not None and section not in spec:
+            raise VariantError(f"{where}: randomize '{path}' needs a '{section}' entry saying which "
+                               f"{'body carries the payload' if section == 'payload' else 'elements it scales'}")
+        out[path] = [lo, hi]
+    return out
 
 
 def load_variant(path: str | Path) -> RobotVariant:

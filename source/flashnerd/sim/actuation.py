@@ -49,16 +49,32 @@ class Actuation:
         """The target each substep's actuators see (N, dec, nu), from the targets of the last steps (N, H, nu)."""
         return history[:, self.offsets, np.arange(self.offsets.shape[1])]  # (N, dec, nu)
 
-    def speed_limit(self, target: np.ndarray, qpos: np.ndarray, qvel: np.ndarray) -> np.ndarray:
+    def speed_limit(self, target: np.ndarray, qpos: np.ndarray, qvel: np.ndarray,
+                    params: np.ndarray | None = None) -> np.ndarray:
         """How much the torque-speed line cuts the force MuJoCo's actuators would apply under `target` (N, nu) at
         the state qpos (N, nq), qvel (N, nv): (N, nu) in actuator-force units, <= 0 in magnitude, zero where no
-        line is set or where it cuts no deeper than the stall limit (MuJoCo's own clamp)."""
-        gear, gain, b0, b1, b2, lo, hi, clo, chi, v0 = self.params.T  # each (nu,)
+        line is set or where it cuts no deeper than the stall limit (MuJoCo's own clamp). `params` (N, nu, 10)
+        replaces `self.params` where each world has its own (a randomized variant)."""
+        gear, gain, b0, b1, b2, lo, hi, clo, chi, v0 = np.moveaxis(self.params if params is None else params, -1, 0)
         q, qd = qpos[:, self.qadr], qvel[:, self.dadr]  # (N, nu)
         force = gain * np.clip(target, clo, chi) + b0 + b1 * gear * q + b2 * gear * qd  # (N, nu) asked for
         applied = np.clip(force, lo, hi)  # (N, nu) what MuJoCo applies
         room = np.clip(1.0 - np.abs(qd) / v0, 0.0, 1.0)  # (N, nu) share of the stall limit left at this speed
         return np.where(np.isfinite(v0), np.clip(applied, lo * room, hi * room) - applied, 0.0)  # (N, nu)
+
+    def with_fields(self, fields: dict[str, np.ndarray]) -> np.ndarray:
+        """The force-law parameters (k, nu, 10) of k worlds whose actuator fields (`actuator_gainprm`,
+        `actuator_biasprm` (k, nu, 10), `actuator_forcerange` (k, nu, 2); any subset) were drawn per world."""
+        k = len(next(iter(fields.values())))
+        params = np.repeat(self.params[None], k, axis=0)  # (k, nu, 10)
+        if "actuator_gainprm" in fields:
+            params[..., 1] = fields["actuator_gainprm"][..., 0]
+        if "actuator_biasprm" in fields:
+            params[..., 2:5] = fields["actuator_biasprm"][..., :3]
+        if "actuator_forcerange" in fields:  # an actuator without a force limit keeps (-inf, inf)
+            params[..., 5:7] = np.where(np.isfinite(self.params[:, 5:7]), fields["actuator_forcerange"],
+                                        self.params[:, 5:7])
+        return params
 
 
 def actuation_for(robot: RobotSpec, model: mujoco.MjModel) -> Actuation | None:

@@ -16,6 +16,7 @@ import warp as wp
 from flashnerd.robots import RobotSpec
 from flashnerd.sim.actuation import actuation_for
 from flashnerd.sim.config import MjwarpConfig
+from flashnerd.sim.randomize import randomization_for
 from flashnerd.sim.scene import build_scene, check_actuators, default_qpos, robot_columns, sensor_address
 from flashnerd.sim.terrain import terrain_height, terrain_heightfield
 from flashnerd.types import RobotState
@@ -47,7 +48,7 @@ def _speed_limit(
     target: wp.array2d(dtype=float),  # (N, nu) what this substep's actuators see
     qadr: wp.array(dtype=int),  # (nu,) qpos address of each actuated joint
     dadr: wp.array(dtype=int),  # (nu,) qvel address
-    prm: wp.array2d(dtype=float),  # (nu, 10) gear, gain, bias0-2, force lo/hi, ctrl lo/hi, no-load speed
+    prm: wp.array3d(dtype=float),  # (N, nu, 10) gear, gain, bias0-2, force lo/hi, ctrl lo/hi, no-load speed
     ctrl: wp.array2d(dtype=float),  # (N, nu) out: the target
     qfrc_applied: wp.array2d(dtype=float),  # (N, nv) out: the line's cut as a joint force
     cut: wp.array2d(dtype=float),  # (N, nu) out: the cut in actuator-force units
@@ -56,15 +57,18 @@ def _speed_limit(
     world, a = wp.tid()
     ctrl[world, a] = target[world, a]
     c = wp.float32(0.0)  # a dynamic variable: Warp needs its type before the branch assigns it
-    if not wp.isinf(prm[a, 9]):
+    if not wp.isinf(prm[world, a, 9]):
+        gear, gain = prm[world, a, 0], prm[world, a, 1]
         qd = qvel[world, dadr[a]]
-        u = wp.clamp(target[world, a], prm[a, 7], prm[a, 8])
-        force = prm[a, 1] * u + prm[a, 2] + prm[a, 3] * prm[a, 0] * qpos[world, qadr[a]] + prm[a, 4] * prm[a, 0] * qd
-        applied = wp.clamp(force, prm[a, 5], prm[a, 6])
-        room = wp.clamp(1.0 - wp.abs(qd) / prm[a, 9], 0.0, 1.0)
-        c = wp.clamp(applied, prm[a, 5] * room, prm[a, 6] * room) - applied
+        u = wp.clamp(target[world, a], prm[world, a, 7], prm[world, a, 8])
+        q = qpos[world, qadr[a]]
+        force = gain * u + prm[world, a, 2] + prm[world, a, 3] * gear * q + prm[world, a, 4] * gear * qd
+        lo, hi = prm[world, a, 5], prm[world, a, 6]
+        applied = wp.clamp(force, lo, hi)
+        room = wp.clamp(1.0 - wp.abs(qd) / prm[world, a, 9], 0.0, 1.0)
+        c = wp.clamp(applied, lo * room, hi * room) - applied
     cut[world, a] = c
-    qfrc_applied[world, dadr[a]] = prm[a, 0] * c
+    qfrc_applied[world, dadr[a]] = prm[world, a, 0] * c
 
 
 class MjwarpDynamics:
@@ -102,8 +106,15 @@ class MjwarpDynamics:
         data0.ctrl[:] = robot.default_joint_pos
         mujoco.mj_forward(m, data0)
         self._act = actuation_for(robot, m)  # a variant's delay and torque-speed limit (sim/actuation.py)
+        # A variant's `randomize` ranges (sim/randomize.py): the fields it draws, and the constants MuJoCo derives
+        # from mass, inertia and armature, get one row per world (MuJoCo Warp's batched model fields).
+        self._rand = randomization_for(robot, m)
+        batched = {}
+        if self._rand is not None:
+            derived = ("body_subtreemass", "body_invweight0", "dof_invweight0", "actuator_acc0")
+            batched = {f: num_worlds for f in self._rand.fields + (derived if self._rand.needs_set_const else ())}
         with wp.ScopedDevice(self.wp_device):
-            self._m = mjw.put_model(m)
+            self._m = mjw.put_model(m, batch_sizes=batched)
             self._d = mjw.put_data(m, data0, nworld=num_worlds, nconmax=nconmax, njmax=njmax)
             self._contact_adr = wp.array(
                 [self._sensor_adr(f"{b}_contact") for b in robot.all_contact_bodies], dtype=int)
@@ -130,6 +141,11 @@ class MjwarpDynamics:
         if self._act is not None:
             self._init_actuation()
         self._qpos0 = torch.as_tensor(data0.qpos, dtype=torch.float32, device=self.device)  # (nq,) objects' spawn
+        if self._rand is not None:
+            self._rng = np.random.default_rng(torch.initial_seed())  # follows the run's seed, its own stream
+            self.draws = np.zeros((num_worlds, len(self._rand.paths)))  # (N, P) each world's drawn values
+            self._fields_t = {f: wp.to_torch(getattr(self._m, f)) for f in self._rand.fields}  # (N, *shape) views
+            self._redraw(torch.arange(num_worlds, device=self.device))
 
         self._graph = None
         use_graph = graph if graph is not None else self.wp_device.is_cuda
@@ -162,7 +178,25 @@ class MjwarpDynamics:
         self._torque_t[ids] = 0.0
         if self._act is not None:  # a restarted world has held its default targets
             self._history[ids] = self._default_target
+        if self._rand is not None:
+            self._redraw(ids)
         self._refresh_objects()
+
+    def _redraw(self, ids: torch.Tensor) -> None:
+        """New draws of the variant's ranges for worlds `ids` (k,), written into their rows of the batched model
+        fields, then the derived constants recomputed (MuJoCo Warp's `set_const`, all worlds at once)."""
+        host_ids = ids.cpu().numpy()
+        draws = self._rand.draw(len(host_ids), self._rng)  # (k, P)
+        self.draws[host_ids] = draws
+        values = self._rand.values(draws)  # field -> (k, *shape)
+        for field, value in values.items():
+            view = self._fields_t[field]
+            view[ids] = torch.as_tensor(value, dtype=view.dtype).to(self.device).reshape(len(host_ids), *view.shape[1:])
+        if self._act is not None:
+            self._act_prm_t[ids] = torch.as_tensor(self._act.with_fields(values), dtype=torch.float32).to(self.device)
+        if self._rand.needs_set_const:
+            with wp.ScopedDevice(self.wp_device):
+                mjw.set_const(self._m, self._d, groups=mjw.SetConstGroup.FIXED | mjw.SetConstGroup.INERT0)
 
     def set_qvel(self, world_ids: torch.Tensor, qvel: torch.Tensor) -> None:
         """Overwrite the robot's generalized velocity (k, nv_r) of `world_ids` (k,)."""
@@ -249,9 +283,11 @@ class MjwarpDynamics:
             self._substep_target_wp = wp.from_torch(self._substep_target)  # (dec, N, nu) zero-copy
             self._act_qadr = wp.array(act.qadr, dtype=int)
             self._act_dadr = wp.array(act.dadr, dtype=int)
-            self._act_prm = wp.array(act.params.astype(np.float32), dtype=float)  # (nu, 10) sim/actuation.py PARAMS
+            # (N, nu, 10) sim/actuation.py PARAMS, per world (a randomized variant draws some of them)
+            self._act_prm = wp.array(np.repeat(act.params[None], n, axis=0).astype(np.float32), dtype=float)
             self._cut = wp.zeros((n, self.nu), dtype=float)  # (N, nu) the line's cut at the last substep
         self._cut_t = wp.to_torch(self._cut)
+        self._act_prm_t = wp.to_torch(self._act_prm)  # (N, nu, 10)
 
     def _actuate(self, k: int) -> None:
         """Write substep `k`'s control (its delayed target) and, under a speed limit, the line's cut of the actuator

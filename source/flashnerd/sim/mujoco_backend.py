@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import os
 
 import mujoco
@@ -12,6 +13,7 @@ from mujoco import rollout
 from flashnerd.robots import RobotSpec
 from flashnerd.sim.actuation import actuation_for
 from flashnerd.sim.config import MujocoConfig
+from flashnerd.sim.randomize import randomization_for
 from flashnerd.sim.scene import build_scene, check_actuators, default_qpos, robot_columns, sensor_address
 from flashnerd.types import RobotState
 
@@ -55,6 +57,17 @@ class MujocoDynamics:
         # under a speed limit one rollout call per substep, the line's cut applied as a joint force (qfrc_applied).
         self._act = actuation_for(robot, m)
         self._models = [m] * num_worlds  # rollout with skip_checks takes one model reference per world
+        self._act_params = None if self._act is None else self._act.params  # (nu, 10), per world under randomization
+        # A variant's `randomize` ranges (sim/randomize.py): one model per world, its fields drawn at build and reset.
+        self._rand = randomization_for(robot, m)
+        if self._rand is not None:
+            self._models = [copy.copy(m) for _ in range(num_worlds)]
+            self._rng = np.random.default_rng(torch.initial_seed())  # follows the run's seed, its own stream
+            self.draws = np.zeros((num_worlds, len(self._rand.paths)))  # (N, P) each world's drawn values
+            self._const_data = mujoco.MjData(m)  # scratch for mj_setConst
+            if self._act is not None:
+                self._act_params = np.repeat(self._act.params[None], num_worlds, axis=0)  # (N, nu, 10)
+            self._redraw(np.arange(num_worlds))
         if self._act is not None:
             self._history = np.repeat(np.asarray(robot.default_joint_pos, dtype=float)[None, None],
                                       num_worlds, axis=0).repeat(self._act.history_len, axis=1)  # (N, H, nu)
@@ -103,7 +116,24 @@ class MujocoDynamics:
         self._state[ids, self._robot_qvel] = qvel.detach().cpu().double().numpy()
         if self._act is not None:  # a restarted world has held its default targets
             self._history[ids] = np.asarray(self.robot.default_joint_pos)
+        if self._rand is not None:
+            self._redraw(ids)
         self._refresh_torch(ids)
+
+    def _redraw(self, ids: np.ndarray) -> None:
+        """New draws of the variant's ranges for worlds `ids` (k,), written into their models (a reset, not a step:
+        the loop over the reset worlds writes a few small arrays and recomputes the derived constants)."""
+        draws = self._rand.draw(len(ids), self._rng)  # (k, P)
+        self.draws[ids] = draws
+        values = self._rand.values(draws)  # field -> (k, *shape)
+        for j, i in enumerate(ids):
+            model = self._models[i]
+            for field, value in values.items():
+                getattr(model, field)[:] = value[j]
+            if self._rand.needs_set_const:
+                mujoco.mj_setConst(model, self._const_data)
+        if self._act is not None:
+            self._act_params[ids] = self._act.with_fields(values)
 
     def set_qvel(self, world_ids: torch.Tensor, qvel: torch.Tensor) -> None:
         """Overwrite the robot's generalized velocity (k, nv_r) of `world_ids` (k,)."""
@@ -148,7 +178,8 @@ class MujocoDynamics:
         its start) applied to the joints; the torque outputs report the force on the line."""
         act, spec = self._act, mujoco.mjtState.mjSTATE_CTRL | mujoco.mjtState.mjSTATE_QFRC_APPLIED
         for k in range(self.robot.decimation):
-            cut = act.speed_limit(self._ctrl[:, k], self._state[:, self._qpos_slice], self._state[:, self._qvel_slice])
+            cut = act.speed_limit(self._ctrl[:, k], self._state[:, self._qpos_slice], self._state[:, self._qvel_slice],
+                                  self._act_params)
             self._ctrl1[:, 0, :self.nu] = self._ctrl[:, k]
             self._ctrl1[:, 0, self.nu + act.dadr] = act.params[:, 0] * cut  # (N, nu) gear x force: joint torque
             self._roll.rollout(self._models, self._datas, self._state, self._ctrl1, control_spec=spec, nstep=1,

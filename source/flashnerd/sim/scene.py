@@ -11,6 +11,7 @@ import numpy as np
 from flashnerd.robots import RobotSpec, get_robot
 from flashnerd.robots.variant import load_variant
 from flashnerd.sim.actuation import actuation_for
+from flashnerd.sim.randomize import randomization_for
 from flashnerd.sim.terrain import TERRAINS, add_terrain
 from flashnerd.sim.variant import apply_variant
 
@@ -88,11 +89,13 @@ def build_scene(robot: RobotSpec, terrain: str = "flat", objects: tuple[str, ...
 
 def variant_robot(name: str, path: str | None, check: bool = True) -> RobotSpec:
     """The registered robot `name`, with the variant file `path` applied when given. With `check` its scene is
-    compiled once here, so a regex that matches nothing, or an actuation the robot cannot take, fails before any work
-    (a caller that builds the scene next anyway passes False)."""
+    compiled once here, so a regex that matches nothing, or an actuation or a randomization the robot cannot take,
+    fails before any work (a caller that builds the scene next anyway passes False)."""
     robot = get_robot(name).with_variant(load_variant(path) if path else None)
     if path and check:
-        actuation_for(robot, build_scene(robot))
+        scene = build_scene(robot)
+        actuation_for(robot, scene)
+        randomization_for(robot, scene)
     return robot
 
 

@@ -1,7 +1,9 @@
 """Apply a `RobotVariant` to a robot's `MjSpec` (before terrain and objects are added).
 
 Each regex must match at least one element of the robot, or the variant is refused in one line (a typo must not
-silently leave the nominal model). Scales multiply the nominal values; joint values replace them.
+silently leave the nominal model). Scales multiply the nominal values; joint values replace them. A key that the
+variant randomizes is compiled neutral (factor 1, the joint's own value): the scene is the base each world's draw is
+written over (`flashnerd.sim.randomize`).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ def _matching(where: str, pattern: str, named: list) -> list:
 def apply_variant(spec: mujoco.MjSpec, variant: RobotVariant) -> None:
     """Edit `spec` (the robot alone) as `variant` says."""
     v, where = variant.spec, variant.source or variant.name
+    drawn = variant.randomized
     bodies = [b for b in spec.bodies if b.name != "world"]
     if "payload" in v:
         p = v["payload"]
@@ -37,6 +40,7 @@ def apply_variant(spec: mujoco.MjSpec, variant: RobotVariant) -> None:
         parent.add_body(name=PAYLOAD_BODY, pos=p["pos"], ipos=[0.0, 0.0, 0.0], explicitinertial=True,
                         mass=p["mass"], inertia=[PAYLOAD_INERTIA] * 3)
     for pattern, factor in v.get("mass_scale", {}).items():
+        factor = 1.0 if "mass_scale" in drawn else factor
         for body in _matching(f"{where}: mass_scale", pattern, bodies):
             if body.explicitinertial:  # the same shape, denser
                 body.mass *= factor
@@ -52,6 +56,8 @@ def apply_variant(spec: mujoco.MjSpec, variant: RobotVariant) -> None:
         for joint in _matching(f"{where}: joints", pattern, [j for j in spec.joints
                                                              if j.type != mujoco.mjtJoint.mjJNT_FREE]):
             for key, value in values.items():
+                if f"joints.{key}" in drawn:
+                    continue
                 if key == "damping":  # a vector in MjSpec; its first entry is the linear damping
                     damping = np.asarray(joint.damping, dtype=float).copy()
                     damping[0] = value
@@ -59,6 +65,7 @@ def apply_variant(spec: mujoco.MjSpec, variant: RobotVariant) -> None:
                 else:
                     setattr(joint, key, value)
     for pattern, scales in v.get("actuators", {}).items():
+        scales = {k: 1.0 if f"actuators.{k}" in drawn else x for k, x in scales.items()}
         for act in _matching(f"{where}: actuators", pattern, list(spec.actuators)):
             position = act.gaintype == mujoco.mjtGain.mjGAIN_FIXED and act.biastype == mujoco.mjtBias.mjBIAS_AFFINE
             if not position and {"kp_scale", "kv_scale"} & set(scales):
@@ -72,6 +79,7 @@ def apply_variant(spec: mujoco.MjSpec, variant: RobotVariant) -> None:
                 act.forcerange = np.asarray(act.forcerange, dtype=float) * scales["effort_scale"]
                 act.forcelimited = mujoco.mjtLimited.mjLIMITED_TRUE
     for pattern, factor in v.get("friction_scale", {}).items():
+        factor = 1.0 if "friction_scale" in drawn else factor
         geoms = [g for b in bodies for g in b.geoms
                  if (g.name and re.fullmatch(pattern, g.name)) or re.fullmatch(pattern, b.name)]
         if not geoms:

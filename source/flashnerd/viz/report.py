@@ -98,7 +98,8 @@ def plot_finetune(backends: dict, path: str | Path, title: str) -> None:
 
 def plot_reality_gap(summary: dict, path: str | Path) -> None:
     """Return in the robot variant of the policy trained on the adapted model, against minutes of robot data; the
-    baselines (nominal MuJoCo, the oracle on the variant) as horizontal lines."""
+    baselines (nominal MuJoCo, domain randomization over the variant's ranges, the oracle on the variant) as
+    horizontal lines."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -108,8 +109,9 @@ def plot_reality_gap(summary: dict, path: str | Path) -> None:
     minutes = [b["minutes"] for b in summary["budgets"]]
     ax.plot(minutes, [b["eval_variant"]["mean_return"] for b in summary["budgets"]], "o-", color="#55a868",
             label=f"PPO on {summary['model']} adapted to the robot's logs")
-    styles = {"nominal": ("#4c72b0", "--", "PPO on nominal MuJoCo"), "oracle": ("#c44e52", ":", "oracle: PPO on "
-                                                                                               "the variant")}
+    styles = {"nominal": ("#4c72b0", "--", "PPO on nominal MuJoCo"),
+              "oracle": ("#c44e52", ":", "oracle: PPO on the variant"),
+              "randomized": ("#8172b2", "-.", "PPO on MuJoCo, randomized over the ranges")}
     for name, result in summary["baselines"].items():
         color, style, label = styles.get(name, ("#8172b2", "-.", name))
         ax.axhline(result["eval_variant"]["mean_return"], color=color, linestyle=style, label=label)

@@ -6,6 +6,11 @@ adapt the learned model to them (`fit --init` with simulation data mixed in), tr
 evaluate that policy in the variant. Baselines in the same run: PPO on nominal MuJoCo (the safe policy itself), PPO
 on MuJoCo with domain randomization over the variant's `randomize` ranges (when it has any), and the oracle a lab
 cannot run, PPO directly on the variant. JSON and a plot of return in the variant against minutes of robot data.
+
+A variant with `randomize` ranges is two things here: the robot is its fixed values (`RobotVariant.fixed`, written to
+`<variant>.yaml` in --out_dir: what is logged, what the oracle trains on, what every policy is evaluated on), and the
+ranges alone over the nominal robot (`RobotVariant.ranges_only`, `<variant>_ranges.yaml`) are what the randomized
+baseline trains on, as a lab that knows the ranges but not its robot would.
 """
 
 from __future__ import annotations
@@ -92,7 +97,14 @@ def run(args: argparse.Namespace) -> dict:
     init = args.dynamics_checkpoint or str(default_checkpoint(robot, args.model))
     read_checkpoint(init, robot)  # a missing or foreign model fails now, not after the baselines' PPO runs
     out = Path(args.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
     dt = robot.control_dt
+    target = str(out / f"{robot.variant.name}.yaml")  # the robot: the variant's fixed values, nothing drawn
+    robot.variant.fixed().write(target)
+    ranges = None
+    if robot.variant.randomized:
+        ranges = str(out / f"{robot.variant.ranges_only().name}.yaml")
+        robot.variant.ranges_only().write(ranges)
 
     def cfgs(dynamics: str, variant: str | None, checkpoint: str | None = None, seed: int = args.seed):
         env, agent = task_cfgs(args.task, num_envs=args.num_envs, seed=seed, device=args.device, dynamics=dynamics,
@@ -103,7 +115,7 @@ def run(args: argparse.Namespace) -> dict:
         return env, agent
 
     def in_variant(runner, env_cfg) -> dict:
-        task, cfg = play_variant(args.task, dataclasses.replace(env_cfg, robot_variant=args.robot_variant))
+        task, cfg = play_variant(args.task, dataclasses.replace(env_cfg, robot_variant=target))
         policy = runner.get_inference_policy(device=args.device)
         return evaluate_on_backends(task, cfg, policy, args.eval_episodes, backends=[REFERENCE_BACKEND])[
             REFERENCE_BACKEND]
@@ -118,19 +130,21 @@ def run(args: argparse.Namespace) -> dict:
 
     baselines = {}
     baselines["nominal"], safe_policy = ppo("nominal", REFERENCE_BACKEND, None)
-    baselines["oracle"], _ = ppo("oracle", REFERENCE_BACKEND, args.robot_variant)
+    baselines["oracle"], _ = ppo("oracle", REFERENCE_BACKEND, target)
+    if ranges is not None:
+        baselines["randomized"], _ = ppo("randomized", REFERENCE_BACKEND, ranges)
 
     # simulation data of the nominal robot to mix in, and held-out robot data to measure the model on
     if args.mix > 0:
         sim_steps = max(args.traj_len, math.ceil(args.sim_minutes * 60 / dt / 64 / args.traj_len) * args.traj_len)
         record(variant_robot(env_cfg.robot, None), 64, sim_steps, out / "sim.h5", traj_len=args.traj_len,
                seed=args.seed + 1, progress=False)
-    held_out = _robot_log(args, safe_policy, out / "held_out", 2.0, args.seed + 2)
+    held_out = _robot_log(args, target, safe_policy, out / "held_out", 2.0, args.seed + 2)
 
     budgets_out = []
     for minutes in budgets:
         tag = f"{minutes:g}min"
-        logged = _robot_log(args, safe_policy, out / tag, minutes, args.seed + 3)
+        logged = _robot_log(args, target, safe_policy, out / tag, minutes, args.seed + 3)
         cfg = dataclasses.replace(FitConfig(), model=args.model, max_steps=10**9, time_budget_s=args.fit_budget,
                                   init=init, mix_data=(str(out / "sim.h5"),) if args.mix > 0 else (),
                                   mix=args.mix, lr=INIT_LR, patience=INIT_PATIENCE, seed=args.seed)
@@ -140,7 +154,7 @@ def run(args: argparse.Namespace) -> dict:
         fit = fitter.fit(adapted, log_dir=str(out / tag / "fit"), progress=False)
         card = fitter.adaptation_report(init, adapted)
         other = nrmse_before_after(fitter, init, adapted, load_dataset(held_out["dataset"], fitter.robot))
-        result, _ = ppo(f"{tag}/ppo", args.model, args.robot_variant, str(adapted))
+        result, _ = ppo(f"{tag}/ppo", args.model, target, str(adapted))
         budgets_out.append({"minutes": minutes, "logged": logged["import"], "fit_steps": fit["steps"],
                             "fit_seconds": fit["train_seconds"], "nrmse_card": card, "nrmse_held_out": other,
                             **result})
@@ -148,7 +162,8 @@ def run(args: argparse.Namespace) -> dict:
                "model": args.model, "init": init, "mix": args.mix, "sim_minutes": args.sim_minutes,
                "robot_worlds": args.robot_worlds, "action_noise": args.action_noise,
                "eval_episodes": args.eval_episodes, "device": args.device, "baselines": baselines,
-               "randomized": "skipped: the variant has no randomize ranges (not applied by this version)",
+               "randomized": ("PPO on MuJoCo drawing the variant's randomize ranges over the nominal robot"
+                              if ranges else "skipped: the variant has no randomize ranges"),
                "budgets": budgets_out}
     write_json(out / f"{args.name}.json", summary)
     plot_reality_gap(summary, out / f"{args.name}.png")
@@ -157,12 +172,13 @@ def run(args: argparse.Namespace) -> dict:
     return summary
 
 
-def _robot_log(args: argparse.Namespace, policy: str, folder: Path, minutes: float, seed: int) -> dict:
-    """`minutes` of robot time (summed over `robot_worlds`) of the variant under the safe policy plus noise (as
-    `flashnerd record --task ... --checkpoint ...` drives it), written as a robot log and imported back."""
-    robot = variant_robot(task_cfgs(args.task)[0].robot, args.robot_variant, check=False)
+def _robot_log(args: argparse.Namespace, variant: str, policy: str, folder: Path, minutes: float, seed: int) -> dict:
+    """`minutes` of robot time (summed over `robot_worlds`) of the robot `variant` (a variant file) under the safe
+    policy plus noise (as `flashnerd record --task ... --checkpoint ...` drives it), written as a robot log and
+    imported back."""
+    robot = variant_robot(task_cfgs(args.task)[0].robot, variant, check=False)
     steps = max(1, math.ceil(minutes * 60 / robot.control_dt / args.robot_worlds / args.traj_len)) * args.traj_len
-    how = argparse.Namespace(task=args.task, device=args.device, robot_variant=args.robot_variant, robot=None,
+    how = argparse.Namespace(task=args.task, device=args.device, robot_variant=variant, robot=None,
                              log_root="", load_run=None, checkpoint=policy, steps=steps, traj_len=args.traj_len,
                              dynamics=REFERENCE_BACKEND, num_worlds=args.robot_worlds, seed=seed, terrain=None,
                              action_noise=args.action_noise)

@@ -1,0 +1,143 @@
+"""Domain randomization: a robot variant's `randomize` ranges drawn per world and written into that world's model.
+
+A variant's `randomize` section (robots/variant.py) names values to draw uniformly in a range whenever a world is built
+or reset. The scene is compiled with those keys neutral (sim/variant.py), and a `Randomization` turns each world's
+draws into the model fields a compiled scene with those values would have:
+
+| path | model fields (of the elements the variant's patterns match) |
+|---|---|
+| `payload.mass` | `body_mass` of the payload body |
+| `mass_scale` | `body_mass`, `body_inertia` (the nominal values times the draw) |
+| `friction_scale` | `geom_friction[:, 0]` (the draw times the larger of the geom's and the ground's friction) |
+| `joints.damping/armature/frictionloss` | `dof_damping`, `dof_armature`, `dof_frictionloss` (the draw) |
+| `actuators.kp_scale` | `actuator_gainprm[:, 0]`, `actuator_biasprm[:, 1]` (times the draw) |
+| `actuators.kv_scale` | `actuator_biasprm[:, 2]` |
+| `actuators.effort_scale` | `actuator_forcerange` |
+
+The backends write these fields into per-world models (`mujoco`: one `MjModel` per world; `mjwarp`: batched model
+fields) and then recompute the constants MuJoCo derives from them (`mj_setConst`; MuJoCo Warp's `set_const`), so a
+world steps exactly as a scene compiled with its drawn values.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import mujoco
+import numpy as np
+
+from flashnerd.robots import RobotSpec
+from flashnerd.robots.variant import VariantError
+from flashnerd.sim.variant import PAYLOAD_BODY
+
+
+@dataclass(frozen=True)
+class FieldWrite:
+    """One model field a path writes: rows `index`, columns `cols` (None: the whole row), scaled or set."""
+
+    field: str
+    index: np.ndarray  # (k,) element rows
+    cols: tuple[int, ...] | None
+    scale: bool  # True: the base value times the draw; False: the draw itself
+
+
+class Randomization:
+    """The draws of one variant's `randomize` ranges and the per-world model fields they give (see the module doc)."""
+
+    def __init__(self, paths: list[str], low: np.ndarray, high: np.ndarray, writes: list[list[FieldWrite]],
+                 model: mujoco.MjModel) -> None:
+        self.paths = paths
+        self.low, self.high = low, high  # (P,) each
+        self._writes = writes  # per path
+        self.fields = tuple(dict.fromkeys(w.field for ws in writes for w in ws))
+        self.base = {f: np.array(getattr(model, f), dtype=float) for f in self.fields}  # the neutral scene's fields
+        # whether the derived constants need recomputing (mass, inertia, armature); damping, friction, gains do not
+        self.needs_set_const = any(f in ("body_mass", "body_inertia", "dof_armature") for f in self.fields)
+
+    def draw(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        """(n, P) values, uniform in each path's range."""
+        return self.low + (self.high - self.low) * rng.random((n, len(self.paths)))  # (n, P)
+
+    def values(self, draws: np.ndarray) -> dict[str, np.ndarray]:
+        """The fields of worlds with `draws` (n, P): field -> (n, *field shape), float64."""
+        out = {f: np.repeat(b[None], len(draws), axis=0) for f, b in self.base.items()}  # (n, *shape) each
+        for p, writes in enumerate(self._writes):
+            for w in writes:
+                rows = (w.index,) if w.cols is None else (w.index[:, None], np.asarray(w.cols)[None, :])
+                target = out[w.field][(slice(None), *rows)]  # (n, k[, c], ...)
+                v = draws[:, p].reshape(-1, *[1] * (target.ndim - 1))  # (n, 1, ...)
+                out[w.field][(slice(None), *rows)] = self.base[w.field][rows][None] * v if w.scale else v
+        return out
+
+
+def _robot_elements(model: mujoco.MjModel) -> tuple[np.ndarray, np.ndarray]:
+    """Body ids (the robot's tree: the first body below the world and its descendants) and its geom ids."""
+    root = int(model.body_rootid[1])
+    bodies = np.flatnonzero(model.body_rootid == root)
+    geoms = np.flatnonzero(np.isin(model.geom_bodyid, bodies))
+    return bodies, geoms
+
+
+def _names(model: mujoco.MjModel, kind, ids) -> list[str]:
+    return [mujoco.mj_id2name(model, kind, int(i)) or "" for i in ids]
+
+
+def _match(patterns, names: list[str], ids: np.ndarray) -> np.ndarray:
+    """ids whose name fully matches any pattern (None: all ids)."""
+    if patterns is None:
+        return np.asarray(ids, dtype=int)
+    return np.asarray([i for i, n in zip(ids, names) if any(re.fullmatch(p, n) for p in patterns)], dtype=int)
+
+
+def randomization_for(robot: RobotSpec, model: mujoco.MjModel) -> Randomization | None:
+    """The randomization of `robot`'s variant over the compiled scene `model` (built with the drawn keys neutral), or
+    None when the variant draws nothing. A path that selects no element is a one-line `VariantError`."""
+    variant = robot.variant
+    if variant is None or not variant.randomized:
+        return None
+    v, where = variant.spec, variant.source or variant.name
+    bodies, geoms = _robot_elements(model)
+    body_names = _names(model, mujoco.mjtObj.mjOBJ_BODY, bodies)
+    joints = [j for j in range(model.njnt) if model.jnt_type[j] != mujoco.mjtJoint.mjJNT_FREE
+              and model.jnt_bodyid[j] in bodies]
+    joint_names = _names(model, mujoco.mjtObj.mjOBJ_JOINT, joints)
+    acts = np.arange(model.nu)
+    act_names = _names(model, mujoco.mjtObj.mjOBJ_ACTUATOR, acts)
+    paths, low, high, writes = [], [], [], []
+    for path, (lo, hi) in variant.randomized.items():
+        section, _, key = path.partition(".")
+        if path == "payload.mass":
+            ws = [FieldWrite("body_mass", np.array([model.body(PAYLOAD_BODY).id]), None, False)]
+        elif path == "mass_scale":
+            ids = _match(v["mass_scale"], body_names, bodies)
+            ws = [FieldWrite("body_mass", ids, None, True), FieldWrite("body_inertia", ids, None, True)]
+        elif path == "friction_scale":
+            body_name = dict(zip(bodies, body_names))
+            geom_body = {g: body_name[model.geom_bodyid[g]] for g in geoms}
+            names = _names(model, mujoco.mjtObj.mjOBJ_GEOM, geoms)
+            ids = np.asarray([g for g, n in zip(geoms, names) if any(re.fullmatch(p, n) or re.fullmatch(
+                p, geom_body[g]) for p in v["friction_scale"])], dtype=int)
+            ws = [FieldWrite("geom_friction", ids, (0,), True)]
+        elif section == "joints":
+            ids = _match(v.get("joints"), joint_names, np.asarray(joints, dtype=int))
+            ws = [FieldWrite(f"dof_{key}", model.jnt_dofadr[ids].astype(int), None, False)]
+        else:  # actuators
+            ids = _match(v.get("actuators"), act_names, acts)
+            if key == "effort_scale":
+                unlimited = [i for i in ids if not model.actuator_forcelimited[i]]
+                if unlimited:
+                    raise VariantError(f"{where}: randomize '{path}' scales the force range of actuator "
+                                       f"'{act_names[unlimited[0]]}', which has none; give it a forcerange")
+                ws = [FieldWrite("actuator_forcerange", ids, None, True)]
+            elif key == "kp_scale":
+                ws = [FieldWrite("actuator_gainprm", ids, (0,), True), FieldWrite("actuator_biasprm", ids, (1,), True)]
+            else:
+                ws = [FieldWrite("actuator_biasprm", ids, (2,), True)]
+        if not len(ws[0].index):
+            raise VariantError(f"{where}: randomize '{path}' selects no element of the robot")
+        paths.append(path)
+        low.append(lo)
+        high.append(hi)
+        writes.append(ws)
+    return Randomization(paths, np.asarray(low), np.asarray(high), writes, model)
