@@ -170,6 +170,27 @@ def test_evaluate_model_and_bench_model_cli(tiny, tiny_ckpt, capsys):
     assert main(["bench", "model", "--batch", "4", "--min_seconds", "0.05"]) == 0
     bench = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert set(bench["steps_per_s"]) == {"flashnerd", "nerd"} and "4" in bench["ratio"]
+    roof = bench["roofline"]["flashnerd"]["4"]
+    assert roof["fraction"] == pytest.approx(roof["achieved_gflops"] / roof["matmul_gflops"], rel=0.05)
+    assert roof["achieved_gflops"] == pytest.approx(roof["flops_per_step"] * bench["steps_per_s"]["flashnerd"]["4"]
+                                                    / 1e9, rel=0.05, abs=0.01)
+
+
+def test_roofline_counts_the_streaming_step_flops_in_closed_form():
+    """FlashNeRD's step: embed, per block the packed in-projection, q.k over S cached keys, weights over S cached
+    values, the out-projection; the readout and the skip path. 2 FLOPs per multiply-add; the lag-0 score is an
+    elementwise product, which the counter (matmuls only) leaves out, and so does this sum."""
+    from flashnerd.models.flashnerd import FLASHNERD_SIZES
+    from flashnerd.training.benchmark import model_roofline
+
+    i, o = 60, 40
+    c = FLASHNERD_SIZES["cpu"]
+    C, S, L, R, F = c["n_embd"], c["span"], c["n_layer"], c["readout_hidden"], int(c["ff_mult"] * c["n_embd"])
+    per_block = C * (3 * C + 2 * F) + 2 * S * C + (C + F) * C  # q.K and w.V: H heads x S slots x D = S x C each
+    expected = 2 * (i * C + L * per_block + 2 * C * R + R * o + i * o)
+    roof = model_roofline("flashnerd", i, o, 8, steps_per_s=1000.0, min_seconds=0.01)
+    assert roof["flops_per_step"] == expected
+    assert roof["achieved_gflops"] == pytest.approx(expected * 1000.0 / 1e9, abs=0.01) and roof["matmul_gflops"] > 0
 
 
 @pytest.mark.slow

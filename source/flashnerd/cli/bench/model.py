@@ -1,4 +1,5 @@
-"""`flashnerd bench model`: model-only streaming throughput of learned models at several batch sizes (JSON)."""
+"""`flashnerd bench model`: model-only streaming throughput of learned models at several batch sizes (JSON), each with
+its roofline: the achieved FLOP rate as a fraction of the fp32 matmul rate at the model's own shapes."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from flashnerd.dynamics.representation import StateRepresentation
 from flashnerd.models import FLASHNERD_KIND, MAX_MEMBERS, NERD_KIND
 from flashnerd.robots import get_robot
 from flashnerd.sim.scene import build_scene
-from flashnerd.training.benchmark import model_steps_per_second
+from flashnerd.training.benchmark import model_roofline, model_steps_per_second
 
 
 def add_parser(bsub: argparse._SubParsersAction) -> None:
@@ -46,14 +47,18 @@ def run(args: argparse.Namespace) -> dict:
     rep = StateRepresentation.for_robot(robot, scene, contact_features(robot, scene).dim)
     results: dict[str, dict[str, float]] = {}
     members: dict[str, dict[str, float]] = {}  # with --ensemble: one step of all members
+    roofline: dict[str, dict[str, dict]] = {}
     for kind in kinds:
-        results[kind], members[kind] = {}, {}
+        results[kind], members[kind], roofline[kind] = {}, {}, {}
         for b in batches:  # one model, then its ensemble, batch by batch: machine noise hits both alike
             for k, table in ((1, results), (args.ensemble, members)) if args.ensemble > 1 else ((1, results),):
                 table[kind][str(b)] = round(model_steps_per_second(kind, rep.input_dim, rep.target_dim, b, args.size,
                                                                    args.device, args.min_seconds, ensemble=k), 1)
+            # right after the model's own timing, so the matmul rate it is compared with sees the same machine
+            roofline[kind][str(b)] = model_roofline(kind, rep.input_dim, rep.target_dim, b, results[kind][str(b)],
+                                                    args.size, args.device, args.min_seconds)
     out = {"robot": robot.name, "device": args.device, "size": args.size, "threads": torch.get_num_threads(),
-           "steps_per_s": results}
+           "steps_per_s": results, "roofline": roofline}
     if FLASHNERD_KIND in results and NERD_KIND in results:
         out["ratio"] = {b: round(results[FLASHNERD_KIND][b] / results[NERD_KIND][b], 2) for b in results[NERD_KIND]}
     if args.ensemble > 1:
