@@ -106,12 +106,12 @@ def test_bench_reality_gap_runs_the_loop_a_lab_runs(tmp_path, capsys):
     summary = json.loads((out / "reality_gap.json").read_text())
     assert set(summary["baselines"]) == {"nominal", "oracle", "randomized"} and (out / "reality_gap.png").is_file()
     worn, ranges = load_variant("variants/anymal_c_worn_dr.yaml"), load_variant(out / "anymal_c_worn_dr_ranges.yaml")
-    assert load_variant(out / "anymal_c_worn_dr.yaml").spec == worn.fixed().spec
+    assert load_variant(out / "anymal_c_worn_dr_robot.yaml").spec == worn.fixed().spec
     assert ranges.randomized == worn.randomized and "effort_scale" not in str(ranges.spec.get("joints"))
     budget = summary["budgets"][0]
     assert budget["logged"]["minutes"] == pytest.approx(0.2) and (out / "0.2min" / "robot_log.parquet").is_file()
     logged = load_dataset(out / "0.2min" / "robot.h5").attrs
-    assert logged["variants"] == ["anymal_c_worn_dr"] and "randomize" not in logged["variant"]  # the fixed robot
+    assert logged["variants"] == ["anymal_c_worn_dr_robot"] and "randomize" not in logged["variant"]  # one robot
     assert set(budget["nrmse_held_out"]) == {"nrmse_before", "nrmse_after"}
     assert read_checkpoint(out / "0.2min" / "adapted.safetensors")["adaptation"] == budget["nrmse_card"]
     printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])

@@ -55,12 +55,17 @@ def _run(dyn, ctrl_seq, n):
     return dyn.state().qpos.clone(), dyn.state().joint_torque.clone()
 
 
-@pytest.mark.parametrize("backend, tol", [("mujoco", 0.0), ("mjwarp", 1e-4)])
-@pytest.mark.parametrize("line", [False, True])
-def test_each_world_steps_as_the_scene_compiled_with_its_draw(anymal, backend, tol, line):
-    """Every path drawn at once (and under a torque-speed line, whose force law follows the drawn gains and
-    limits): world i after 20 steps of random targets equals a one-world scene compiled with world i's values."""
-    extra = {"actuators": {".*": {**WORN["actuators"][".*"], "no_load_speed": 12.0}}} if line else {}
+LINE = {"actuators": {".*": {**WORN["actuators"][".*"], "no_load_speed": 12.0}}}
+ALL_BODIES = {"mass_scale": {".*": 1.1}}  # matches every robot body; the payload keeps its own mass
+
+
+@pytest.mark.parametrize("backend, tol, extra", [("mujoco", 0.0, {}), ("mujoco", 0.0, LINE),
+                                                 ("mujoco", 0.0, ALL_BODIES), ("mjwarp", 1e-4, {}),
+                                                 ("mjwarp", 1e-4, LINE)])
+def test_each_world_steps_as_the_scene_compiled_with_its_draw(anymal, backend, tol, extra):
+    """Every path drawn at once (also under a torque-speed line, whose force law follows the drawn gains and
+    limits, and with a mass scale over every body): world i after 20 steps of random targets equals a one-world
+    scene compiled with world i's values."""
     variant = _randomized(**extra)
     n = 3
     torch.manual_seed(5)
@@ -75,6 +80,15 @@ def test_each_world_steps_as_the_scene_compiled_with_its_draw(anymal, backend, t
         assert (qpos[i] - q_ref[0]).abs().max() <= tol, (i, (qpos[i] - q_ref[0]).abs().max())
         assert (torque[i] - t_ref[0]).abs().max() <= 100 * tol
     assert (qpos[0] - qpos[1]).abs().max() > 0.05  # the worlds really differ
+
+
+def test_learned_backends_take_the_fixed_robot(anymal):
+    """A model has no masses to draw: a learned backend given a randomized variant uses the file's fixed values."""
+    variant = _randomized()
+    dyn = make_dynamics("flashnerd", anymal.with_variant(variant), 2)
+    fixed = make_dynamics("mujoco", anymal.with_variant(variant.fixed()), 1).scene
+    assert np.allclose(dyn.scene.actuator_gainprm[:, 0], fixed.actuator_gainprm[:, 0])  # kp 0.75 x nominal
+    assert np.allclose(dyn.scene.actuator_forcerange, fixed.actuator_forcerange)
 
 
 def test_draws_are_in_range_redrawn_at_reset_only_and_follow_the_seed(anymal):

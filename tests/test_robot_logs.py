@@ -71,6 +71,21 @@ def test_rows_that_are_not_finite_are_dropped_counted_and_split_the_run(recorded
     assert result["trajectories"] == 1 + 2  # rows 0-9 give one 8-step trajectory, rows 11-30 two
 
 
+def test_velocity_units_are_judged_over_the_whole_file(recorded, anymal):
+    """A unit error is wrong in every row: one episode whose knee velocity reads 0.4 x its position's derivative (a
+    nearly still joint, a noisy estimate) imports; the same factor over the whole file is refused."""
+    frame, _ = read_log(recorded / "log.parquet")
+    one = frame.copy()
+    first = one["episode"] == 0
+    one.loc[first, "dq_LF_KFE"] *= 0.4
+    write_log(recorded / "one_off.parquet", one)
+    assert import_logs([recorded / "one_off.parquet"], anymal, recorded / "one_off.h5", traj_len=30)["segments"] == 6
+    every = frame.assign(dq_LF_KFE=frame["dq_LF_KFE"] * 0.4)
+    write_log(recorded / "all_off.parquet", every)
+    with pytest.raises(LogError, match="dq_LF_KFE is 0.4\\d* x the time derivative of its position"):
+        import_logs([recorded / "all_off.parquet"], anymal, recorded / "all_off.h5", traj_len=30)
+
+
 def _bad(recorded, edit):
     frame, _ = read_log(recorded / "log.parquet")
     return edit(frame.copy())

@@ -264,8 +264,11 @@ def _resampled(seg: pd.DataFrame, lay: _Layout, dt: float) -> dict[str, np.ndarr
     return out
 
 
-def _check_units(seg: pd.DataFrame, lay: _Layout, where: str) -> None:
-    """Velocities against the derivative of the positions; positions and targets against their ranges."""
+def _check_units(seg: pd.DataFrame, lay: _Layout, where: str, sums: dict[str, np.ndarray]) -> None:
+    """Positions and targets against their ranges; each velocity column's products with the derivative of its
+    position added to `sums` (name -> [sum of logged x derivative, sum of derivative^2, samples]), whose ratio
+    `_check_velocity_units` checks once per file: one short, nearly still segment gives a noisy ratio, a unit error
+    is wrong in every row."""
     t = seg["time"].to_numpy(dtype=float)
     if len(t) < 3:
         return
@@ -290,9 +293,16 @@ def _check_units(seg: pd.DataFrame, lay: _Layout, where: str) -> None:
         lin_w = quat_apply(quat, torch.from_numpy(seg[list(BASE["lin_vel"])].to_numpy(float)[1:-1].copy())).numpy()
         pairs.append(("base_lin_vel", (pos[2:] - pos[:-2]) / span, lin_w))
     for name, derivative, logged in pairs:
-        if np.sqrt((derivative ** 2).mean()) < MIN_MOTION:
+        sums[name] = sums.get(name, np.zeros(3)) + ((logged * derivative).sum(), (derivative ** 2).sum(),
+                                                    derivative.size)
+
+
+def _check_velocity_units(sums: dict[str, np.ndarray], where: str) -> None:
+    """Each velocity column of a file against the derivative of its position, over all its segments."""
+    for name, (cross, square, count) in sums.items():
+        if count == 0 or np.sqrt(square / count) < MIN_MOTION:
             continue
-        ratio = float((logged * derivative).sum() / (derivative ** 2).sum())
+        ratio = float(cross / square)
         if not UNIT_RATIO[0] <= ratio <= UNIT_RATIO[1]:
             unit = "m/s in the base frame" if name == "base_lin_vel" else "rad/s (m/s for slide joints)"
             raise LogError(f"robot log '{where}': {name} is {ratio:.3g} x the time derivative of its position; log it "
@@ -315,11 +325,12 @@ def import_logs(paths: list[str | Path], robot: RobotSpec, out: str | Path, traj
         if variant:
             variants.add(_variant_name(variant, where))
         counts["rows"] += len(frame)
+        sums: dict[str, np.ndarray] = {}
         for run in _runs(frame, where):
             segments, dropped = _segments(run, lay, dt)
             counts["non_finite_rows"] += dropped
             for seg in segments:
-                _check_units(seg, lay, where)
+                _check_units(seg, lay, where, sums)
                 counts["segments"] += 1
                 res = _resampled(seg, lay, dt)
                 n = (len(res["qpos"]) - 1) // traj_len
@@ -330,6 +341,7 @@ def import_logs(paths: list[str | Path], robot: RobotSpec, out: str | Path, traj
                     width = traj_len + (1 if len(v) == len(res["qpos"]) else 0)
                     arrays.setdefault(k, []).append(np.stack([v[i * traj_len:i * traj_len + width]
                                                               for i in range(n)]))
+        _check_velocity_units(sums, where)
         sources.append({"file": Path(path).name, "sha256": hashlib.sha256(Path(path).read_bytes()).hexdigest()})
     if not arrays:
         raise LogError(f"the logs hold no run of {traj_len + 1} control steps ({counts['segments']} segments, "

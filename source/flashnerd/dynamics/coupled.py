@@ -121,6 +121,7 @@ class CoupledDynamics:
     def __init__(self, robot: RobotSpec, num_worlds: int, device: str | torch.device = "cpu", terrain: str = "flat",
                  config: CoupledConfig | None = None, mode: str = TWO_WAY) -> None:
         config = config or CoupledConfig()
+        robot = robot.without_ranges()  # one robot in every world: the variant's fixed values
         free_motion, checkpoint, nthread = config.free_motion, config.checkpoint, config.nthread
         if mode not in COUPLING_MODES:
             raise ValueError(f"unknown coupling mode '{mode}'; choose one of: {', '.join(COUPLING_MODES)}")

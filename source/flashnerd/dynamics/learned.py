@@ -74,6 +74,7 @@ class LearnedDynamics:
     def __init__(self, robot: RobotSpec, num_worlds: int, device: str | torch.device = "cpu", terrain: str = "flat",
                  config: LearnedConfig | None = None, kind: str = "flashnerd") -> None:
         config = config or LearnedConfig()
+        robot = robot.without_ranges()  # a model has no masses to draw: its scene is the variant's fixed robot
         self.robot, self.num_worlds, self.device = robot, num_worlds, torch.device(device)
         self.control_dt = robot.control_dt
         path = Path(config.checkpoint) if config.checkpoint else default_checkpoint(robot, kind)

@@ -82,6 +82,13 @@ class RobotSpec:
                              f"not '{self.name}'")
         return dataclasses.replace(self, variant=variant)
 
+    def without_ranges(self) -> RobotSpec:
+        """This robot with its variant's `randomize` ranges dropped (the file's fixed values: one robot), for the
+        backends that simulate one robot in every world (learned, coupled); itself when nothing is drawn."""
+        if self.variant is None or not self.variant.randomized:
+            return self
+        return self.with_variant(self.variant.fixed())
+
     def model_hash(self) -> str:
         """A short hash of the MJCF text: checkpoints and datasets carry it to refuse data from another robot."""
         return hashlib.sha256(self.mjcf_path.read_bytes()).hexdigest()[:16]

@@ -111,7 +111,8 @@ class MjwarpDynamics:
         self._rand = randomization_for(robot, m)
         batched = {}
         if self._rand is not None:
-            derived = ("body_subtreemass", "body_invweight0", "dof_invweight0", "actuator_acc0")
+            derived = ("body_subtreemass", "body_invweight0", "dof_invweight0", "actuator_acc0") + (
+                ("tendon_invweight0",) if m.ntendon else ())
             batched = {f: num_worlds for f in self._rand.fields + (derived if self._rand.needs_set_const else ())}
         with wp.ScopedDevice(self.wp_device):
             self._m = mjw.put_model(m, batch_sizes=batched)
@@ -142,7 +143,7 @@ class MjwarpDynamics:
             self._init_actuation()
         self._qpos0 = torch.as_tensor(data0.qpos, dtype=torch.float32, device=self.device)  # (nq,) objects' spawn
         if self._rand is not None:
-            self._rng = np.random.default_rng(torch.initial_seed())  # follows the run's seed, its own stream
+            self._rng = np.random.default_rng(int(torch.randint(2**62, ())))  # its own stream, from the run's seed
             self.draws = np.zeros((num_worlds, len(self._rand.paths)))  # (N, P) each world's drawn values
             self._fields_t = {f: wp.to_torch(getattr(self._m, f)) for f in self._rand.fields}  # (N, *shape) views
             self._redraw(torch.arange(num_worlds, device=self.device))
@@ -195,7 +196,7 @@ class MjwarpDynamics:
         if self._act is not None:
             self._act_prm_t[ids] = torch.as_tensor(self._act.with_fields(values), dtype=torch.float32).to(self.device)
         if self._rand.needs_set_const:
-            with wp.ScopedDevice(self.wp_device):
+            with self._scope():  # ordered with torch's writes above, as the control step is
                 mjw.set_const(self._m, self._d, groups=mjw.SetConstGroup.FIXED | mjw.SetConstGroup.INERT0)
 
     def set_qvel(self, world_ids: torch.Tensor, qvel: torch.Tensor) -> None:
@@ -257,11 +258,13 @@ class MjwarpDynamics:
     def _stream(self):
         return wp.stream_from_torch(torch.cuda.current_stream(self.device)) if self.wp_device.is_cuda else None
 
+    def _scope(self):
+        """On CUDA, launch on torch's stream, so torch's writes before and reads after are ordered with the kernels."""
+        return wp.ScopedStream(self._stream()) if self.wp_device.is_cuda else wp.ScopedDevice(self.wp_device)
+
     def _control_step(self) -> None:
         """`decimation` physics steps and the running maximum of each contact body's force over them."""
-        # On CUDA, launch on torch's stream, so torch's writes before and reads after are ordered with the kernels.
-        scope = wp.ScopedStream(self._stream()) if self.wp_device.is_cuda else wp.ScopedDevice(self.wp_device)
-        with scope:
+        with self._scope():
             self._contact_max.zero_()
             for k in range(self.robot.decimation):
                 if self._act is not None:

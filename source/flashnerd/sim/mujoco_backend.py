@@ -62,7 +62,7 @@ class MujocoDynamics:
         self._rand = randomization_for(robot, m)
         if self._rand is not None:
             self._models = [copy.copy(m) for _ in range(num_worlds)]
-            self._rng = np.random.default_rng(torch.initial_seed())  # follows the run's seed, its own stream
+            self._rng = np.random.default_rng(int(torch.randint(2**62, ())))  # its own stream, from the run's seed
             self.draws = np.zeros((num_worlds, len(self._rand.paths)))  # (N, P) each world's drawn values
             self._const_data = mujoco.MjData(m)  # scratch for mj_setConst
             if self._act is not None:

@@ -72,9 +72,12 @@ class Randomization:
 
 
 def _robot_elements(model: mujoco.MjModel) -> tuple[np.ndarray, np.ndarray]:
-    """Body ids (the robot's tree: the first body below the world and its descendants) and its geom ids."""
-    root = int(model.body_rootid[1])
-    bodies = np.flatnonzero(model.body_rootid == root)
+    """Body ids of the robot (every body before the scene's objects, which follow the robot; terrain adds geoms to
+    the world body only) and the geom ids on them."""
+    free = [j for j in range(model.njnt) if model.jnt_type[j] == mujoco.mjtJoint.mjJNT_FREE]
+    objects = [j for j in free if model.jnt_bodyid[j] != 1]  # a floating robot's own free joint sits on body 1
+    first_object = int(model.jnt_bodyid[objects[0]]) if objects else model.nbody
+    bodies = np.arange(1, first_object)
     geoms = np.flatnonzero(np.isin(model.geom_bodyid, bodies))
     return bodies, geoms
 
@@ -84,10 +87,10 @@ def _names(model: mujoco.MjModel, kind, ids) -> list[str]:
 
 
 def _match(patterns, names: list[str], ids: np.ndarray) -> np.ndarray:
-    """ids whose name fully matches any pattern (None: all ids)."""
+    """ids whose (non-empty) name fully matches any pattern (None: all ids), as sim/variant.py matches them."""
     if patterns is None:
         return np.asarray(ids, dtype=int)
-    return np.asarray([i for i, n in zip(ids, names) if any(re.fullmatch(p, n) for p in patterns)], dtype=int)
+    return np.asarray([i for i, n in zip(ids, names) if n and any(re.fullmatch(p, n) for p in patterns)], dtype=int)
 
 
 def randomization_for(robot: RobotSpec, model: mujoco.MjModel) -> Randomization | None:
@@ -109,14 +112,14 @@ def randomization_for(robot: RobotSpec, model: mujoco.MjModel) -> Randomization 
         section, _, key = path.partition(".")
         if path == "payload.mass":
             ws = [FieldWrite("body_mass", np.array([model.body(PAYLOAD_BODY).id]), None, False)]
-        elif path == "mass_scale":
-            ids = _match(v["mass_scale"], body_names, bodies)
+        elif path == "mass_scale":  # the payload's mass is its own key (sim/variant.py leaves it unscaled too)
+            ids = _match(v["mass_scale"], [n if n != PAYLOAD_BODY else "" for n in body_names], bodies)
             ws = [FieldWrite("body_mass", ids, None, True), FieldWrite("body_inertia", ids, None, True)]
         elif path == "friction_scale":
             body_name = dict(zip(bodies, body_names))
             geom_body = {g: body_name[model.geom_bodyid[g]] for g in geoms}
             names = _names(model, mujoco.mjtObj.mjOBJ_GEOM, geoms)
-            ids = np.asarray([g for g, n in zip(geoms, names) if any(re.fullmatch(p, n) or re.fullmatch(
+            ids = np.asarray([g for g, n in zip(geoms, names) if any((n and re.fullmatch(p, n)) or re.fullmatch(
                 p, geom_body[g]) for p in v["friction_scale"])], dtype=int)
             ws = [FieldWrite("geom_friction", ids, (0,), True)]
         elif section == "joints":
@@ -124,6 +127,11 @@ def randomization_for(robot: RobotSpec, model: mujoco.MjModel) -> Randomization 
             ws = [FieldWrite(f"dof_{key}", model.jnt_dofadr[ids].astype(int), None, False)]
         else:  # actuators
             ids = _match(v.get("actuators"), act_names, acts)
+            position = (model.actuator_gaintype[ids] == mujoco.mjtGain.mjGAIN_FIXED) & (
+                model.actuator_biastype[ids] == mujoco.mjtBias.mjBIAS_AFFINE)
+            if key != "effort_scale" and not position.all():
+                raise VariantError(f"{where}: randomize '{path}' needs position actuators; "
+                                   f"'{act_names[ids[~position][0]]}' is not one")
             if key == "effort_scale":
                 unlimited = [i for i in ids if not model.actuator_forcelimited[i]]
                 if unlimited:

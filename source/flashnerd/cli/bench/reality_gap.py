@@ -7,10 +7,10 @@ evaluate that policy in the variant. Baselines in the same run: PPO on nominal M
 on MuJoCo with domain randomization over the variant's `randomize` ranges (when it has any), and the oracle a lab
 cannot run, PPO directly on the variant. JSON and a plot of return in the variant against minutes of robot data.
 
-A variant with `randomize` ranges is two things here: the robot is its fixed values (`RobotVariant.fixed`, written to
-`<variant>.yaml` in --out_dir: what is logged, what the oracle trains on, what every policy is evaluated on), and the
-ranges alone over the nominal robot (`RobotVariant.ranges_only`, `<variant>_ranges.yaml`) are what the randomized
-baseline trains on, as a lab that knows the ranges but not its robot would.
+A variant with `randomize` ranges is two things here: the robot is its fixed values (`RobotVariant.fixed`, written
+to `<variant>_robot.yaml` in --out_dir: what is logged, what the oracle trains on, what every policy is evaluated
+on), and the ranges alone over the nominal robot (`RobotVariant.ranges_only`, `<variant>_ranges.yaml`) are what the
+randomized baseline trains on, as a lab that knows the ranges but not its robot would.
 """
 
 from __future__ import annotations
@@ -99,12 +99,14 @@ def run(args: argparse.Namespace) -> dict:
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     dt = robot.control_dt
-    target = str(out / f"{robot.variant.name}.yaml")  # the robot: the variant's fixed values, nothing drawn
+    # the robot: the variant's fixed values, nothing drawn; and the ranges alone for the randomized baseline
+    target = str(out / f"{robot.variant.name}_robot.yaml")
     robot.variant.fixed().write(target)
     ranges = None
     if robot.variant.randomized:
         ranges = str(out / f"{robot.variant.ranges_only().name}.yaml")
         robot.variant.ranges_only().write(ranges)
+        variant_robot(env_cfg.robot, ranges)  # compiled now: a range the nominal robot cannot take fails before work
 
     def cfgs(dynamics: str, variant: str | None, checkpoint: str | None = None, seed: int = args.seed):
         env, agent = task_cfgs(args.task, num_envs=args.num_envs, seed=seed, device=args.device, dynamics=dynamics,
