@@ -68,6 +68,25 @@ def test_flashnerd_streaming_equals_forward_with_wrapping_ring_buffer():
     torch.testing.assert_close(streamed[:, L * S :], full[:, L * S :], atol=1e-5, rtol=0)  # after many wraps
 
 
+def test_flashnerd_chunked_streaming_equals_the_training_pass():
+    """A batch streamed in chunks (uneven: 11 worlds in chunks of 4) equals the whole-window forward pass of every
+    world, with the ring buffer wrapping and one world reset midway (its stream then restarts)."""
+    model = _flashnerd(span=3, n_layer=2)
+    model.cpu_chunk = 4
+    x = torch.randn(11, 14, IN)
+    cache = model.init_cache(11)
+    with torch.no_grad():
+        first = _stream(model, x[:, :7], cache)
+        model.reset_cache(cache, torch.tensor([5]))
+        second = _stream(model, x[:, 7:], cache)
+        full = model(x)
+        restarted = model(x[5:6, 7:])
+    torch.testing.assert_close(first, full[:, :7], atol=1e-5, rtol=0)
+    keep = [i for i in range(11) if i != 5]
+    torch.testing.assert_close(second[keep], full[keep, 7:], atol=1e-5, rtol=0)
+    torch.testing.assert_close(second[5:6], restarted, atol=1e-5, rtol=0)
+
+
 def test_flashnerd_lag_bias_matters():
     # Guards the test above: changing one lag's bias changes the output, so equality is not vacuous.
     model = _flashnerd()

@@ -168,6 +168,15 @@ def _bench_model(data: dict, name: str, folder: Path) -> str:
         cells = " | ".join(f"{data['steps_per_s'][m][b]:,.0f}" for m in models)
         ratio = data.get("ratio", {}).get(b)
         rows.append(f"| {int(b):,} | {cells} | {f'{ratio:.1f}x' if ratio else '-'} |")
+    if "roofline" in data:  # achieved FLOP rate over the matmul rate at the model's own shapes, same run
+        rows += ["", "Roofline: the model's achieved GFLOP/s and its fraction of the fp32 matmul rate measured at the "
+                 "model's own matrix shapes right after it.", "",
+                 "| batch | " + " | ".join(f"{m} GFLOP/s (fraction)" for m in models) + " |",
+                 "|---" * (len(models) + 1) + "|"]
+        for b in batches:
+            cells = " | ".join(f"{r['achieved_gflops']:.1f} ({r['fraction']:.0%})" if (r := data["roofline"][m].get(b))
+                               else "-" for m in models)
+            rows.append(f"| {int(b):,} | {cells} |")
     return "\n".join(rows)
 
 
