@@ -40,6 +40,7 @@ from flashnerd.training.contact_head import contact_head_entry, fit_contact_head
 from flashnerd.training.evaluate import rollout_errors
 from flashnerd.training.features import trajectory_tensors
 from flashnerd.utils.distributed import DistInfo, all_reduce_max
+from flashnerd.utils.interrupt import DeferredInterrupt
 
 
 @dataclass
@@ -294,12 +295,16 @@ class Fitter:
                    disable=None if progress and main else True)
         self.model.train()
         try:
-            while (self.step < c.max_steps and not (c.time_budget_s and self.train_seconds >= c.time_budget_s)
-                   and not (c.patience and self._stale() >= c.patience)):
-                self._train_step(writer)
-                bar.update(1)
-                if self.step % c.eval_every == 0 or self.step == c.max_steps:
-                    bar.set_postfix(val=f"{self._validate_and_save(out, writer):.4f}")
+            # Ctrl-C stops at a step boundary (single process; torchrun ranks keep raising where it lands)
+            with DeferredInterrupt(enabled=not self.dist.enabled) as interrupt:
+                while (self.step < c.max_steps and not (c.time_budget_s and self.train_seconds >= c.time_budget_s)
+                       and not (c.patience and self._stale() >= c.patience) and not interrupt.requested):
+                    self._train_step(writer)
+                    bar.update(1)
+                    if self.step % c.eval_every == 0 or self.step == c.max_steps:
+                        bar.set_postfix(val=f"{self._validate_and_save(out, writer):.4f}")
+            if interrupt.requested:
+                raise KeyboardInterrupt
         except KeyboardInterrupt:
             # Ctrl-C: keep every finished step; `flashnerd fit ... --resume` continues from here.
             bar.close()
