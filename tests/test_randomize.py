@@ -163,3 +163,29 @@ def test_the_task_trains_on_a_randomized_variant(tmp_path):
     assert main(["train", "--task", TASK, "--num_envs", "8", "--max_iterations", "1", "--robot_variant", str(path),
                  "--log_root", str(tmp_path / "logs"), "--eval_episodes", "1"]) == 0
     assert list((tmp_path / "logs").rglob("model_*.pt"))
+
+
+def test_the_variant_command_checks_a_file_and_writes_its_two_halves(tmp_path, capsys):
+    import json
+
+    from flashnerd.cli.main import main
+
+    fixed, ranges = tmp_path / "robot.yaml", tmp_path / "ranges.yaml"
+    assert main(["variant", "variants/anymal_c_worn_dr.yaml", "--fixed", str(fixed), "--ranges_only", str(ranges)]) == 0
+    printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    worn = load_variant("variants/anymal_c_worn_dr.yaml")
+    assert printed["randomize"] == {k: list(v) for k, v in worn.randomized.items()}
+    assert load_variant(fixed).spec == worn.fixed().spec and load_variant(ranges).spec == worn.ranges_only().spec
+    for argv, message in ((["variants/anymal_c_worn.yaml", "--ranges_only", str(tmp_path / "x.yaml")],
+                           "has no randomize ranges"),
+                          ([str(_bad_file(tmp_path))], "matches none of the robot's names")):
+        assert main(["variant", *argv]) == 2
+        err = capsys.readouterr().err.strip()
+        assert message in err and len(err.splitlines()) == 1, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.yaml", "ranges.yaml", "robot.yaml"]
+
+
+def _bad_file(folder):
+    path = folder / "bad.yaml"
+    path.write_text("robot: anymal_c\nmass_scale: {'.*WING': 1.1}\nrandomize: {mass_scale: [0.9, 1.1]}\n")
+    return path

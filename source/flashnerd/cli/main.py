@@ -1,5 +1,5 @@
 """Entry point of the `flashnerd` command: list-envs, train, play, eval, bench, record, fit, evaluate-model, plan,
-compare-video, report, convert-checkpoint, import-logs, improve."""
+compare-video, report, convert-checkpoint, import-logs, improve, variant."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from flashnerd.cli import (
     record,
     report,
     train,
+    variant,
     video,
 )
 from flashnerd.cli.common import CLIError
@@ -60,6 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     convert.add_parser(sub)
     import_logs.add_parser(sub)
     improve.add_parser(sub)
+    variant.add_parser(sub)
     return parser
 
 

@@ -105,8 +105,12 @@ class RobotVariant:
         return RobotVariant(f"{self.name}_ranges", spec, self.source)
 
     def write(self, path: str | Path) -> None:
-        """Write the checked content as a variant file that `load_variant` reads back to the same content."""
-        Path(path).write_text(yaml.safe_dump(self.spec, sort_keys=False))
+        """Write the checked content as a variant file that `load_variant` reads back to the same content (a
+        temporary file renamed into place)."""
+        path = Path(path)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(yaml.safe_dump(self.spec, sort_keys=False))
+        tmp.replace(path)
 
 
 class VariantError(ValueError):
