@@ -99,9 +99,8 @@ class RobotVariant:
             drawn = {p.split(".", 1)[1]: lo for p, (lo, _) in ranges.items() if p.startswith(section + ".")}
             if drawn and section in self.spec:
                 spec[section] = {pattern: dict(drawn) for pattern in self.spec[section]}
-        spec["randomize"] = self.spec["randomize"] if ranges else {}
-        if not ranges:
-            del spec["randomize"]
+        if ranges:
+            spec["randomize"] = self.spec["randomize"]
         return RobotVariant(f"{self.name}_ranges", spec, self.source)
 
     def write(self, path: str | Path) -> None:

@@ -143,8 +143,7 @@ class MjwarpDynamics:
             self._init_actuation()
         self._qpos0 = torch.as_tensor(data0.qpos, dtype=torch.float32, device=self.device)  # (nq,) objects' spawn
         if self._rand is not None:
-            self._rng = np.random.default_rng(int(torch.randint(2**62, ())))  # its own stream, from the run's seed
-            self.draws = np.zeros((num_worlds, len(self._rand.paths)))  # (N, P) each world's drawn values
+            self.draws = self._rand.start(num_worlds)  # (N, P) each world's drawn values
             self._fields_t = {f: wp.to_torch(getattr(self._m, f)) for f in self._rand.fields}  # (N, *shape) views
             self._redraw(torch.arange(num_worlds, device=self.device))
 
@@ -187,9 +186,7 @@ class MjwarpDynamics:
         """New draws of the variant's ranges for worlds `ids` (k,), written into their rows of the batched model
         fields, then the derived constants recomputed (MuJoCo Warp's `set_const`, all worlds at once)."""
         host_ids = ids.cpu().numpy()
-        draws = self._rand.draw(len(host_ids), self._rng)  # (k, P)
-        self.draws[host_ids] = draws
-        values = self._rand.values(draws)  # field -> (k, *shape)
+        values = self._rand.redraw(host_ids)  # field -> (k, *shape)
         for field, value in values.items():
             view = self._fields_t[field]
             view[ids] = torch.as_tensor(value, dtype=view.dtype).to(self.device).reshape(len(host_ids), *view.shape[1:])

@@ -62,8 +62,7 @@ class MujocoDynamics:
         self._rand = randomization_for(robot, m)
         if self._rand is not None:
             self._models = [copy.copy(m) for _ in range(num_worlds)]
-            self._rng = np.random.default_rng(int(torch.randint(2**62, ())))  # its own stream, from the run's seed
-            self.draws = np.zeros((num_worlds, len(self._rand.paths)))  # (N, P) each world's drawn values
+            self.draws = self._rand.start(num_worlds)  # (N, P) each world's drawn values
             self._const_data = mujoco.MjData(m)  # scratch for mj_setConst
             if self._act is not None:
                 self._act_params = np.repeat(self._act.params[None], num_worlds, axis=0)  # (N, nu, 10)
@@ -123,9 +122,7 @@ class MujocoDynamics:
     def _redraw(self, ids: np.ndarray) -> None:
         """New draws of the variant's ranges for worlds `ids` (k,), written into their models (a reset, not a step:
         the loop over the reset worlds writes a few small arrays and recomputes the derived constants)."""
-        draws = self._rand.draw(len(ids), self._rng)  # (k, P)
-        self.draws[ids] = draws
-        values = self._rand.values(draws)  # field -> (k, *shape)
+        values = self._rand.redraw(ids)  # field -> (k, *shape)
         for j, i in enumerate(ids):
             model = self._models[i]
             for field, value in values.items():

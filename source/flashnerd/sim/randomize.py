@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import mujoco
 import numpy as np
+import torch
 
 from flashnerd.robots import RobotSpec
 from flashnerd.robots.variant import VariantError
@@ -55,9 +56,17 @@ class Randomization:
         # whether the derived constants need recomputing (mass, inertia, armature); damping, friction, gains do not
         self.needs_set_const = any(f in ("body_mass", "body_inertia", "dof_armature") for f in self.fields)
 
-    def draw(self, n: int, rng: np.random.Generator) -> np.ndarray:
-        """(n, P) values, uniform in each path's range."""
-        return self.low + (self.high - self.low) * rng.random((n, len(self.paths)))  # (n, P)
+    def start(self, num_worlds: int) -> np.ndarray:
+        """The draws (N, P) of `num_worlds` worlds, which `redraw` fills (the backends expose them as `draws`), from
+        a stream of its own seeded from the run's torch seed."""
+        self._rng = np.random.default_rng(int(torch.randint(2**62, ())))
+        self.draws = np.zeros((num_worlds, len(self.paths)))  # (N, P)
+        return self.draws
+
+    def redraw(self, ids: np.ndarray) -> dict[str, np.ndarray]:
+        """New uniform draws for worlds `ids` (k,) and the model fields they give: field -> (k, *field shape)."""
+        self.draws[ids] = self.low + (self.high - self.low) * self._rng.random((len(ids), len(self.paths)))
+        return self.values(self.draws[ids])
 
     def values(self, draws: np.ndarray) -> dict[str, np.ndarray]:
         """The fields of worlds with `draws` (n, P): field -> (n, *field shape), float64."""
