@@ -19,11 +19,11 @@ if ! "$PY" -c "import flashnerd_tasks" 2>/dev/null; then
   "$PY" -m pip install -q --no-deps --no-build-isolation --no-index -e . >/dev/null
 fi
 if (( DRY )); then
-  DEV=cpu; N=16; BATCH=16,64; ITERS=2; STEPS=3
+  DEV=cpu; N=16; BATCH=16,64; ITERS=2; STEPS=3; CPU_N=16; COUPLED=(--num_worlds 4 --steps 2)
   SUITE=(--robots cartpole --eval_rollouts 4 --horizons 1,15 --batches 16 --max_batch 64)
   PLAN=(--num_samples 8 --horizon 6 --decisions 2 --turns 2 --warmup 1)
 else
-  DEV=cuda; N=16384; BATCH=16,16384,512000; ITERS=30; STEPS=20
+  DEV=cuda; N=16384; BATCH=16,16384,512000; ITERS=30; STEPS=20; CPU_N=4096; COUPLED=(--num_worlds 256 --steps 50)
   SUITE=(--robots cartpole,franka,g1 --batches 16,16384 --max_batch 512000)
   PLAN=(--num_samples 2048 --decisions 40 --turns 4 --warmup 3)  # the published sample count
 fi
@@ -37,6 +37,12 @@ run bench env --task $TASK --dynamics mujoco --num_envs "$N" --steps "$STEPS" --
 for D in mjwarp nerd flashnerd; do
   run bench env --task $TASK --dynamics $D --num_envs "$N" --steps "$STEPS" --device "$DEV" > "$OUT/env_$D.json"
 done
+# the learned env step against MuJoCo on the machine's CPU cores (issue 29's CPU bar, on more cores)
+for D in mujoco flashnerd; do
+  run bench env --task $TASK --dynamics $D --num_envs "$CPU_N" --steps "$STEPS" --device cpu > "$OUT/env_cpu_$D.json"
+done
+# the two-way coupled step (Allegro + cube) against MuJoCo on the same scene, CPU threads
+run bench coupled "${COUPLED[@]}" > "$OUT/coupled.json"
 # the model suite with the shipped checkpoints (held-out sets recorded on the CPU into $OUT/suite_data)
 run bench suite "${SUITE[@]}" --device "$DEV" --data_dir "$OUT/suite_data" --out_dir "$OUT" --name model_suite_gpu \
   > "$OUT/suite.json"
@@ -56,7 +62,10 @@ result = {
     "model_steps_per_s": load("model.json")["steps_per_s"],
     "model_ratio": load("model.json").get("ratio"),
     "env_steps_per_s": {d: load(f"env_{d}.json")["env_steps_per_s"] for d in ("mujoco", "mjwarp", "nerd", "flashnerd")},
+    "env_steps_per_s_cpu": {d: load(f"env_cpu_{d}.json")["env_steps_per_s"] for d in ("mujoco", "flashnerd")},
+    "coupled": load("coupled.json"),
     "ppo_seconds_per_iteration": {d: r["seconds_per_iteration"] for d, r in load("ppo.json").items()},
+    "ppo_collect_seconds_per_iteration": {d: r["collect_seconds_per_iteration"] for d, r in load("ppo.json").items()},
     "plan_median_ms": {d: r["median_planning_ms"] for d, r in load("plan.json")["backends"].items()},
     "plan_ratio_to_mjwarp": load("plan.json")["ratio_to_mjwarp"],
     "suite": {robot: {m: {"nrmse": v["nrmse"], "steps_per_s": v["steps_per_s"], "max_batch": v["max_batch"]}

@@ -21,6 +21,9 @@ def test_gpu_check_dry_run(tmp_path):
     assert set(result["env_steps_per_s"]) == {"mujoco", "mjwarp", "nerd", "flashnerd"}
     assert all(v > 0 for v in result["env_steps_per_s"].values())
     assert set(result["ppo_seconds_per_iteration"]) == {"mjwarp", "nerd", "flashnerd"}
+    collect = result["ppo_collect_seconds_per_iteration"]
+    assert all(0 < collect[d] < t for d, t in result["ppo_seconds_per_iteration"].items())
+    assert set(result["env_steps_per_s_cpu"]) == {"mujoco", "flashnerd"} and result["coupled"]["coupled_vs_mujoco"] > 0
     assert result["model_ratio"]["64"] > 0
     assert set(result["plan_median_ms"]) == {"mjwarp", "flashnerd"}
     assert all(v > 0 for v in result["plan_median_ms"].values())

@@ -177,16 +177,16 @@ def test_evaluate_model_and_bench_model_cli(tiny, tiny_ckpt, capsys):
 
 
 def test_roofline_counts_the_streaming_step_flops_in_closed_form():
-    """FlashNeRD's step: embed, per block the packed in-projection, q.k over S cached keys, weights over S cached
-    values, the out-projection; the readout and the skip path. 2 FLOPs per multiply-add; the lag-0 score is an
-    elementwise product, which the counter (matmuls only) leaves out, and so does this sum."""
+    """FlashNeRD's step: embed, per block the packed in-projection, q.k over the S+1 ring slots (the current frame
+    among them), weights over their S+1 values, the out-projection; the readout and the skip path. 2 FLOPs per
+    multiply-add."""
     from flashnerd.models.flashnerd import FLASHNERD_SIZES
     from flashnerd.training.benchmark import model_roofline
 
     i, o = 60, 40
     c = FLASHNERD_SIZES["cpu"]
     C, S, L, R, F = c["n_embd"], c["span"], c["n_layer"], c["readout_hidden"], int(c["ff_mult"] * c["n_embd"])
-    per_block = C * (3 * C + 2 * F) + 2 * S * C + (C + F) * C  # q.K and w.V: H heads x S slots x D = S x C each
+    per_block = C * (3 * C + 2 * F) + 2 * (S + 1) * C + (C + F) * C  # q.K, w.V: H heads x (S+1) slots x D each
     expected = 2 * (i * C + L * per_block + 2 * C * R + R * o + i * o)
     roof = model_roofline("flashnerd", i, o, 8, steps_per_s=1000.0, min_seconds=0.01)
     assert roof["flops_per_step"] == expected
@@ -227,6 +227,8 @@ def test_bench_ppo_writes_json_and_plot(tiny_ckpt, tmp_path, capsys):
     assert set(data["backends"]) == {"mujoco", "flashnerd"}
     for r in data["backends"].values():
         assert r["seconds_per_iteration"] > 0 and len(r["curve"]) == 2 and "mean_return" in r["eval_mujoco"]
+        halves = r["collect_seconds_per_iteration"] + r["learn_seconds_per_iteration"]
+        assert r["collect_seconds_per_iteration"] > 0 and halves == pytest.approx(r["seconds_per_iteration"])
     assert (out / "bench_ppo.png").stat().st_size > 10_000
 
 

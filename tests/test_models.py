@@ -121,8 +121,8 @@ def test_reset_clears_only_the_chosen_world(make):
     snapshot = {k: v.clone() for k, v in vars(cache).items() if isinstance(v, torch.Tensor)}
     model.reset_cache(cache, torch.tensor([w]))
     others = torch.arange(B) != w
-    for name, old in snapshot.items():  # FlashNeRD k/v are (L, B, ...), everything else is (B, ...)
-        dim = 1 if old.dim() == 5 else 0
+    for name, old in snapshot.items():  # FlashNeRD k/v are (L, S+1, B, H, D), everything else is (B, ...)
+        dim = 2 if old.dim() == 5 else 0
         assert torch.equal(
             getattr(cache, name).index_select(dim, others.nonzero()[:, 0]),
             old.index_select(dim, others.nonzero()[:, 0]),

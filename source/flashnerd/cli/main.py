@@ -25,6 +25,7 @@ from flashnerd.cli import (
 )
 from flashnerd.cli.common import CLIError
 from flashnerd.envs.registry import registered_tasks, task_spec
+from flashnerd.utils.allocator import retain_freed_memory
 
 
 def _list_envs(args: argparse.Namespace) -> list[dict]:
@@ -74,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run the command; user errors print one line to stderr and exit with status 2."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    retain_freed_memory()  # CPU steps and fits allocate MB-sized tensors every step (utils/allocator.py)
     try:
         args.func(args)
     except (CLIError, ValueError, OSError) as err:  # OSError: missing, unreadable and unwritable files

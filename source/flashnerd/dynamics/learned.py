@@ -94,6 +94,7 @@ class LearnedDynamics:
         self.contact_mode = rep_info.get("contact", "probes")
         self.probes = contact_features(robot, self.scene, self.device, mode=self.contact_mode,
                                        max_rows=rep_info.get("max_rows", 16), compile=config.compile)
+        self._compiled = config.compile
         self.rep = StateRepresentation.for_robot(robot, self.scene, self.probes.dim)
         if rep_info["layout"] != self.rep.layout():
             raise ValueError(f"checkpoint '{path}' uses another state layout than this flashnerd; fit it again")
@@ -153,13 +154,14 @@ class LearnedDynamics:
             if self.members_mode == "episode":
                 self._member[ids] = torch.randint(0, self.num_members, ids.shape, device=self.device,
                                                   generator=self._member_gen)
-        self._refresh_contacts()
+        self._refresh_contacts(ids)
 
     def set_qvel(self, world_ids: torch.Tensor, qvel: torch.Tensor) -> None:
         """Change velocities (a push) keeping the history."""
         self._own_buffers()
-        self._qvel[world_ids.to(self.device)] = qvel.to(self._qvel)
-        self._refresh_contacts()  # contact rows carry velocities
+        ids = world_ids.to(self.device)
+        self._qvel[ids] = qvel.to(self._qvel)
+        self._refresh_contacts(ids)  # contact rows carry velocities
 
     def set_state(self, qpos: torch.Tensor, qvel: torch.Tensor) -> None:
         """Overwrite every world's state (N, nq), (N, nv) keeping the history: the next step starts from it."""
@@ -253,19 +255,31 @@ class LearnedDynamics:
             self._member.random_(0, self.num_members, generator=self._member_gen)
         return pred[self._member, self._worlds]  # (N, O)
 
-    def _refresh_contacts(self) -> None:
-        """Contact features of the current state (the next step's input) and the contact summary, one pass."""
-        self._features, distance = self.probes.features_and_distance(self._qpos, self._qvel)
+    def _refresh_contacts(self, world_ids: torch.Tensor | None = None) -> None:
+        """Contact features of the current state (the next step's input) and the contact summary, one pass; of
+        `world_ids` only when given (a reset or a push moves a few worlds: the others' features stand). Compiled
+        features take every world (one batch size, no recompiles)."""
+        if world_ids is not None and self._compiled:
+            world_ids = None
+        ids = slice(None) if world_ids is None else world_ids
+        qpos, qvel, ctrl = self._qpos[ids], self._qvel[ids], self._ctrl[ids]  # (n, nq), (n, nv), (n, nu)
+        features, distance = self.probes.features_and_distance(qpos, qvel)  # (n, dim), (n, P)
+        if world_ids is None:
+            self._features = features
+        elif self.differentiable:  # replaced, not written: earlier steps' graphs keep the features they read
+            self._features = self._features.index_copy(0, world_ids, features)
+        else:
+            self._features[world_ids] = features
         with torch.no_grad():  # the summary feeds thresholds (terminations, contact counts): no gradient
-            if self.contact_head is not None:  # (N, nb) the head's forces on the end-of-step frame
-                frame = self.rep.inputs(self._qpos, self._qvel, self._ctrl, self._features)  # (N, I)
-                self._contact.copy_(self.contact_head.contact_force(self.x_norm.normalize(frame)))
+            if self.contact_head is not None:  # (n, nb) the head's forces on the end-of-step frame
+                frame = self.rep.inputs(qpos, qvel, ctrl, features)  # (n, I)
+                self._contact[ids] = self.contact_head.contact_force(self.x_norm.normalize(frame))
                 return
             if self.probes.num_probes == 0:  # no probes: the contact summary stays zero
                 return
-            depth = (CONTACT_MARGIN - distance).clamp_min(0.0)  # (N, P)
-            force = CONTACT_STIFFNESS * depth  # (N, P)
-            self._contact.copy_((force[:, :, None] * self._probe_owner).amax(dim=1))  # (N, nb) largest probe force
+            depth = (CONTACT_MARGIN - distance).clamp_min(0.0)  # (n, P)
+            force = CONTACT_STIFFNESS * depth  # (n, P)
+            self._contact[ids] = (force[:, :, None] * self._probe_owner).amax(dim=1)  # (n, nb) largest probe force
 
     def state(self) -> RobotState:
         return self._state

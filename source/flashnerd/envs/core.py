@@ -22,6 +22,7 @@ from flashnerd.envs.config import DoneTerm, EnvCfg, RewTerm
 from flashnerd.envs.registry import load_entry_point, with_robot
 from flashnerd.envs.terrain import terrain_height_map
 from flashnerd.sim.scene import actuator_ctrl_limits, build_scene, variant_robot
+from flashnerd.utils.allocator import retain_freed_memory
 from flashnerd.utils.math import quat_apply_inverse, yaw_from_quat
 
 
@@ -94,6 +95,8 @@ class FlashNeRDEnv(gym.Env):
         self.cfg = cfg
         self.render_mode = render_mode
         self.device = _resolve_device(cfg.device)
+        if self.device.type == "cpu":  # every step allocates MB-sized tensors: keep their pages (utils/allocator.py)
+            retain_freed_memory()
         self.num_envs = cfg.num_envs
         self.robot = variant_robot(cfg.robot, cfg.robot_variant, check=False)  # the backend builds its scene
         self.rng = torch.Generator(device=self.device).manual_seed(cfg.seed)

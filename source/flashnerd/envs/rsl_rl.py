@@ -100,10 +100,14 @@ class FlashNeRDRunner(OnPolicyRunner):
         self.last_completed_iteration = -1
         # (accumulated collect + learn seconds, mean episode return) after each iteration of this process
         self.iteration_curve: list[tuple[float, float]] = []
+        # the two halves of those seconds: rollouts in the env (policy inference included), and the PPO update
+        self.collect_seconds = self.learn_seconds = 0.0
         log = self.logger.log
 
         def log_and_record(**kw) -> None:  # rsl_rl logs once per iteration, after the policy update
             self.last_completed_iteration = kw["it"]
+            self.collect_seconds += kw["collect_time"]
+            self.learn_seconds += kw["learn_time"]
             elapsed = (self.iteration_curve[-1][0] if self.iteration_curve else 0.0)
             returns = self.logger.rewbuffer
             self.iteration_curve.append((elapsed + kw["collect_time"] + kw["learn_time"],

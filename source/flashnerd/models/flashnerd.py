@@ -56,12 +56,13 @@ FLASHNERD_SIZES: dict[str, dict] = {
 
 @dataclass
 class FlashNeRDCache:
-    """Per-block ring buffers of the last S keys/values of every world; all worlds step together."""
+    """Per-block ring buffers of keys/values of every world; all worlds step together. S + 1 slots: a step writes
+    the newest frame over the oldest first and then attends to every slot at once (the current frame among them)."""
 
-    k: torch.Tensor  # (L, B, H, S, D)
-    v: torch.Tensor  # (L, B, H, S, D)
+    k: torch.Tensor  # (L, S+1, B, H, D): slot-major, so writing one frame is one contiguous block per layer
+    v: torch.Tensor  # (L, S+1, B, H, D)
     count: torch.Tensor  # (B,) long: valid past frames per world, capped at S
-    ptr: int = 0  # slot holding the oldest frame, overwritten by the next step
+    ptr: int = 0  # the slot the next frame is written to (its previous frame is S + 1 steps old)
 
 
 class FlashBlock(nn.Module):
@@ -91,7 +92,7 @@ class FlashBlock(nn.Module):
         """Residual update from attention output y (B, H, T, D) and ff (B, T, F); returns (B, T, C)."""
         B, T, C = h.shape
         y = y.transpose(1, 2).reshape(B, T, C)  # (B, T, C)
-        return h + self.out_proj(torch.cat([y, ff], dim=-1))  # (B, T, C)
+        return h + linear_of_concat(self.out_proj, y, ff)  # (B, T, C)
 
     def forward(self, h: torch.Tensor, lag: torch.Tensor, band: torch.Tensor) -> torch.Tensor:
         """Whole window: h (B, T, C), lag = t - s (T, T) clamped to 0..S, band (T, T) bool -> (B, T, C)."""
@@ -100,29 +101,37 @@ class FlashBlock(nn.Module):
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask[None])  # (B, H, T, D)
         return self._combine(h, y, ff)
 
-    def step(
-        self,
-        h: torch.Tensor,
-        k_cache: torch.Tensor,
-        v_cache: torch.Tensor,
-        lags: torch.Tensor,
-        valid: torch.Tensor,
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Newest frame only: h (B, C); caches (B, H, S, D) with slot lags (S,) and validity (B, S) -> (B, C), and
-        this frame's key and value (B, H, D), which the caller stores in the slot of the oldest frame."""
-        q, k, v, ff = self._project(h[:, None])  # (B, H, 1, D) x3, (B, 1, F)
-        # 1 + S keys per query: scores and the weighted sum as plain tensor ops, without concatenating the cache
-        # (cheaper than the fused kernel at this size, and batched over ensemble members by vmap)
-        scale = q.shape[-1] ** -0.5
-        now = (q * k).sum(-1)  # (B, H, 1): the current frame, lag 0
-        past = (q @ k_cache.transpose(-1, -2))[:, :, 0]  # (B, H, S)
-        bias = torch.cat([self.lag_bias[:, :1], self.lag_bias[:, lags]], dim=1)  # (H, 1+S)
-        keep = F.pad(valid, (1, 0), value=True)  # (B, 1+S): the current frame is always visible
-        scores = (torch.cat([now, past], dim=-1) * scale + bias).masked_fill(~keep[:, None], float("-inf"))
-        w = torch.softmax(scores, dim=-1)  # (B, H, 1+S)
-        y = w[..., :1] * v[:, :, 0] + (w[:, :, None, 1:] @ v_cache)[:, :, 0]  # (B, H, D)
-        y = y[:, :, None]  # (B, H, 1, D)
-        return self._combine(h[:, None], y, ff)[:, 0], k[:, :, 0], v[:, :, 0]  # (B, C), (B, H, D) x2
+    def step(self, h: torch.Tensor, k_slots: torch.Tensor, v_slots: torch.Tensor, slot: int, lags: torch.Tensor,
+             keep: torch.Tensor, in_place: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Newest frame only: h (B, C) and the ring slots (S+1, B, H, D) -> (B, C) and the slots with this frame's
+        key and value in `slot` (written in place, or new tensors when `in_place` is False: the autograd form).
+        lags (S+1,) is each slot's lag after the write (0 for `slot`), keep (S+1, B) which slots a world may see."""
+        B, C = h.shape
+        H, D = self.n_head, C // self.n_head
+        q, k, v, gate, up = self.in_proj(self.ln(h)).split([C, C, C, self.ff_hidden, self.ff_hidden], dim=-1)
+        ff = F.silu(gate) * up  # (B, F)
+        k, v = k.view(1, B, H, D), v.view(1, B, H, D)
+        if in_place:
+            k_slots[slot], v_slots[slot] = k[0], v[0]
+        else:
+            at = torch.tensor([slot], device=h.device)
+            k_slots, v_slots = k_slots.index_copy(0, at, k), v_slots.index_copy(0, at, v)  # (S+1, B, H, D) x2
+        # S+1 keys per query, the slot axis leading: scores, softmax and the weighted sum stay vectorized over
+        # worlds and heads (a softmax over a last axis of 5 and per-world (1 x D)(D x S) products are far slower)
+        scores = torch.einsum("bhd,sbhd->sbh", q.view(B, H, D), k_slots) * D**-0.5  # (S+1, B, H)
+        scores = (scores + self.lag_bias[:, lags].t()[:, None]).masked_fill(~keep[..., None], float("-inf"))
+        w = torch.softmax(scores, dim=0)  # (S+1, B, H)
+        y = torch.einsum("sbh,sbhd->bhd", w, v_slots).reshape(B, C)  # (B, C)
+        return h + linear_of_concat(self.out_proj, y, ff), k_slots, v_slots  # (B, C), (S+1, B, H, D) x2
+
+
+def linear_of_concat(linear: nn.Linear, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """linear(cat([a, b], -1)) without building the concatenation: a (..., A), b (..., A') -> (..., out); two
+    matrix products (out of place: vmap over ensemble members has no batching rule for `addmm_`)."""
+    A, lead = a.shape[-1], a.shape[:-1]
+    W = linear.weight  # (out, A + A')
+    out = torch.addmm(linear.bias, a.reshape(-1, A), W[:, :A].t())  # (n, out)
+    return torch.addmm(out, b.reshape(-1, b.shape[-1]), W[:, A:].t()).view(*lead, -1)  # (..., out)
 
 
 class FlashNeRD(DynamicsModel):
@@ -151,7 +160,7 @@ class FlashNeRD(DynamicsModel):
             nn.Linear(config.readout_hidden, config.output_dim),
         )
         self.skip = nn.Linear(frame_dim, config.output_dim)  # direct affine path keeps current-state info
-        self.register_buffer("slots", torch.arange(config.span), persistent=False)  # (S,)
+        self.register_buffer("slots", torch.arange(config.span + 1), persistent=False)  # (S+1,)
         self.apply(self._init_weights)
         for block in self.blocks:  # keep the residual stream's scale independent of depth (GPT-2)
             nn.init.normal_(block.out_proj.weight, std=0.02 / math.sqrt(2 * config.n_layer))
@@ -174,7 +183,8 @@ class FlashNeRD(DynamicsModel):
 
     def _predict(self, h: torch.Tensor, e: torch.Tensor, frame: torch.Tensor) -> torch.Tensor:
         """Readout from last hidden h (..., C), frame token e (..., C), frame columns (...,) -> (..., O)."""
-        return self.readout(torch.cat([self.ln_f(h), e], dim=-1)) + self.skip(frame)  # (..., O)
+        hidden = F.gelu(linear_of_concat(self.readout[0], self.ln_f(h), e))  # (..., hidden)
+        return self.readout[2](hidden) + self.skip(frame)  # (..., O)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Training pass over a window: x (B, T, input_dim) -> (B, T, output_dim), banded causal attention."""
@@ -196,7 +206,7 @@ class FlashNeRD(DynamicsModel):
         p = next(self.parameters())
         device, dtype = device or p.device, dtype or p.dtype
         c = self.config
-        shape = (c.n_layer, batch_size, c.n_head, c.span, c.n_embd // c.n_head)  # (L, B, H, S, D)
+        shape = (c.n_layer, c.span + 1, batch_size, c.n_head, c.n_embd // c.n_head)  # (L, S+1, B, H, D)
         return FlashNeRDCache(
             k=torch.zeros(shape, device=device, dtype=dtype),
             v=torch.zeros(shape, device=device, dtype=dtype),
@@ -204,9 +214,10 @@ class FlashNeRD(DynamicsModel):
         )
 
     def _slots(self, cache: FlashNeRDCache) -> tuple[torch.Tensor, torch.Tensor]:
-        """Lag (S,) of each ring slot (the most recently written has lag 1) and its validity per world (B, S)."""
-        lags = (cache.ptr - 1 - self.slots) % self.config.span + 1  # (S,)
-        return lags, lags[None] <= cache.count[:, None]  # (S,), (B, S): valid once the world has seen that many
+        """Lag (S+1,) of each ring slot once this step's frame is in `cache.ptr` (lag 0) and which slots each world
+        may see (S+1, B): those not older than its own history."""
+        lags = (cache.ptr - self.slots) % (self.config.span + 1)  # (S+1,)
+        return lags, lags[:, None] <= cache.count[None]  # (S+1,), (S+1, B)
 
     def step(self, x_t: torch.Tensor, cache: FlashNeRDCache) -> torch.Tensor:
         """Process only the newest frame x_t (B, input_dim) -> (B, output_dim), updating `cache` in place.
@@ -215,45 +226,44 @@ class FlashNeRD(DynamicsModel):
         differentiable form). On the CPU, batches above `cpu_chunk` worlds run in chunks of that many, so a chunk's
         activations stay in cache; every world's result is the same either way (to float rounding).
         """
-        lags, valid = self._slots(cache)
+        lags, keep = self._slots(cache)
         B = x_t.shape[0]
         n = self.cpu_chunk if x_t.device.type == "cpu" and 0 < self.cpu_chunk < B else B
-        out = [self._step_rows(x_t[i:i + n], cache, i, lags, valid[i:i + n]) for i in range(0, B, n)]  # (n, O) each
-        cache.ptr = (cache.ptr + 1) % self.config.span
-        cache.count.add_(1).clamp_(max=self.config.span)  # (B,)
+        out = [self._step_rows(x_t[i:i + n], cache, i, lags, keep[:, i:i + n]) for i in range(0, B, n)]  # (n, O)
+        self._advance(cache)
         return out[0] if len(out) == 1 else torch.cat(out)  # (B, O)
 
+    def _advance(self, cache: FlashNeRDCache) -> None:
+        """After a step: the next frame goes to the following slot, and every world has one more past frame."""
+        cache.ptr = (cache.ptr + 1) % (self.config.span + 1)
+        cache.count.add_(1).clamp_(max=self.config.span)  # (B,)
+
     def _step_rows(self, x: torch.Tensor, cache: FlashNeRDCache, lo: int, lags: torch.Tensor,
-                   valid: torch.Tensor) -> torch.Tensor:
-        """`step` for worlds lo..lo+n: x (n, I), valid (n, S) -> (n, O); writes their keys/values, not the pointer."""
+                   keep: torch.Tensor) -> torch.Tensor:
+        """`step` for worlds lo..lo+n: x (n, I), keep (S+1, n) -> (n, O); writes their keys/values, not the pointer."""
         hi = lo + x.shape[0]
         e, frame = self._embed(x)  # (n, C), (n, I')
         h = e
         for layer, block in enumerate(self.blocks):
-            h, k, v = block.step(h, cache.k[layer, lo:hi], cache.v[layer, lo:hi], lags, valid)  # (n, C), (n, H, D) x2
-            cache.k[layer, lo:hi, :, cache.ptr] = k  # overwrites the oldest frame, after attending to it
-            cache.v[layer, lo:hi, :, cache.ptr] = v
+            h, _, _ = block.step(h, cache.k[layer, :, lo:hi], cache.v[layer, :, lo:hi], cache.ptr, lags, keep)
         return self._predict(h, e, frame)  # (n, O)
 
     def step_functional(self, x_t: torch.Tensor, cache: FlashNeRDCache) -> tuple[torch.Tensor, FlashNeRDCache]:
         """`step` without writes: x_t (B, input_dim) and `cache` -> (B, output_dim) and a new cache; autograd runs
         through any number of these steps (the inputs' caches are left as they were)."""
-        lags, valid = self._slots(cache)
+        lags, keep = self._slots(cache)
         e, frame = self._embed(x_t)  # (B, C), (B, I')
         h, ks, vs = e, [], []
         for layer, block in enumerate(self.blocks):
-            h, k, v = block.step(h, cache.k[layer], cache.v[layer], lags, valid)  # (B, C), (B, H, D) x2
-            ks.append(k)
+            h, k, v = block.step(h, cache.k[layer], cache.v[layer], cache.ptr, lags, keep, in_place=False)
+            ks.append(k)  # (S+1, B, H, D)
             vs.append(v)
-        p = cache.ptr  # this frame replaces the oldest one in slot p
-        k_new = torch.cat([cache.k[:, :, :, :p], torch.stack(ks)[:, :, :, None], cache.k[:, :, :, p + 1:]], dim=3)
-        v_new = torch.cat([cache.v[:, :, :, :p], torch.stack(vs)[:, :, :, None], cache.v[:, :, :, p + 1:]], dim=3)
-        count = (cache.count + 1).clamp(max=self.config.span)  # (B,)
-        new = FlashNeRDCache(k_new, v_new, count, (cache.ptr + 1) % self.config.span)  # (L, B, H, S, D) x2
+        new = FlashNeRDCache(torch.stack(ks), torch.stack(vs), cache.count.clone(), cache.ptr)  # (L, S+1, B, H, D)
+        self._advance(new)
         return self._predict(h, e, frame), new  # (B, O)
 
     def reset_cache(self, cache: FlashNeRDCache, world_ids: torch.Tensor) -> None:
         """Forget the history of `world_ids` only; other worlds are untouched."""
         cache.count[world_ids] = 0
-        cache.k[:, world_ids] = 0  # (L, n, H, S, D); masked by count anyway, zeroed to keep stale data out
-        cache.v[:, world_ids] = 0
+        cache.k[:, :, world_ids] = 0  # (L, S+1, n, H, D); masked by count anyway, zeroed to keep stale data out
+        cache.v[:, :, world_ids] = 0

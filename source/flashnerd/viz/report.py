@@ -148,12 +148,15 @@ def _bench_ppo(data: dict, name: str, folder: Path) -> str:
     plot_ppo(data["backends"], folder / f"{name}.png", data["task"])
     fastest = min(r["seconds_per_iteration"] for r in data["backends"].values())
     rows = [f"{data['num_envs']} envs, {data['iterations']} iterations per backend, device `{data['device']}`.", "",
-            "| training backend | s / PPO iteration | vs fastest | return in MuJoCo | MuJoCo lin-vel RMS | "
-            "MuJoCo fall rate |", "|---|---|---|---|---|---|"]
+            "| training backend | s / PPO iteration | collecting / updating | vs fastest | return in MuJoCo | "
+            "MuJoCo lin-vel RMS | MuJoCo fall rate |", "|---|---|---|---|---|---|---|"]
     for backend, r in sorted(data["backends"].items(), key=lambda kv: kv[1]["seconds_per_iteration"]):
         e = r["eval_mujoco"]
-        rows.append(f"| `{backend}` | {r['seconds_per_iteration']:.2f} | {r['seconds_per_iteration'] / fastest:.2f}x "
-                    f"| {e['mean_return']:.1f} | {e['lin_vel_rms']:.3f} | {e['fall_rate']:.2f} |")
+        halves = (f"{r['collect_seconds_per_iteration']:.2f} / {r['learn_seconds_per_iteration']:.2f}"
+                  if "collect_seconds_per_iteration" in r else "-")  # runs written before the halves were kept
+        rows.append(f"| `{backend}` | {r['seconds_per_iteration']:.2f} | {halves} | "
+                    f"{r['seconds_per_iteration'] / fastest:.2f}x | {e['mean_return']:.1f} | {e['lin_vel_rms']:.3f} | "
+                    f"{e['fall_rate']:.2f} |")
     rows += ["", f"![PPO reward against accumulated training time](results/{name}.png)"]
     return "\n".join(rows)
 

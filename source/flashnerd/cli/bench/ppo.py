@@ -63,8 +63,6 @@ def run(args: argparse.Namespace) -> dict:
     return summary
 
 
-
-
 def train_and_time(args: argparse.Namespace, backend: str, out_dir: Path, checkpoint: str | None) -> dict:
     """One PPO run on `backend`: accumulated iteration time, reward curve, evaluation of the final policy in the
     reference simulator."""
@@ -78,6 +76,9 @@ def train_and_time(args: argparse.Namespace, backend: str, out_dir: Path, checkp
                                       backends=[REFERENCE_BACKEND])[REFERENCE_BACKEND]
     out = {
         "seconds_per_iteration": curve[-1][0] / len(curve),
+        # its halves: collecting rollouts (env steps and policy inference) and rsl_rl's PPO update
+        "collect_seconds_per_iteration": runner.collect_seconds / len(curve),
+        "learn_seconds_per_iteration": runner.learn_seconds / len(curve),
         "total_seconds": curve[-1][0],
         "final_train_reward": curve[-1][1],
         "eval_mujoco": {k: evaluation[k] for k in EVAL_KEYS if k in evaluation},
