@@ -232,6 +232,43 @@ def test_bench_ppo_writes_json_and_plot(tiny_ckpt, tmp_path, capsys):
     assert (out / "bench_ppo.png").stat().st_size > 10_000
 
 
+def test_bench_ppo_seeds_mujoco_curve_time_to_target_and_resume(tiny_ckpt, tmp_path, capsys):
+    """Two seeds per backend, every saved policy evaluated in MuJoCo; the time to target is read off those curves;
+    --resume trains only the runs the JSON lacks, and refuses a file of other settings."""
+    out = tmp_path / "bench"
+    argv = ["bench", "ppo", "--task", "FlashNeRD-Velocity-Flat-Anymal-C-v0", "--dynamics", "mujoco,flashnerd",
+            "--dynamics_checkpoint", f"flashnerd={tiny_ckpt}", "--num_envs", "4", "--max_iterations", "2",
+            "--eval_episodes", "2", "--out_dir", str(out), "--seeds", "3,4", "--eval_every", "1",
+            "--target_fraction", "0.5"]
+    assert main(argv) == 0
+    path = out / "bench_ppo.json"
+    data = json.loads(path.read_text())
+    runs = data["backends"]
+    assert set(runs) == {"mujoco/seed3", "mujoco/seed4", "flashnerd/seed3", "flashnerd/seed4"}
+    for key, r in runs.items():
+        assert key == f"{r['backend']}/seed{r['seed']}"
+        # model_0 after the first iteration, then the final policy: at the curve's accumulated times
+        assert [t for t, _ in r["mujoco_curve"]] == [r["curve"][0][0], r["curve"][1][0]]
+        assert r["mujoco_curve"][-1][1] == r["eval_mujoco"]["mean_return"]
+    tt = data["time_to_target"]
+    reference = sum(runs[k]["eval_mujoco"]["mean_return"] for k in ("mujoco/seed3", "mujoco/seed4")) / 2
+    assert tt["reference_return"] == pytest.approx(reference) and tt["target_return"] == pytest.approx(0.5 * reference)
+    for key, r in runs.items():
+        reached = [t for t, ret in r["mujoco_curve"] if ret >= tt["target_return"]]
+        assert tt["seconds"][key] == (reached[0] if reached else None)
+
+    del runs["flashnerd/seed4"]
+    path.write_text(json.dumps(data))
+    assert main(argv + ["--resume"]) == 0
+    resumed = json.loads(path.read_text())["backends"]
+    assert set(resumed) == {"mujoco/seed3", "mujoco/seed4", "flashnerd/seed3", "flashnerd/seed4"}
+    for key in ("mujoco/seed3", "mujoco/seed4", "flashnerd/seed3"):  # kept as they were, not trained again
+        assert resumed[key]["curve"] == runs[key]["curve"]
+    capsys.readouterr()
+    assert main([a if a != "2" else "3" for a in argv] + ["--resume"]) == 2
+    assert "other iterations" in capsys.readouterr().err
+
+
 def _fit_cmd(data, out, tmp_path, max_steps: int = 100000) -> list[str]:
     """A `flashnerd fit` subprocess command on the tiny dataset (batch 8)."""
     return [sys.executable, "-m", "flashnerd.cli.main", "fit", "--data", str(data), "--out", str(out),

@@ -52,14 +52,20 @@ def _finish_line_plot(fig, ax, path: str | Path, xlabel: str, ylabel: str, title
 
 
 def plot_ppo(backends: dict, path: str | Path, title: str) -> None:
-    """Mean training return against accumulated training time per backend; a diamond marks the MuJoCo evaluation."""
+    """Mean training return against accumulated training time per run; a diamond marks the final policy's MuJoCo
+    evaluation, and a dotted line the saved policies' MuJoCo returns where the run has them (`--eval_every`)."""
     fig, ax = _line_axes()
     for backend, r in backends.items():
         t, rew = zip(*r["curve"])
         line, = ax.plot(t, rew, label=f"{backend} ({r['seconds_per_iteration']:.2f} s/it)")
+        if r.get("mujoco_curve"):
+            mt, mret = zip(*r["mujoco_curve"])
+            ax.plot(mt, mret, linestyle=":", marker=".", color=line.get_color())
         ax.plot([t[-1]], [r["eval_mujoco"]["mean_return"]], marker="D", color=line.get_color(), markersize=8)
-    _finish_line_plot(fig, ax, path, "accumulated training time (s)", "mean episode return",
-                      f"{title}\n(diamonds: final policy evaluated in MuJoCo)")
+    note = "diamonds: final policy evaluated in MuJoCo"
+    if any(r.get("mujoco_curve") for r in backends.values()):
+        note += "; dotted: saved policies in MuJoCo"
+    _finish_line_plot(fig, ax, path, "accumulated training time (s)", "mean episode return", f"{title}\n({note})")
 
 
 def plot_targets(backends: dict, path: str | Path, title: str) -> None:
@@ -157,6 +163,13 @@ def _bench_ppo(data: dict, name: str, folder: Path) -> str:
         rows.append(f"| `{backend}` | {r['seconds_per_iteration']:.2f} | {halves} | "
                     f"{r['seconds_per_iteration'] / fastest:.2f}x | {e['mean_return']:.1f} | {e['lin_vel_rms']:.3f} | "
                     f"{e['fall_rate']:.2f} |")
+    if "time_to_target" in data:
+        tt = data["time_to_target"]
+        rows += ["", f"Training time until the policy's MuJoCo return first reached {tt['fraction']:.0%} of "
+                 f"{tt['reference']}'s final return ({tt['reference_return']:.1f}, so {tt['target_return']:.1f}), "
+                 f"read off the policies saved every {data['eval_every']} iterations:", "",
+                 "| run | seconds to target |", "|---|---|"]
+        rows += [f"| `{k}` | {'not reached' if t is None else f'{t:.0f}'} |" for k, t in tt["seconds"].items()]
     rows += ["", f"![PPO reward against accumulated training time](results/{name}.png)"]
     return "\n".join(rows)
 

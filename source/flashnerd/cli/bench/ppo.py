@@ -1,13 +1,19 @@
-"""`flashnerd bench ppo`: one PPO run per training backend with identical settings, every final policy evaluated in
-the reference simulator; JSON, the reward-against-time plot (cf. Fig. 5) and, for goal tasks, targets over time."""
+"""`flashnerd bench ppo`: one PPO run per training backend (and seed) with identical settings, every final policy
+evaluated in the reference simulator; JSON, the reward-against-time plot (cf. Fig. 5) and, for goal tasks, targets
+over time. With `--eval_every` the policies saved along each run are evaluated in the reference simulator too, giving
+its return against accumulated training time and the time each run took to reach a fraction of the reference
+backend's final return. Results are written after every run; `--resume` skips the runs the JSON already holds."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
+import statistics
 from pathlib import Path
 
 from flashnerd.cli.common import (
+    CLIError,
     add_training_bench_args,
     check_device,
     check_file_stem,
@@ -33,28 +39,55 @@ def add_parser(bsub: argparse._SubParsersAction) -> None:
     p.add_argument("--num_envs", type=int, default=1024, help="parallel worlds per backend")
     p.add_argument("--max_iterations", type=int, default=100, help="PPO iterations per backend")
     p.add_argument("--seed", type=int, default=42, help="random seed (same for every backend)")
+    p.add_argument("--seeds", default=None,
+                   help="comma-separated seeds, one run per backend and seed (instead of --seed)")
     p.add_argument("--eval_episodes", type=int, default=64, help="MuJoCo evaluation episodes per final policy")
+    p.add_argument("--eval_every", type=int, default=0,
+                   help="also evaluate the policy saved every this many iterations in MuJoCo (0: the final only)")
+    p.add_argument("--target_fraction", type=float, default=0.9,
+                   help="report the training time each run took to reach this fraction of the reference backend's "
+                        "final MuJoCo return (needs --eval_every)")
+    p.add_argument("--resume", action="store_true",
+                   help="keep the runs already in the JSON of --out_dir/--name (same settings) and run the rest")
     add_training_bench_args(p, "logs/bench_ppo", "bench_ppo", "the JSON and the plot")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> dict:
-    """Train per backend with identical settings; JSON keyed by backend and a reward-vs-time plot (cf. Fig. 5).
+    """Train per backend and seed with identical settings; JSON keyed by run (the backend, or "backend/seed<k>" with
+    several seeds) and a reward-vs-time plot (cf. Fig. 5).
 
-    For goal tasks each backend also carries `targets_per_episode` (its policy evaluated in MuJoCo) at the top level
+    For goal tasks each run also carries `targets_per_episode` (its policy evaluated in MuJoCo) at the top level
     and the targets-over-time curve of that evaluation (cf. Fig. 8)."""
     for name in ("num_envs", "max_iterations", "eval_episodes"):
         check_positive(name, getattr(args, name))
+    if args.eval_every < 0:
+        raise CLIError(f"--eval_every must be zero (final policies only) or positive, got {args.eval_every}")
+    if not 0.0 < args.target_fraction <= 1.0:
+        raise CLIError(f"--target_fraction must be in (0, 1], got {args.target_fraction}")
     check_file_stem(args.name)
     check_writable("out_dir", args.out_dir)
     check_device(args.device)
+    seeds = _parse_seeds(args.seeds) if args.seeds is not None else [args.seed]
     out_dir = Path(args.out_dir)
-    checkpoints = checkpoints_by_kind(args.dynamics_checkpoint, args.dynamics.split(","))
-    results = {backend: train_and_time(args, backend, out_dir, checkpoints.get(backend))
-               for backend in args.dynamics.split(",")}
-    summary = {"task": args.task, "num_envs": args.num_envs, "iterations": args.max_iterations,
-               "device": args.device, "backends": results}
-    write_json(out_dir / f"{args.name}.json", summary)
+    backends = args.dynamics.split(",")
+    checkpoints = checkpoints_by_kind(args.dynamics_checkpoint, backends)
+    settings = {"task": args.task, "num_envs": args.num_envs, "iterations": args.max_iterations,
+                "device": args.device, "eval_every": args.eval_every, "eval_episodes": args.eval_episodes,
+                "robot_variant": args.robot_variant}
+    path = out_dir / f"{args.name}.json"
+    summary = _resumed(path, settings) if args.resume else {**settings, "backends": {}}
+    for seed in seeds:
+        for backend in backends:
+            key = backend if len(seeds) == 1 else f"{backend}/seed{seed}"
+            if key in summary["backends"]:
+                continue  # finished in an earlier invocation (--resume)
+            summary["backends"][key] = train_and_time(args, backend, seed, out_dir / key, checkpoints.get(backend))
+            write_json(path, summary)  # after every run: an interrupted benchmark keeps the runs it finished
+    results = summary["backends"]
+    if args.eval_every:
+        summary["time_to_target"] = time_to_target(results, args.target_fraction)
+    write_json(path, summary)
     plot_ppo(results, out_dir / f"{args.name}.png", args.task)
     if all("targets_per_episode" in r for r in results.values()):
         plot_targets(results, out_dir / f"{args.name}_targets.png", args.task)
@@ -63,18 +96,66 @@ def run(args: argparse.Namespace) -> dict:
     return summary
 
 
-def train_and_time(args: argparse.Namespace, backend: str, out_dir: Path, checkpoint: str | None) -> dict:
-    """One PPO run on `backend`: accumulated iteration time, reward curve, evaluation of the final policy in the
-    reference simulator."""
-    env_cfg, agent_cfg = task_cfgs(args.task, num_envs=args.num_envs, seed=args.seed, device=args.device,
+def _parse_seeds(text: str) -> list[int]:
+    """'1,2,3' -> [1, 2, 3]; anything else (or a repeated seed) is a one-line error."""
+    try:
+        seeds = [int(s) for s in text.split(",")]
+    except ValueError:
+        raise CLIError(f"--seeds takes comma-separated integers such as 1,2, got '{text}'") from None
+    if len(set(seeds)) != len(seeds):
+        raise CLIError(f"--seeds lists a seed twice: '{text}'")
+    return seeds
+
+
+def _resumed(path: Path, settings: dict) -> dict:
+    """The summary in `path` to continue (its finished runs are kept), or a new one when there is none; a file of
+    other settings is a one-line error (its runs would not be comparable)."""
+    if not path.is_file():
+        return {**settings, "backends": {}}
+    try:
+        old = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        raise CLIError(f"--resume: '{path}' is no bench ppo JSON ({err}); pass another --name") from None
+    if not isinstance(old, dict) or not isinstance(old.get("backends"), dict):
+        raise CLIError(f"--resume: '{path}' is no bench ppo JSON; pass another --name")
+    differ = [k for k, v in settings.items() if old.get(k) != v]
+    if differ:
+        raise CLIError(f"--resume: '{path}' was run with other {', '.join(differ)}; use the same flags or another "
+                       "--name")
+    return {**settings, "backends": old["backends"]}
+
+
+def time_to_target(results: dict, fraction: float) -> dict:
+    """The accumulated training seconds at which each run's policy first reached `fraction` of the reference
+    backend's final MuJoCo return (mean over its seeds; the best final return when no run trained on it), read off
+    the runs' MuJoCo curves; None for a run that never did."""
+    ref = [r for r in results.values() if r["backend"] == REFERENCE_BACKEND]
+    finals = [r["eval_mujoco"]["mean_return"] for r in ref]
+    reference = statistics.mean(finals) if finals else max(r["eval_mujoco"]["mean_return"] for r in results.values())
+    target = fraction * reference
+    seconds = {key: next((t for t, ret in r["mujoco_curve"] if ret >= target), None) for key, r in results.items()}
+    return {"fraction": fraction, "reference_return": reference,
+            "reference": REFERENCE_BACKEND if finals else "best final", "target_return": target, "seconds": seconds}
+
+
+def train_and_time(args: argparse.Namespace, backend: str, seed: int, run_dir: Path, checkpoint: str | None) -> dict:
+    """One PPO run on `backend`: accumulated iteration time, reward curve, evaluation of the final policy (and with
+    --eval_every of the policies saved along the way) in the reference simulator."""
+    env_cfg, agent_cfg = task_cfgs(args.task, num_envs=args.num_envs, seed=seed, device=args.device,
                                    dynamics=backend, dynamics_checkpoint=checkpoint, robot_variant=args.robot_variant)
     agent_cfg.max_iterations = args.max_iterations
-    runner, _ = train_policy(args.task, env_cfg, agent_cfg, str(out_dir / backend), agent_cfg.max_iterations)
+    if args.eval_every:
+        agent_cfg.save_interval = args.eval_every
+        for stale in run_dir.glob("model_*.pt"):  # an interrupted earlier run of this very benchmark run
+            stale.unlink()
+    runner, _ = train_policy(args.task, env_cfg, agent_cfg, str(run_dir), agent_cfg.max_iterations)
     curve = runner.iteration_curve
-    policy = runner.get_inference_policy(device=agent_cfg.device)
-    evaluation = evaluate_on_backends(args.task, env_cfg, policy, args.eval_episodes,
-                                      backends=[REFERENCE_BACKEND])[REFERENCE_BACKEND]
+    evaluate = lambda policy: evaluate_on_backends(  # noqa: E731
+        args.task, env_cfg, policy, args.eval_episodes, backends=[REFERENCE_BACKEND])[REFERENCE_BACKEND]
+    evaluation = evaluate(runner.get_inference_policy(device=agent_cfg.device))
     out = {
+        "backend": backend,
+        "seed": seed,
         "seconds_per_iteration": curve[-1][0] / len(curve),
         # its halves: collecting rollouts (env steps and policy inference) and rsl_rl's PPO update
         "collect_seconds_per_iteration": runner.collect_seconds / len(curve),
@@ -84,6 +165,14 @@ def train_and_time(args: argparse.Namespace, backend: str, out_dir: Path, checkp
         "eval_mujoco": {k: evaluation[k] for k in EVAL_KEYS if k in evaluation},
         "curve": curve,
     }
+    if args.eval_every:
+        # rsl_rl saves model_<i>.pt after iteration i (0-based) when i % save_interval == 0, and the final policy
+        saved = sorted(int(m[1]) for f in run_dir.glob("model_*.pt") if (m := re.fullmatch(r"model_(\d+)\.pt", f.name)))
+        points = []
+        for it in (i for i in saved if i < len(curve) - 1):
+            runner.load(str(run_dir / f"model_{it}.pt"), map_location=agent_cfg.device)
+            points.append((curve[it][0], evaluate(runner.get_inference_policy(device=agent_cfg.device))["mean_return"]))
+        out["mujoco_curve"] = points + [(curve[-1][0], evaluation["mean_return"])]  # (seconds, MuJoCo return)
     if "targets_per_episode" in evaluation:
         out["targets_per_episode"] = evaluation["targets_per_episode"]
     return out
