@@ -387,6 +387,23 @@ def test_world_axis_bytes_counts_each_world_tensor_once():
     assert world_axis_bytes(Holder(7), 7) == 7 * (12 + 8)
 
 
+@pytest.mark.parametrize("members", [1, 3])
+def test_world_axis_bytes_counts_model_caches_on_their_world_axis(members):
+    """FlashNeRD's ring buffers (L, S+1, B, H, D), an ensemble's with its members in front, and the frame counts."""
+    from flashnerd.envs.memory import world_axis_bytes
+    from flashnerd.models import Ensemble, FlashNeRD, FlashNeRDConfig
+
+    cfg = FlashNeRDConfig(10, 6, n_layer=2, n_head=2, n_embd=16, span=3)
+    model = FlashNeRD(cfg) if members == 1 else Ensemble([FlashNeRD(cfg) for _ in range(members)])
+
+    class Holder:
+        def __init__(self, n):
+            self.cache = model.init_cache(n)
+
+    per_world = members * 2 * cfg.n_layer * (cfg.span + 1) * cfg.n_embd * 4 + 8  # keys and values, float32; count
+    assert world_axis_bytes(Holder(8), 8) == 8 * per_world
+
+
 def test_env_bytes_scale_with_the_world_count():
     """What the probe measures is per world: an env of 32 worlds holds 4x the world-axis bytes of one of 8."""
     import dataclasses

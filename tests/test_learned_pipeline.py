@@ -245,6 +245,7 @@ def test_bench_ppo_seeds_mujoco_curve_time_to_target_and_resume(tiny_ckpt, tmp_p
     data = json.loads(path.read_text())
     runs = data["backends"]
     assert set(runs) == {"mujoco/seed3", "mujoco/seed4", "flashnerd/seed3", "flashnerd/seed4"}
+    assert runs["mujoco/seed3"]["curve"][0][1] != runs["mujoco/seed4"]["curve"][0][1]  # the seeds differ
     for key, r in runs.items():
         assert key == f"{r['backend']}/seed{r['seed']}"
         # model_0 after the first iteration, then the final policy: at the curve's accumulated times
@@ -252,10 +253,14 @@ def test_bench_ppo_seeds_mujoco_curve_time_to_target_and_resume(tiny_ckpt, tmp_p
         assert r["mujoco_curve"][-1][1] == r["eval_mujoco"]["mean_return"]
     tt = data["time_to_target"]
     reference = sum(runs[k]["eval_mujoco"]["mean_return"] for k in ("mujoco/seed3", "mujoco/seed4")) / 2
-    assert tt["reference_return"] == pytest.approx(reference) and tt["target_return"] == pytest.approx(0.5 * reference)
-    for key, r in runs.items():
-        reached = [t for t, ret in r["mujoco_curve"] if ret >= tt["target_return"]]
-        assert tt["seconds"][key] == (reached[0] if reached else None)
+    assert tt["reference_return"] == pytest.approx(reference)
+    if reference > 0:
+        assert tt["target_return"] == pytest.approx(0.5 * reference)
+        for key, r in runs.items():
+            reached = [t for t, ret in r["mujoco_curve"] if ret >= tt["target_return"]]
+            assert tt["seconds"][key] == (reached[0] if reached else None)
+    else:  # no gain to take a fraction of
+        assert tt["target_return"] is None and set(tt["seconds"].values()) == {None}
 
     del runs["flashnerd/seed4"]
     path.write_text(json.dumps(data))
@@ -265,8 +270,10 @@ def test_bench_ppo_seeds_mujoco_curve_time_to_target_and_resume(tiny_ckpt, tmp_p
     for key in ("mujoco/seed3", "mujoco/seed4", "flashnerd/seed3"):  # kept as they were, not trained again
         assert resumed[key]["curve"] == runs[key]["curve"]
     capsys.readouterr()
-    assert main([a if a != "2" else "3" for a in argv] + ["--resume"]) == 2
+    assert main([*argv, "--max_iterations", "3", "--resume"]) == 2
     assert "other iterations" in capsys.readouterr().err
+    assert main([*argv, "--seeds", "3", "--resume"]) == 2  # the file holds seed-4 runs this grid does not make
+    assert "holds run 'mujoco/seed3'" in capsys.readouterr().err
 
 
 def _fit_cmd(data, out, tmp_path, max_steps: int = 100000) -> list[str]:

@@ -261,15 +261,14 @@ class LearnedDynamics:
         features take every world (one batch size, no recompiles)."""
         if world_ids is not None and self._compiled:
             world_ids = None
+        if world_ids is not None:  # indices (a mask, int32 or repeated ids as reset takes them), each world once
+            world_ids = (world_ids.nonzero()[:, 0] if world_ids.dtype == torch.bool else world_ids.long()).unique()
         ids = slice(None) if world_ids is None else world_ids
         qpos, qvel, ctrl = self._qpos[ids], self._qvel[ids], self._ctrl[ids]  # (n, nq), (n, nv), (n, nu)
         features, distance = self.probes.features_and_distance(qpos, qvel)  # (n, dim), (n, P)
-        if world_ids is None:
-            self._features = features
-        elif self.differentiable:  # replaced, not written: earlier steps' graphs keep the features they read
-            self._features = self._features.index_copy(0, world_ids, features)
-        else:
-            self._features[world_ids] = features
+        # replaced, not written: earlier steps' graphs keep the features they read, and features made under
+        # torch.inference_mode (a rollout) may not be written outside it
+        self._features = features if world_ids is None else self._features.index_copy(0, world_ids, features)
         with torch.no_grad():  # the summary feeds thresholds (terminations, contact counts): no gradient
             if self.contact_head is not None:  # (n, nb) the head's forces on the end-of-step frame
                 frame = self.rep.inputs(qpos, qvel, ctrl, features)  # (n, I)

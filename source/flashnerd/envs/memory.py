@@ -54,13 +54,25 @@ def _size(n: float) -> str:
 
 def world_axis_bytes(root: object, n: int, depth: int = 3) -> int:
     """Bytes of every distinct tensor/array reachable from `root` (attributes, dicts, lists; `depth` levels) whose
-    first axis has length `n` (for tensors also the second: per-layer caches are (L, n, ...)), and the buffers of a
-    list of `n` distinct MuJoCo models (one per world)."""
+    first axis has length `n` (for tensors also the second: per-layer states are (L, n, ...)), the tensors of model
+    caches on the world axis their class declares (`world_axes`; an ensemble's member cache inside it), and the
+    buffers of a list of `n` distinct MuJoCo models (one per world)."""
     seen: set[int] = set()
     total = 0
 
     def visit(obj: object, level: int) -> None:
         nonlocal total
+        cache = getattr(obj, "inner", obj)  # an ensemble's cache wraps its member's, members stacked in front
+        axes = getattr(type(cache), "world_axes", None)
+        if isinstance(axes, dict) and id(cache) not in seen:
+            seen.add(id(cache))
+            for name, axis in axes.items():
+                t = getattr(cache, name, None)
+                key = t.untyped_storage().data_ptr() if isinstance(t, torch.Tensor) and t.numel() else id(t)
+                if isinstance(t, torch.Tensor) and t.dim() >= -axis and t.shape[axis] == n and key not in seen:
+                    seen.add(key)
+                    total += t.untyped_storage().nbytes()
+            return
         if isinstance(obj, torch.Tensor):
             key = obj.untyped_storage().data_ptr() if obj.numel() else id(obj)
             # the world axis leads, except in per-layer caches (L, N, ...)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 import torch.nn as nn
@@ -58,6 +59,8 @@ FLASHNERD_SIZES: dict[str, dict] = {
 class FlashNeRDCache:
     """Per-block ring buffers of keys/values of every world; all worlds step together. S + 1 slots: a step writes
     the newest frame over the oldest first and then attends to every slot at once (the current frame among them)."""
+
+    world_axes: ClassVar[dict[str, int]] = {"k": -3, "v": -3, "count": -1}  # for memory estimates (envs/memory.py)
 
     k: torch.Tensor  # (L, S+1, B, H, D): slot-major, so writing one frame is one contiguous block per layer
     v: torch.Tensor  # (L, S+1, B, H, D)
@@ -102,20 +105,20 @@ class FlashBlock(nn.Module):
         return self._combine(h, y, ff)
 
     def step(self, h: torch.Tensor, k_slots: torch.Tensor, v_slots: torch.Tensor, slot: int, lags: torch.Tensor,
-             keep: torch.Tensor, in_place: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+             keep: torch.Tensor, slot_index: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
         """Newest frame only: h (B, C) and the ring slots (S+1, B, H, D) -> (B, C) and the slots with this frame's
-        key and value in `slot` (written in place, or new tensors when `in_place` is False: the autograd form).
-        lags (S+1,) is each slot's lag after the write (0 for `slot`), keep (S+1, B) which slots a world may see."""
+        key and value in `slot`: written in place, or new tensors when `slot_index` (1,) holds `slot` (the autograd
+        form). lags (S+1,) is each slot's lag after the write (0 for `slot`), keep (S+1, B) which slots a world may
+        see."""
         B, C = h.shape
         H, D = self.n_head, C // self.n_head
         q, k, v, gate, up = self.in_proj(self.ln(h)).split([C, C, C, self.ff_hidden, self.ff_hidden], dim=-1)
         ff = F.silu(gate) * up  # (B, F)
         k, v = k.view(1, B, H, D), v.view(1, B, H, D)
-        if in_place:
+        if slot_index is None:
             k_slots[slot], v_slots[slot] = k[0], v[0]
         else:
-            at = torch.tensor([slot], device=h.device)
-            k_slots, v_slots = k_slots.index_copy(0, at, k), v_slots.index_copy(0, at, v)  # (S+1, B, H, D) x2
+            k_slots, v_slots = k_slots.index_copy(0, slot_index, k), v_slots.index_copy(0, slot_index, v)  # x2
         # S+1 keys per query, the slot axis leading: scores, softmax and the weighted sum stay vectorized over
         # worlds and heads (a softmax over a last axis of 5 and per-world (1 x D)(D x S) products are far slower)
         scores = torch.einsum("bhd,sbhd->sbh", q.view(B, H, D), k_slots) * D**-0.5  # (S+1, B, H)
@@ -131,7 +134,7 @@ def linear_of_concat(linear: nn.Linear, a: torch.Tensor, b: torch.Tensor) -> tor
     A, lead = a.shape[-1], a.shape[:-1]
     W = linear.weight  # (out, A + A')
     out = torch.addmm(linear.bias, a.reshape(-1, A), W[:, :A].t())  # (n, out)
-    return torch.addmm(out, b.reshape(-1, b.shape[-1]), W[:, A:].t()).view(*lead, -1)  # (..., out)
+    return torch.addmm(out, b.reshape(-1, b.shape[-1]), W[:, A:].t()).view(*lead, W.shape[0])  # (..., out)
 
 
 class FlashNeRD(DynamicsModel):
@@ -252,10 +255,11 @@ class FlashNeRD(DynamicsModel):
         """`step` without writes: x_t (B, input_dim) and `cache` -> (B, output_dim) and a new cache; autograd runs
         through any number of these steps (the inputs' caches are left as they were)."""
         lags, keep = self._slots(cache)
+        at = self.slots[cache.ptr:cache.ptr + 1]  # (1,) this frame's slot, on the model's device
         e, frame = self._embed(x_t)  # (B, C), (B, I')
         h, ks, vs = e, [], []
         for layer, block in enumerate(self.blocks):
-            h, k, v = block.step(h, cache.k[layer], cache.v[layer], cache.ptr, lags, keep, in_place=False)
+            h, k, v = block.step(h, cache.k[layer], cache.v[layer], cache.ptr, lags, keep, at)
             ks.append(k)  # (S+1, B, H, D)
             vs.append(v)
         new = FlashNeRDCache(torch.stack(ks), torch.stack(vs), cache.count.clone(), cache.ptr)  # (L, S+1, B, H, D)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 import torch.nn as nn
@@ -41,6 +42,8 @@ NERD_SIZES: dict[str, dict] = {
 @dataclass
 class NeRDCache:
     """Input history of every world; the newest frame is at the last slot."""
+
+    world_axes: ClassVar[dict[str, int]] = {"x": -3, "count": -1}  # for memory estimates (envs/memory.py)
 
     x: torch.Tensor  # (B, W, input_dim)
     count: torch.Tensor  # (B,) long: valid frames per world, capped at W

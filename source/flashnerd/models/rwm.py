@@ -12,6 +12,7 @@ Shapes: B batch (worlds), T frames, I input_dim, O output_dim, L layers, C hidde
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 import torch.nn as nn
@@ -44,6 +45,8 @@ RWM_SIZES: dict[str, dict] = {
 @dataclass
 class RWMCache:
     """The GRU's hidden state of every world."""
+
+    world_axes: ClassVar[dict[str, int]] = {"h": -2}  # for memory estimates (envs/memory.py)
 
     h: torch.Tensor  # (L, B, C)
 

@@ -7,13 +7,13 @@ CPU, one ANYmal-C step of the learned backend at 4,096 worlds spent more time in
 largest matrix product. Serving blocks below 32 MB from the heap and trimming it only above 1 GB keeps those pages
 mapped (the process's resident size stays at its peak, which it reaches anyway on the next step).
 
-`FLASHNERD_MALLOC=system` leaves the allocator as it is (e.g. when jemalloc or tcmalloc is preloaded).
+`FLASHNERD_MALLOC=system` leaves the allocator as it is. With jemalloc or tcmalloc preloaded the settings reach
+glibc's malloc, which then serves nothing, and have no effect.
 """
 
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 import sys
 
@@ -33,9 +33,10 @@ def retain_freed_memory() -> bool:
     if not sys.platform.startswith("linux") or os.environ.get("FLASHNERD_MALLOC", "") == "system":
         return False
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc = ctypes.CDLL("libc.so.6")
+        libc.gnu_get_libc_version  # noqa: B018  (glibc only: musl has neither it nor these mallopt parameters)
         mallopt = libc.mallopt
-    except (OSError, AttributeError):  # musl and other C libraries have no mallopt
+    except (OSError, AttributeError):
         return False
     mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
     _done = bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD))

@@ -163,8 +163,11 @@ def _bench_ppo(data: dict, name: str, folder: Path) -> str:
         rows.append(f"| `{backend}` | {r['seconds_per_iteration']:.2f} | {halves} | "
                     f"{r['seconds_per_iteration'] / fastest:.2f}x | {e['mean_return']:.1f} | {e['lin_vel_rms']:.3f} | "
                     f"{e['fall_rate']:.2f} |")
-    if "time_to_target" in data:
-        tt = data["time_to_target"]
+    tt = data.get("time_to_target")
+    if tt and tt["target_return"] is None:
+        rows += ["", f"No time to target: {tt['reference']}'s final MuJoCo return ({tt['reference_return']:.1f}) "
+                 "is not positive."]
+    elif tt:
         rows += ["", f"Training time until the policy's MuJoCo return first reached {tt['fraction']:.0%} of "
                  f"{tt['reference']}'s final return ({tt['reference_return']:.1f}, so {tt['target_return']:.1f}), "
                  f"read off the policies saved every {data['eval_every']} iterations:", "",

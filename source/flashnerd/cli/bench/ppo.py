@@ -74,14 +74,13 @@ def run(args: argparse.Namespace) -> dict:
     checkpoints = checkpoints_by_kind(args.dynamics_checkpoint, backends)
     settings = {"task": args.task, "num_envs": args.num_envs, "iterations": args.max_iterations,
                 "device": args.device, "eval_every": args.eval_every, "eval_episodes": args.eval_episodes,
-                "robot_variant": args.robot_variant}
+                "robot_variant": args.robot_variant, "dynamics_checkpoint": checkpoints}
+    grid = {(backend if len(seeds) == 1 else f"{backend}/seed{seed}"): (backend, seed)
+            for seed in seeds for backend in backends}  # run key -> (backend, seed)
     path = out_dir / f"{args.name}.json"
-    summary = _resumed(path, settings) if args.resume else {**settings, "backends": {}}
-    for seed in seeds:
-        for backend in backends:
-            key = backend if len(seeds) == 1 else f"{backend}/seed{seed}"
-            if key in summary["backends"]:
-                continue  # finished in an earlier invocation (--resume)
+    summary = _resumed(path, settings, grid) if args.resume else {**settings, "backends": {}}
+    for key, (backend, seed) in grid.items():
+        if key not in summary["backends"]:  # else finished in an earlier invocation (--resume)
             summary["backends"][key] = train_and_time(args, backend, seed, out_dir / key, checkpoints.get(backend))
             write_json(path, summary)  # after every run: an interrupted benchmark keeps the runs it finished
     results = summary["backends"]
@@ -107,9 +106,10 @@ def _parse_seeds(text: str) -> list[int]:
     return seeds
 
 
-def _resumed(path: Path, settings: dict) -> dict:
+def _resumed(path: Path, settings: dict, grid: dict[str, tuple[str, int]]) -> dict:
     """The summary in `path` to continue (its finished runs are kept), or a new one when there is none; a file of
-    other settings is a one-line error (its runs would not be comparable)."""
+    other settings, or with runs of other backends or seeds than `grid` (run key -> backend, seed) asks for, is a
+    one-line error (its runs would not be comparable, or would join the plot and the reference unasked)."""
     if not path.is_file():
         return {**settings, "backends": {}}
     try:
@@ -122,6 +122,10 @@ def _resumed(path: Path, settings: dict) -> dict:
     if differ:
         raise CLIError(f"--resume: '{path}' was run with other {', '.join(differ)}; use the same flags or another "
                        "--name")
+    for key, run in old["backends"].items():
+        if key not in grid or not isinstance(run, dict) or (run.get("backend"), run.get("seed")) != grid[key]:
+            raise CLIError(f"--resume: '{path}' holds run '{key}', which these --dynamics/--seed(s) do not make; "
+                           "use the same flags or another --name")
     return {**settings, "backends": old["backends"]}
 
 
@@ -132,10 +136,13 @@ def time_to_target(results: dict, fraction: float) -> dict:
     ref = [r for r in results.values() if r["backend"] == REFERENCE_BACKEND]
     finals = [r["eval_mujoco"]["mean_return"] for r in ref]
     reference = statistics.mean(finals) if finals else max(r["eval_mujoco"]["mean_return"] for r in results.values())
+    out = {"fraction": fraction, "reference_return": reference,
+           "reference": REFERENCE_BACKEND if finals else "best final"}
+    if reference <= 0:  # a fraction of a return that is no gain says nothing: no target
+        return {**out, "target_return": None, "seconds": {key: None for key in results}}
     target = fraction * reference
     seconds = {key: next((t for t, ret in r["mujoco_curve"] if ret >= target), None) for key, r in results.items()}
-    return {"fraction": fraction, "reference_return": reference,
-            "reference": REFERENCE_BACKEND if finals else "best final", "target_return": target, "seconds": seconds}
+    return {**out, "target_return": target, "seconds": seconds}
 
 
 def train_and_time(args: argparse.Namespace, backend: str, seed: int, run_dir: Path, checkpoint: str | None) -> dict:
