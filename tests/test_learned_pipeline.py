@@ -273,7 +273,7 @@ def test_bench_ppo_seeds_mujoco_curve_time_to_target_and_resume(tiny_ckpt, tmp_p
     assert main([*argv, "--max_iterations", "3", "--resume"]) == 2
     assert "other iterations" in capsys.readouterr().err
     assert main([*argv, "--seeds", "3", "--resume"]) == 2  # the file holds seed-4 runs this grid does not make
-    assert "holds run 'mujoco/seed3'" in capsys.readouterr().err
+    assert "holds run 'mujoco/seed4'" in capsys.readouterr().err
 
 
 def _fit_cmd(data, out, tmp_path, max_steps: int = 100000) -> list[str]:

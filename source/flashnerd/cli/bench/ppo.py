@@ -54,8 +54,8 @@ def add_parser(bsub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> dict:
-    """Train per backend and seed with identical settings; JSON keyed by run (the backend, or "backend/seed<k>" with
-    several seeds) and a reward-vs-time plot (cf. Fig. 5).
+    """Train per backend and seed with identical settings; JSON keyed by run (the backend with --seed,
+    "backend/seed<k>" with --seeds) and a reward-vs-time plot (cf. Fig. 5).
 
     For goal tasks each run also carries `targets_per_episode` (its policy evaluated in MuJoCo) at the top level
     and the targets-over-time curve of that evaluation (cf. Fig. 8)."""
@@ -75,8 +75,9 @@ def run(args: argparse.Namespace) -> dict:
     settings = {"task": args.task, "num_envs": args.num_envs, "iterations": args.max_iterations,
                 "device": args.device, "eval_every": args.eval_every, "eval_episodes": args.eval_episodes,
                 "robot_variant": args.robot_variant, "dynamics_checkpoint": checkpoints}
-    grid = {(backend if len(seeds) == 1 else f"{backend}/seed{seed}"): (backend, seed)
-            for seed in seeds for backend in backends}  # run key -> (backend, seed)
+    # run key -> (backend, seed); keyed by seed whenever --seeds is given, so that --resume can add seeds later
+    grid = {(backend if args.seeds is None else f"{backend}/seed{seed}"): (backend, seed)
+            for seed in seeds for backend in backends}
     path = out_dir / f"{args.name}.json"
     summary = _resumed(path, settings, grid) if args.resume else {**settings, "backends": {}}
     for key, (backend, seed) in grid.items():
