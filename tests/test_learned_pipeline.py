@@ -274,6 +274,12 @@ def test_bench_ppo_seeds_mujoco_curve_time_to_target_and_resume(tiny_ckpt, tmp_p
     assert "other iterations" in capsys.readouterr().err
     assert main([*argv, "--seeds", "3", "--resume"]) == 2  # the file holds seed-4 runs this grid does not make
     assert "holds run 'mujoco/seed4'" in capsys.readouterr().err
+    broken = json.loads(path.read_text())
+    del broken["backends"]["flashnerd/seed3"]["curve"]
+    path.write_text(json.dumps(broken))
+    assert main([*argv, "--resume"]) == 2  # a run without its curve: one line, nothing trained
+    err = capsys.readouterr().err
+    assert "run 'flashnerd/seed3'" in err and "lacks curve" in err and len(err.strip().splitlines()) == 1
 
 
 def _fit_cmd(data, out, tmp_path, max_steps: int = 100000) -> list[str]:

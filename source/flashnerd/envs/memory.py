@@ -60,6 +60,14 @@ def world_axis_bytes(root: object, n: int, depth: int = 3) -> int:
     seen: set[int] = set()
     total = 0
 
+    def add(t: torch.Tensor) -> None:
+        """Count a tensor with a world axis: its storage, once however many views share it."""
+        nonlocal total
+        key = t.untyped_storage().data_ptr() if t.numel() else id(t)
+        if key not in seen:
+            seen.add(key)
+            total += t.untyped_storage().nbytes()
+
     def visit(obj: object, level: int) -> None:
         nonlocal total
         cache = getattr(obj, "inner", obj)  # an ensemble's cache wraps its member's, members stacked in front
@@ -68,17 +76,12 @@ def world_axis_bytes(root: object, n: int, depth: int = 3) -> int:
             seen.add(id(cache))
             for name, axis in axes.items():
                 t = getattr(cache, name, None)
-                key = t.untyped_storage().data_ptr() if isinstance(t, torch.Tensor) and t.numel() else id(t)
-                if isinstance(t, torch.Tensor) and t.dim() >= -axis and t.shape[axis] == n and key not in seen:
-                    seen.add(key)
-                    total += t.untyped_storage().nbytes()
+                if isinstance(t, torch.Tensor) and t.dim() >= -axis and t.shape[axis] == n:
+                    add(t)
             return
         if isinstance(obj, torch.Tensor):
-            key = obj.untyped_storage().data_ptr() if obj.numel() else id(obj)
-            # the world axis leads, except in per-layer caches (L, N, ...)
-            if obj.dim() and n in tuple(obj.shape[:2]) and key not in seen:
-                seen.add(key)
-                total += obj.untyped_storage().nbytes()
+            if obj.dim() and n in tuple(obj.shape[:2]):  # the world axis leads, or follows a layer axis (L, N, ...)
+                add(obj)
             return
         if isinstance(obj, np.ndarray):
             if obj.ndim and obj.shape[0] == n and id(obj) not in seen:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import statistics
 from pathlib import Path
 
@@ -28,6 +27,8 @@ from flashnerd.envs.registry import task_cfgs
 from flashnerd.envs.rsl_rl import train_policy
 from flashnerd.viz.report import plot_ppo, plot_targets
 
+# what every finished run in the JSON holds (a resumed file is checked for them)
+RUN_KEYS = ("backend", "seed", "seconds_per_iteration", "total_seconds", "eval_mujoco", "curve")
 EVAL_KEYS = ("mean_return", "lin_vel_rms", "fall_rate", "mean_episode_length_s", "targets_per_episode",
              "targets_over_time", "step_dt", "success_rate")
 
@@ -123,10 +124,14 @@ def _resumed(path: Path, settings: dict, grid: dict[str, tuple[str, int]]) -> di
     if differ:
         raise CLIError(f"--resume: '{path}' was run with other {', '.join(differ)}; use the same flags or another "
                        "--name")
+    needed = RUN_KEYS + (("mujoco_curve",) if settings["eval_every"] else ())
     for key, run in old["backends"].items():
         if key not in grid or not isinstance(run, dict) or (run.get("backend"), run.get("seed")) != grid[key]:
             raise CLIError(f"--resume: '{path}' holds run '{key}', which these --dynamics/--seed(s) do not make; "
                            "use the same flags or another --name")
+        if missing := [k for k in needed if k not in run]:
+            raise CLIError(f"--resume: run '{key}' in '{path}' lacks {', '.join(missing)}; delete that run from the "
+                           "file (it is run again) or pass another --name")
     return {**settings, "backends": old["backends"]}
 
 
@@ -154,8 +159,6 @@ def train_and_time(args: argparse.Namespace, backend: str, seed: int, run_dir: P
     agent_cfg.max_iterations = args.max_iterations
     if args.eval_every:
         agent_cfg.save_interval = args.eval_every
-        for stale in run_dir.glob("model_*.pt"):  # an interrupted earlier run of this very benchmark run
-            stale.unlink()
     runner, _ = train_policy(args.task, env_cfg, agent_cfg, str(run_dir), agent_cfg.max_iterations)
     curve = runner.iteration_curve
     evaluate = lambda policy: evaluate_on_backends(  # noqa: E731
@@ -175,9 +178,9 @@ def train_and_time(args: argparse.Namespace, backend: str, seed: int, run_dir: P
     }
     if args.eval_every:
         # rsl_rl saves model_<i>.pt after iteration i (0-based) when i % save_interval == 0, and the final policy
-        saved = sorted(int(m[1]) for f in run_dir.glob("model_*.pt") if (m := re.fullmatch(r"model_(\d+)\.pt", f.name)))
+        # (evaluated above); this run wrote (or overwrote) each of them
         points = []
-        for it in (i for i in saved if i < len(curve) - 1):
+        for it in range(0, len(curve) - 1, args.eval_every):
             runner.load(str(run_dir / f"model_{it}.pt"), map_location=agent_cfg.device)
             points.append((curve[it][0], evaluate(runner.get_inference_policy(device=agent_cfg.device))["mean_return"]))
         out["mujoco_curve"] = points + [(curve[-1][0], evaluation["mean_return"])]  # (seconds, MuJoCo return)
