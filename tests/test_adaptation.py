@@ -91,28 +91,70 @@ def test_mixed_in_data_of_another_trajectory_length_is_refused(fitted, tmp_path)
 
 
 def test_bench_reality_gap_runs_the_loop_a_lab_runs(tmp_path, capsys):
-    """Tiny settings: every stage runs (safe policy, robot log written and imported, adaptation, PPO on the adapted
-    model, evaluation in the variant, the baseline randomized over the variant's ranges) and the JSON and the plot
-    are written. The robot is the variant's fixed values; the randomized baseline trains on its ranges alone."""
+    """Tiny settings: every stage runs (safe policy, robot log written and imported, adaptation, two rounds of PPO on
+    the model with the first round's rollouts on the robot logged, imported and refitted on, evaluation in the variant,
+    the baseline randomized over the variant's ranges) and the JSON and the plot are written. The robot is the
+    variant's fixed values; the randomized baseline trains on its ranges alone; baselines train as many iterations as
+    the last round's policy has behind it. --resume reruns only the stages the JSON lacks."""
     import json
+    import os
 
     from flashnerd.robots.variant import load_variant
 
     out = tmp_path / "rg"
-    assert main(["bench", "reality-gap", "--robot_variant", "variants/anymal_c_worn_dr.yaml", "--real_minutes", "0.2",
-                 "--iterations", "1", "--num_envs", "4", "--eval_episodes", "2", "--robot_worlds", "2",
-                 "--mix", "0.3", "--sim_minutes", "0.1", "--fit_budget", "1", "--traj_len", "20",
-                 "--out_dir", str(out)]) == 0
+    argv = ["bench", "reality-gap", "--robot_variant", "variants/anymal_c_worn_dr.yaml", "--real_minutes", "0.4",
+            "--iterations", "1", "--num_envs", "4", "--eval_episodes", "2", "--robot_worlds", "2",
+            "--mix", "0.3", "--sim_minutes", "0.1", "--fit_budget", "1", "--refit_budget", "1", "--traj_len", "20",
+            "--out_dir", str(out)]
+    assert main(argv) == 0
     summary = json.loads((out / "reality_gap.json").read_text())
     assert set(summary["baselines"]) == {"nominal", "oracle", "randomized"} and (out / "reality_gap.png").is_file()
+    assert all(b["iterations"] == 2 for b in summary["baselines"].values())
     worn, ranges = load_variant("variants/anymal_c_worn_dr.yaml"), load_variant(out / "anymal_c_worn_dr_ranges.yaml")
     assert load_variant(out / "anymal_c_worn_dr_robot.yaml").spec == worn.fixed().spec
     assert ranges.randomized == worn.randomized and "effort_scale" not in str(ranges.spec.get("joints"))
     budget = summary["budgets"][0]
-    assert budget["logged"]["minutes"] == pytest.approx(0.2) and (out / "0.2min" / "robot_log.parquet").is_file()
-    logged = load_dataset(out / "0.2min" / "robot.h5").attrs
+    assert budget["logged"]["import"]["minutes"] == pytest.approx(0.2)  # half the budget: the safe policy's logs
+    assert (out / "0.4min" / "robot_log.parquet").is_file()
+    logged = load_dataset(out / "0.4min" / "robot.h5").attrs
     assert logged["variants"] == ["anymal_c_worn_dr_robot"] and "randomize" not in logged["variant"]  # one robot
     assert set(budget["nrmse_held_out"]) == {"nrmse_before", "nrmse_after"}
-    assert read_checkpoint(out / "0.2min" / "adapted.safetensors")["adaptation"] == budget["nrmse_card"]
+    assert read_checkpoint(out / "0.4min" / "adapted.safetensors")["adaptation"] == budget["nrmse_card"]
+    first, last = budget["rounds"]
+    assert first["model"] == budget["adapted"] and last["model"] == first["next_model"] != first["model"]
+    assert first["rollouts"]["import"]["minutes"] == pytest.approx(0.2)
+    assert budget["robot_minutes"] == pytest.approx(0.4) and first["rollouts"]["robot_minutes"] == pytest.approx(0.2)
+    rollouts = load_dataset(out / "0.4min" / "round_0" / "robot.h5").attrs
+    assert rollouts["variants"] == ["anymal_c_worn_dr_robot"]
+    assert read_checkpoint(first["next_model"])["adaptation"]["init"] == first["model"]
+    assert budget["eval_variant"] == last["eval_variant"] and "eval_model" in last and "rollouts" not in last
     printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert printed["budgets"]["0.2"] == budget["eval_variant"]["mean_return"]
+    assert printed["budgets"]["0.4"] == budget["eval_variant"]["mean_return"]
+
+    from flashnerd.viz.report import render_block
+
+    block = render_block("reality_gap", out)  # the results page's table: 3 baselines, 2 rounds, 3 models' errors
+    assert all(f"| {r['train_wall_s']:.0f} | {r['eval_variant']['mean_return']:.1f} |" in block
+               for r in [*summary["baselines"].values(), first, last])
+    assert block.count("-min budget, round") == 2 and block.count("refitted after round 0") == 1
+
+    # a run stopped before its last round: --resume trains that round alone, from the stages it kept, and runs a
+    # budget it is given beside it (half of 0.2 min is 7 trajectories of 20 steps on each of 2 robots)
+    for key in ("eval_variant", "robot_minutes", "ppo_wall_s"):
+        del budget[key]
+    del budget["rounds"][1]
+    (out / "reality_gap.json").write_text(json.dumps(summary))
+    assert render_block("reality_gap", out).count("-min budget, round") == 1  # a run still going: what is done
+    kept = {p: os.stat(p).st_mtime_ns for p in (summary["baselines"]["oracle"]["policy"], first["policy"],
+                                                  first["next_model"], budget["adapted"], budget["logged"]["dataset"],
+                                                  first["rollouts"]["dataset"], summary["held_out"]["dataset"])}
+    assert main(argv) == 2 and "add --resume" in capsys.readouterr().err
+    assert main([*argv[:5], "0.2", *argv[6:], "--resume"]) == 0
+    resumed = json.loads((out / "reality_gap.json").read_text())
+    assert {p: os.stat(p).st_mtime_ns for p in kept} == kept
+    added, again = resumed["budgets"]
+    assert again["minutes"] == 0.4 and again["rounds"][1]["model"] == first["next_model"] and "eval_variant" in again
+    assert again["rounds"][1]["policy"] != first["policy"] and again["rounds"][1]["eval_model"]
+    assert added["minutes"] == 0.2 and added["robot_minutes"] == pytest.approx(2 * 7 * 20 * 2 * 0.02 / 60, abs=1e-3)
+    assert main([*argv, "--rounds", "3", "--resume"]) == 2
+    assert "other settings than the stopped run (rounds)" in capsys.readouterr().err

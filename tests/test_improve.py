@@ -45,4 +45,11 @@ def test_improve_refuses_bad_settings_before_any_work(tmp_path, capsys):
     assert main([*base, "--dynamics_checkpoint", str(tmp_path / "none.safetensors")]) == 2
     assert "does not exist" in capsys.readouterr().err
     assert main([*base, "--resume"]) == 2 and "does not exist" in capsys.readouterr().err
+    (tmp_path / "x").mkdir()
+    for text, message in (("{not json", "is not readable JSON"), ("[1, 2]", "holds no run state"),
+                          ('{"settings": 3}', "holds no run state"), ("\udcff", "is not readable JSON")):
+        (tmp_path / "x" / "improve.json").write_text(text, errors="surrogateescape")
+        assert main([*base, "--resume"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert message in err and len(err.splitlines()) == 1, err
     assert not (tmp_path / "x" / "round_0").exists()

@@ -135,6 +135,33 @@ def write_json(path: Path, data) -> None:
     os.replace(tmp, path)
 
 
+def run_state(path: Path, settings: dict, resume: bool, fresh: dict) -> dict:
+    """The state of a multi-stage command kept in the JSON `path` (rewritten after every stage): `fresh` with
+    `settings` for a new run, or the stopped run's state with --resume. A new run over an existing file, a missing or
+    unreadable file to resume, or a resume with other settings is a one-line error."""
+    if not resume:
+        if path.exists():
+            raise CLIError(f"'{path}' exists; add --resume to continue that run, or give a new --out_dir")
+        return {"settings": settings, **fresh}
+    if not path.is_file():
+        raise CLIError(f"--resume given but '{path}' does not exist")
+    try:
+        state = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        raise CLIError(f"--resume: '{path}' is not readable JSON ({type(err).__name__}); give a new "
+                       "--out_dir") from None
+    if not isinstance(state, dict) or not isinstance(state.get("settings"), dict):
+        raise CLIError(f"--resume: '{path}' holds no run state of this command; give a new --out_dir")
+    missing = [k for k in fresh if k not in state]
+    if missing:
+        raise CLIError(f"--resume: '{path}' lacks {', '.join(missing)}; give a new --out_dir")
+    changed = sorted(k for k in settings if state["settings"].get(k) != settings[k])
+    if changed:
+        raise CLIError(f"--resume with other settings than the stopped run ({', '.join(changed)}); give the same "
+                       "ones, or a new --out_dir")
+    return state
+
+
 def checkpoints_by_kind(text: str, backends: Sequence[str]) -> dict[str, str]:
     """--dynamics_checkpoint "kind=path[,kind=path]" as {kind: path}; a malformed value, or a kind that is not among
     `backends` (the checkpoint would go unused) or takes no checkpoint, is a one-line error."""

@@ -20,8 +20,16 @@ from pathlib import Path
 
 import torch
 
-from flashnerd.cli.common import CLIError, check_device, check_file_stem, check_positive, check_writable, write_json
-from flashnerd.cli.fit import INIT_LR, INIT_PATIENCE
+from flashnerd.cli.common import (
+    CLIError,
+    check_device,
+    check_file_stem,
+    check_positive,
+    check_writable,
+    run_state,
+    write_json,
+)
+from flashnerd.cli.fit import adapt_model
 from flashnerd.cli.record import policy_source
 from flashnerd.cli.train import apply_uncertainty_args
 from flashnerd.data.record import record
@@ -32,7 +40,6 @@ from flashnerd.envs.registry import play_variant, task_cfgs
 from flashnerd.envs.rsl_rl import train_policy
 from flashnerd.models.checkpoint import read_checkpoint
 from flashnerd.sim.scene import variant_robot
-from flashnerd.training.fit import FitConfig, Fitter
 from flashnerd.viz.report import plot_improve
 
 
@@ -98,18 +105,7 @@ def run(args: argparse.Namespace) -> dict:
     out = Path(args.out_dir)
     table_path = out / f"{args.name}.json"
     settings = {k: v for k, v in vars(args).items() if k not in ("func", "resume", "rounds", "debug", "command")}
-    if args.resume:
-        if not table_path.is_file():
-            raise CLIError(f"--resume given but '{table_path}' does not exist")
-        state = json.loads(table_path.read_text())
-        if state.get("settings") != settings:
-            changed = sorted(k for k in settings if state.get("settings", {}).get(k) != settings[k])
-            raise CLIError(f"--resume with other settings than the stopped run ({', '.join(changed)}); give the same "
-                           "ones, or a new --out_dir")
-    elif table_path.exists():
-        raise CLIError(f"'{table_path}' exists; add --resume to continue that run, or give a new --out_dir")
-    else:
-        state = {"settings": settings, "model_0": model0, "rounds": []}
+    state = run_state(table_path, settings, args.resume, {"model_0": model0, "rounds": []})
     save = lambda: write_json(table_path, state)  # noqa: E731  after every stage: --resume starts there
 
     for r in range(args.rounds):
@@ -178,16 +174,6 @@ def _roll_out(args: argparse.Namespace, policy: str, folder: Path, seed: int) ->
 
 def _refit(args: argparse.Namespace, model: str, data: list[str], out: Path) -> dict:
     """`fit --init model` on every dataset so far, for --fit_budget seconds, with early stopping."""
-    ckpt = read_checkpoint(model)
-    fit_cfg = ckpt.get("fit_config", {})
-    cfg = dataclasses.replace(FitConfig(), model=ckpt["kind"], size=fit_cfg.get("size", FitConfig.size),
-                              contacts=fit_cfg.get("contacts", FitConfig.contacts),
-                              max_rows=fit_cfg.get("max_rows", FitConfig.max_rows), ensemble=ckpt.get("ensemble", 1),
-                              max_steps=10**9, time_budget_s=args.fit_budget, init=model, lr=INIT_LR,
-                              patience=INIT_PATIENCE, seed=args.seed)
-    fitter = Fitter(data, cfg, device=args.device)
-    fitter.init_from(model)
-    fit = fitter.fit(out, log_dir=str(out.parent / "fit"), progress=False)
-    report = fitter.adaptation_report(model, out)
-    return {"next_model": str(out), "fit_steps": fit["steps"], "fit_seconds": fit["train_seconds"],
-            "nrmse_held_out": report}
+    _, fit = adapt_model(data, model, out, args.fit_budget, args.seed, args.device)
+    return {"next_model": str(out), "fit_steps": fit["fit_steps"], "fit_seconds": fit["fit_seconds"],
+            "nrmse_held_out": fit["nrmse_card"]}

@@ -14,6 +14,9 @@ folder says what goes there. The file-name prefix picks the renderer:
     platform_climb*  `flashnerd plan --out` JSON -> climbs and planning time per backend + base height over time
                      per platform (NAME.png)
     bench_plan*      `flashnerd bench plan` JSON -> planning time per decision per backend, ratio to the first
+    reality_gap*     `flashnerd bench reality-gap` JSON -> every policy's return in the robot variant, the model's
+                     held-out error per round + return against minutes of robot data (NAME.png); a run still going
+                     shows its finished stages
 """
 
 from __future__ import annotations
@@ -103,18 +106,27 @@ def plot_finetune(backends: dict, path: str | Path, title: str) -> None:
 
 
 def plot_reality_gap(summary: dict, path: str | Path) -> None:
-    """Return in the robot variant of the policy trained on the adapted model, against minutes of robot data; the
-    baselines (nominal MuJoCo, domain randomization over the variant's ranges, the oracle on the variant) as
-    horizontal lines."""
+    """Return in the robot variant of the policy trained on the adapted model (its last round, and its first where
+    there are several), against minutes of robot data; the baselines (nominal MuJoCo, domain randomization over the
+    variant's ranges, the oracle on the variant) as horizontal lines."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(5.2, 3.6))
-    minutes = [b["minutes"] for b in summary["budgets"]]
-    ax.plot(minutes, [b["eval_variant"]["mean_return"] for b in summary["budgets"]], "o-", color="#55a868",
-            label=f"PPO on {summary['model']} adapted to the robot's logs")
+    budgets = summary["budgets"]
+    rounds = summary.get("rounds_per_budget", 1)
+    # at the robot time each policy's model had seen: the last round all of the budget, the first its first part
+    spent = [b.get("robot_minutes", b["minutes"]) for b in budgets]
+    ax.plot(spent, [b["eval_variant"]["mean_return"] for b in budgets], "o-", color="#55a868",
+            label=f"PPO on {summary['model']} adapted to the robot's logs"
+                  + (f" ({rounds} rounds of PPO, rollouts, refit)" if rounds > 1 else ""))
+    first = [b["logged"]["robot_minutes"] for b in budgets] if rounds > 1 else []
+    if first:
+        ax.plot(first,
+                [b["rounds"][0]["eval_variant"]["mean_return"] for b in budgets], "^:", color="#55a868", alpha=0.6,
+                label="its first round (adapted to the safe policy's logs only)")
     styles = {"nominal": ("#4c72b0", "--", "PPO on nominal MuJoCo"),
               "oracle": ("#c44e52", ":", "oracle: PPO on the variant"),
               "randomized": ("#8172b2", "-.", "PPO on MuJoCo, randomized over the ranges")}
@@ -122,7 +134,8 @@ def plot_reality_gap(summary: dict, path: str | Path) -> None:
         color, style, label = styles.get(name, ("#8172b2", "-.", name))
         ax.axhline(result["eval_variant"]["mean_return"], color=color, linestyle=style, label=label)
     ax.set_xscale("log")
-    ax.set_xticks(minutes, [f"{m:g}" for m in minutes])
+    ticks = sorted(set(spent + first))
+    ax.set_xticks(ticks, [f"{m:.2g}" for m in ticks])
     ax.set_xlabel("minutes of robot data (summed over robots)")
     ax.set_ylabel(f"return in the variant ({summary['eval_episodes']} episodes)")
     ax.set_title(f"{Path(summary['robot_variant']).stem}: the reality gap", fontsize=9)
@@ -357,10 +370,60 @@ def _bench_plan(data: dict, name: str, folder: Path) -> str:
     return "\n".join(rows)
 
 
+def _reality_gap(data: dict, name: str, folder: Path) -> str:
+    """Every policy of a `bench reality-gap` run in the variant (baselines, each budget's rounds), each fitted
+    model's error on the held-out logs, and the plot once the baselines and a budget are done."""
+    labels = {"nominal": "PPO on nominal MuJoCo (the safe policy)", "oracle": "oracle: PPO on the variant",
+              "randomized": "PPO on MuJoCo randomized over the ranges"}
+    rows = [f"Robot variant `{data['robot_variant']}`; {data['rounds_per_budget']} round(s) of "
+            f"{data['iterations_per_round']} "
+            f"PPO iterations per budget, baselines {data['baseline_iterations']}; {data['eval_episodes']} episodes "
+            "per evaluation in the variant.", "",
+            "| policy | robot time its model saw (min) | PPO wall (s) | return in the variant | falls | lin-vel RMS | "
+            "on its model |",
+            "|---|---|---|---|---|---|---|"]
+
+    def row(label: str, minutes: str, r: dict) -> str:
+        e = r["eval_variant"]
+        on_model = f"{r['eval_model']['mean_return']:.1f}" if "eval_model" in r else "-"
+        return (f"| {label} | {minutes} | {r['train_wall_s']:.0f} | {e['mean_return']:.1f} | {e['fall_rate']:.0%} | "
+                f"{e['lin_vel_rms']:.2f} | {on_model} |")
+
+    rows += [row(labels.get(k, k), "-", r) for k, r in data["baselines"].items()]
+    errors = ["", "NRMSE at H = 1 / 15 / 100 on held-out logs of the safe policy (no fit saw them):", "",
+              "| model | robot time in its data (min) | the shipped model | this model |", "|---|---|---|---|"]
+
+    def error_row(label: str, minutes: float, report: dict) -> str:
+        cells = [" / ".join(f"{report[k][h]:.3f}" for h in ("1", "15", "100") if h in report[k])
+                 for k in ("nrmse_before", "nrmse_after")]
+        return f"| {label} | {minutes:.1f} | {cells[0]} | {cells[1]} |"
+
+    for b in data["budgets"]:
+        if "logged" not in b:
+            continue
+        seen = b["logged"]["robot_minutes"]
+        if "nrmse_held_out" in b:
+            errors.append(error_row(f"adapted ({b['minutes']:g}-min budget)", seen, b["nrmse_held_out"]))
+        for r in b["rounds"]:
+            if "eval_variant" in r:
+                rows.append(row(f"{data['model']}, {b['minutes']:g}-min budget, round {r['round']}", f"{seen:.1f}", r))
+            if "rollouts" in r:
+                seen += r["rollouts"]["robot_minutes"]
+            if "nrmse_held_out" in r:
+                errors.append(error_row(f"refitted after round {r['round']} ({b['minutes']:g}-min budget)", seen,
+                                        r["nrmse_held_out"]))
+    done = [b for b in data["budgets"] if "eval_variant" in b]
+    if done and {"nominal", "oracle"} <= set(data["baselines"]):
+        plot_reality_gap({**data, "budgets": done}, folder / f"{name}.png")
+        errors += ["", f"![Return in the robot variant against minutes of robot data](results/{name}.png)"]
+    return "\n".join(rows + errors)
+
+
 RENDERERS: dict[str, Callable[[dict, str, Path], str]] = {
     "bench_ppo_": _bench_ppo, "bench_model_": _bench_model, "model_eval_": _model_eval, "transfer_": _transfer,
     "fit_scaling_": _fit_scaling, "model_suite": _model_suite, "cube_reorient": _reorient,
     "microduck_finetune": _finetune, "platform_climb": _climb, "bench_plan": _bench_plan,
+    "reality_gap": _reality_gap,
 }
 
 

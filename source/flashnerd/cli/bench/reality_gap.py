@@ -1,17 +1,20 @@
 """`flashnerd bench reality-gap`: the loop a lab runs, on a robot variant standing in for the real robot.
 
-For each budget of robot time: drive the variant with a safe policy (PPO on nominal MuJoCo, plus action noise) for
-that many minutes summed over worlds, write its logs in the robot log format and import them (the lab's path),
-adapt the learned model to them (`fit --init` with simulation data mixed in), train PPO on the adapted model, and
-evaluate that policy in the variant. Baselines in the same run: PPO on nominal MuJoCo (the safe policy itself), PPO
-on MuJoCo with domain randomization over the variant's `randomize` ranges (when it has any), and the oracle a lab
-cannot run, PPO directly on the variant. JSON and a plot of return in the variant against minutes of robot data.
+For each budget of robot time (minutes summed over robots), spent in --rounds equal parts (whole trajectories, never
+more than the budget): drive the variant with a
+safe policy (PPO on nominal MuJoCo, plus action noise), write its logs in the robot log format and import them (the
+lab's path), and adapt the learned model to them (`fit --init`); then round r trains PPO on model r (from round
+r-1's policy), and every round but the last drives the robot with its policy plus noise for the next part, logged
+and imported the same way, and refits the model on every log so far. Every policy is evaluated in the variant.
+Baselines in the same run, each with as many PPO iterations as the last round's policy has behind it: PPO on
+nominal MuJoCo (the safe policy itself), PPO on MuJoCo with domain randomization over the variant's `randomize`
+ranges (when it has any), and the oracle a lab cannot run, PPO directly on the variant. The JSON is rewritten after
+every stage (`--resume` continues a stopped run); a plot of return in the variant against minutes of robot data.
 
 A variant with `randomize` ranges is two things here: the robot is its fixed values (`RobotVariant.fixed`, written
 to `<variant>_robot.yaml` in --out_dir: what is logged, what the oracle trains on, what every policy is evaluated
 on), and the ranges alone over the nominal robot (`RobotVariant.ranges_only`, `<variant>_ranges.yaml`) are what the
-randomized baseline trains on, as a lab that knows the ranges but not its robot would.
-"""
+randomized baseline trains on, as a lab that knows the ranges but not its robot would."""
 
 from __future__ import annotations
 
@@ -19,53 +22,76 @@ import argparse
 import dataclasses
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
-from flashnerd.cli.common import CLIError, check_device, check_file_stem, check_positive, check_writable, write_json
-from flashnerd.cli.fit import INIT_LR, INIT_PATIENCE
+from flashnerd.cli.common import (
+    CLIError,
+    check_device,
+    check_file_stem,
+    check_positive,
+    check_writable,
+    run_state,
+    write_json,
+)
+from flashnerd.cli.fit import adapt_model
 from flashnerd.cli.record import policy_source
 from flashnerd.data.dataset import load_dataset
 from flashnerd.data.logs import dataset_to_log, import_logs
 from flashnerd.data.record import record
-from flashnerd.dynamics import REFERENCE_BACKEND
+from flashnerd.dynamics import REFERENCE_BACKEND, backend_info
 from flashnerd.dynamics.learned import default_checkpoint
 from flashnerd.envs.evaluate import evaluate_on_backends
 from flashnerd.envs.registry import play_variant, task_cfgs
 from flashnerd.envs.rsl_rl import train_policy
 from flashnerd.models.checkpoint import read_checkpoint
 from flashnerd.sim.scene import variant_robot
-from flashnerd.training.fit import FitConfig, Fitter, nrmse_before_after
+from flashnerd.training.fit import Fitter, nrmse_before_after
 from flashnerd.viz.report import plot_reality_gap
 
 TASK = "FlashNeRD-Velocity-Flat-Anymal-C-v0"
+HELD_OUT_MINUTES = 2.0  # robot time of the safe policy's logs that every model is measured on, never fitted on
 
 
 def add_parser(bsub: argparse._SubParsersAction) -> None:
-    p = bsub.add_parser("reality-gap", help="adapt the learned model to minutes of a robot variant's logs, train PPO "
-                                            "on it, evaluate in the variant; with nominal and oracle baselines")
+    p = bsub.add_parser("reality-gap", help="adapt the learned model to minutes of a robot variant's logs, then rounds "
+                                            "of PPO on it, its rollouts on the robot and a refit; evaluate in the "
+                                            "variant; with nominal, oracle and randomized baselines")
     p.add_argument("--task", default=TASK, help="task id")
     p.add_argument("--robot_variant", required=True, help="variant YAML standing in for the real robot")
-    p.add_argument("--real_minutes", default="1,3,10", help="comma-separated budgets of robot time (minutes)")
-    p.add_argument("--iterations", type=int, default=None, help="PPO iterations of every policy (default: task's)")
+    p.add_argument("--real_minutes", default="1,3,10",
+                   help="comma-separated budgets of robot time (minutes); --resume may add budgets")
+    p.add_argument("--rounds", type=int, default=2,
+                   help="rounds per budget: PPO on the model, its rollouts on the robot, refit (1: adapt once to the "
+                        "safe policy's logs); the budget is spent in equal parts")
+    p.add_argument("--iterations", type=int, default=None,
+                   help="PPO iterations per round (default: the task's); baselines train rounds x iterations")
     p.add_argument("--num_envs", type=int, default=None, help="PPO worlds (default: the task's)")
     p.add_argument("--eval_episodes", type=int, default=64, help="evaluation episodes in the variant per policy")
     p.add_argument("--robot_worlds", type=int, default=16, help="robots logging at once (the budget is summed)")
-    p.add_argument("--action_noise", type=float, default=0.3, help="largest per-world std of the safe policy's noise")
+    p.add_argument("--action_noise", type=float, default=0.3,
+                   help="largest per-world std of the noise on the actions of every policy driving the robot")
     p.add_argument("--mix", type=float, default=0.0,
-                   help="share of every fitting batch from nominal simulation data (default 0: the robot's data "
-                        "alone; mixing in the nominal robot blends the two, see docs/results.md)")
+                   help="share of every fitting batch (adaptation and refits) from nominal simulation data (default "
+                        "0: the robot's data alone; mixing in the nominal robot blends the two, see docs/results.md)")
     p.add_argument("--sim_minutes", type=float, default=10.0,
                    help="minutes of nominal exploration data recorded for --mix above 0")
-    p.add_argument("--fit_budget", type=float, default=600.0, help="seconds of training per adaptation")
+    p.add_argument("--fit_budget", type=float, default=600.0,
+                   help="seconds of training adapting the shipped model to the safe policy's logs")
+    p.add_argument("--refit_budget", type=float, default=150.0,
+                   help="seconds of training per refit on a round's rollouts (and all logs before them)")
     p.add_argument("--traj_len", type=int, default=100, help="control steps per logged trajectory")
-    p.add_argument("--model", default="flashnerd", help="the learned model kind to adapt")
+    p.add_argument("--model", default="flashnerd", help="the learned backend to adapt and train PPO on")
     p.add_argument("--dynamics_checkpoint", default=None, help="the model to adapt (default: the shipped one)")
     p.add_argument("--seed", type=int, default=0, help="seed of the policies and the logging")
     p.add_argument("--device", default="cpu", help="torch device")
-    p.add_argument("--out_dir", default="logs/bench_reality_gap", help="folder for data, models, runs, JSON, plot")
+    p.add_argument("--out_dir", default="logs/bench_reality_gap",
+                   help="folder for data, models, runs, JSON, plot (one run per folder: --name does not separate "
+                        "runs)")
     p.add_argument("--name", default="reality_gap", help="file stem of the JSON and the plot in --out_dir")
+    p.add_argument("--resume", action="store_true", help="continue a stopped run in --out_dir from its JSON")
     p.set_defaults(func=run)
 
 
@@ -80,106 +106,195 @@ def _budgets(text: str) -> list[float]:
 
 
 def run(args: argparse.Namespace) -> dict:
-    """Run every baseline and every budget; write `<name>.json` and `<name>.png`."""
-    for name in ("eval_episodes", "robot_worlds", "traj_len"):
+    """Run every baseline and every budget (or what a stopped run left); write `<name>.json` and `<name>.png`."""
+    for name in ("eval_episodes", "robot_worlds", "traj_len", "rounds"):
         check_positive(name, getattr(args, name))
+    check_positive("iterations", args.iterations)
+    check_positive("num_envs", args.num_envs)
     budgets = _budgets(args.real_minutes)
     check_file_stem(args.name)
     check_writable("out_dir", args.out_dir)
     check_device(args.device)
     if not 0 <= args.mix < 1 or not math.isfinite(args.action_noise) or args.action_noise < 0:
         raise CLIError("--mix must lie in [0, 1) and --action_noise be a finite number >= 0")
-    env_cfg, _ = task_cfgs(args.task, robot_variant=args.robot_variant)  # a bad variant fails here, before work
+    env_cfg, agent_cfg = task_cfgs(args.task, robot_variant=args.robot_variant)  # a bad variant fails here
     robot = variant_robot(env_cfg.robot, args.robot_variant)
-    for name in ("fit_budget", "sim_minutes"):
+    for name in ("fit_budget", "refit_budget", "sim_minutes"):
         if not math.isfinite(getattr(args, name)) or getattr(args, name) <= 0:
             raise CLIError(f"--{name} must be a finite number > 0, got {getattr(args, name)}")
-    init = args.dynamics_checkpoint or str(default_checkpoint(robot, args.model))
-    read_checkpoint(init, robot)  # a missing or foreign model fails now, not after the baselines' PPO runs
+    kind = backend_info(args.model).model_kind
+    if kind is None:
+        raise CLIError(f"--model '{args.model}' is no learned backend; give one such as flashnerd")
+    init = args.dynamics_checkpoint or str(default_checkpoint(robot, kind))
+    # a missing, foreign or other-kind model fails now, not after the baselines' PPO runs
+    if (held := read_checkpoint(init, robot)["kind"]) != kind:
+        raise CLIError(f"--dynamics_checkpoint '{init}' holds a {held} model, --model {args.model} needs {kind}")
     out = Path(args.out_dir)
+    path = out / f"{args.name}.json"
+    # budgets are kept by minutes, so --resume may run other budgets than the stopped run (it finishes those too)
+    settings = {k: v for k, v in vars(args).items() if k not in ("func", "resume", "debug", "command", "real_minutes")}
+    per_round = args.iterations or agent_cfg.max_iterations
+    state = run_state(path, settings, args.resume, {
+        "task": args.task, "robot_variant": args.robot_variant, "variant": robot.variant.describe(),
+        "model": args.model, "init": init, "rounds_per_budget": args.rounds, "iterations_per_round": per_round,
+        "baseline_iterations": per_round * args.rounds, "eval_episodes": args.eval_episodes, "baselines": {},
+        "budgets": []})
     out.mkdir(parents=True, exist_ok=True)
-    dt = robot.control_dt
+    study = _Study(args, out, state, lambda: write_json(path, state), init,
+                   target=str(out / f"{robot.variant.name}_robot.yaml"))
     # the robot: the variant's fixed values, nothing drawn; and the ranges alone for the randomized baseline
-    target = str(out / f"{robot.variant.name}_robot.yaml")
-    robot.variant.fixed().write(target)
+    robot.variant.fixed().write(study.target)
     ranges = None
     if robot.variant.randomized:
         ranges = str(out / f"{robot.variant.ranges_only().name}.yaml")
         robot.variant.ranges_only().write(ranges)
         variant_robot(env_cfg.robot, ranges)  # compiled now: a range the nominal robot cannot take fails before work
 
-    def cfgs(dynamics: str, variant: str | None, checkpoint: str | None = None, seed: int = args.seed):
-        env, agent = task_cfgs(args.task, num_envs=args.num_envs, seed=seed, device=args.device, dynamics=dynamics,
-                               dynamics_checkpoint=checkpoint, robot_variant=variant)
-        if args.iterations is not None:
-            agent.max_iterations = args.iterations
-        agent.save_interval = agent.max_iterations
-        return env, agent
-
-    def in_variant(runner, env_cfg) -> dict:
-        task, cfg = play_variant(args.task, dataclasses.replace(env_cfg, robot_variant=target))
-        policy = runner.get_inference_policy(device=args.device)
-        return evaluate_on_backends(task, cfg, policy, args.eval_episodes, backends=[REFERENCE_BACKEND])[
-            REFERENCE_BACKEND]
-
-    def ppo(label: str, dynamics: str, variant: str | None, checkpoint: str | None = None) -> tuple[dict, str]:
-        env_cfg, agent_cfg = cfgs(dynamics, variant, checkpoint)
-        runner, wall = train_policy(args.task, env_cfg, agent_cfg, str(out / label), agent_cfg.max_iterations)
-        path = str(out / label / "policy.pt")
-        runner.save(path)
-        return {"train_wall_s": round(wall, 1), "iterations": agent_cfg.max_iterations,
-                "eval_variant": in_variant(runner, env_cfg)}, path
-
-    baselines = {}
-    baselines["nominal"], safe_policy = ppo("nominal", REFERENCE_BACKEND, None)
-    baselines["oracle"], _ = ppo("oracle", REFERENCE_BACKEND, target)
-    if ranges is not None:
-        baselines["randomized"], _ = ppo("randomized", REFERENCE_BACKEND, ranges)
-
-    # simulation data of the nominal robot to mix in, and held-out robot data to measure the model on
-    if args.mix > 0:
-        sim_steps = max(args.traj_len, math.ceil(args.sim_minutes * 60 / dt / 64 / args.traj_len) * args.traj_len)
+    # baselines train as many PPO iterations as the last round's policy has behind it (rounds x iterations); the
+    # nominal policy first (it is the safe policy every log starts from), the randomized one after the budgets
+    study.baselines([("nominal", None), ("oracle", study.target)])
+    if args.mix > 0 and "sim_data" not in state:  # simulation data of the nominal robot to mix into every fit
+        sim_steps = max(args.traj_len, math.ceil(args.sim_minutes * 60 / robot.control_dt / 64 / args.traj_len)
+                        * args.traj_len)
         record(variant_robot(env_cfg.robot, None), 64, sim_steps, out / "sim.h5", traj_len=args.traj_len,
                seed=args.seed + 1, progress=False)
-    held_out = _robot_log(args, target, safe_policy, out / "held_out", 2.0, args.seed + 2)
-
-    budgets_out = []
-    for minutes in budgets:
-        tag = f"{minutes:g}min"
-        logged = _robot_log(args, target, safe_policy, out / tag, minutes, args.seed + 3)
-        cfg = dataclasses.replace(FitConfig(), model=args.model, max_steps=10**9, time_budget_s=args.fit_budget,
-                                  init=init, mix_data=(str(out / "sim.h5"),) if args.mix > 0 else (),
-                                  mix=args.mix, lr=INIT_LR, patience=INIT_PATIENCE, seed=args.seed)
-        fitter = Fitter(logged["dataset"], cfg, device=args.device)
-        fitter.init_from(init)
-        adapted = out / tag / "adapted.safetensors"
-        fit = fitter.fit(adapted, log_dir=str(out / tag / "fit"), progress=False)
-        card = fitter.adaptation_report(init, adapted)
-        other = nrmse_before_after(fitter, init, adapted, load_dataset(held_out["dataset"], fitter.robot))
-        result, _ = ppo(f"{tag}/ppo", args.model, target, str(adapted))
-        budgets_out.append({"minutes": minutes, "logged": logged["import"], "fit_steps": fit["steps"],
-                            "fit_seconds": fit["train_seconds"], "nrmse_card": card, "nrmse_held_out": other,
-                            **result})
-    summary = {"task": args.task, "robot_variant": args.robot_variant, "variant": robot.variant.describe(),
-               "model": args.model, "init": init, "mix": args.mix, "sim_minutes": args.sim_minutes,
-               "robot_worlds": args.robot_worlds, "action_noise": args.action_noise,
-               "eval_episodes": args.eval_episodes, "device": args.device, "baselines": baselines,
-               "randomized": ("PPO on MuJoCo drawing the variant's randomize ranges over the nominal robot"
-                              if ranges else "skipped: the variant has no randomize ranges"),
-               "budgets": budgets_out}
-    write_json(out / f"{args.name}.json", summary)
-    plot_reality_gap(summary, out / f"{args.name}.png")
-    print(json.dumps({"baselines": {k: v["eval_variant"]["mean_return"] for k, v in baselines.items()},
-                      "budgets": {b["minutes"]: b["eval_variant"]["mean_return"] for b in budgets_out}}))
-    return summary
+        state["sim_data"] = str(out / "sim.h5")
+        study.save()
+    if "held_out" not in state:
+        state["held_out"] = study.robot_log(state["baselines"]["nominal"]["policy"], out / "held_out",
+                                            _steps(args, robot.control_dt, HELD_OUT_MINUTES, 1), args.seed + 2)
+        study.save()
+    # the largest budget first: it decides the issue's <= 10-minute bar, so a stopped run already holds that figure
+    for minutes in sorted(set(budgets) | {b["minutes"] for b in state["budgets"]}, reverse=True):
+        row = next((b for b in state["budgets"] if b["minutes"] == minutes), None)
+        if row is None:
+            row = {"minutes": minutes, "rounds": []}
+            state["budgets"].append(row)
+        study.budget(row, _steps(args, robot.control_dt, minutes, args.rounds))
+    state["budgets"].sort(key=lambda b: b["minutes"])
+    if ranges:
+        study.baselines([("randomized", ranges)])
+    state["randomized"] = ("PPO on MuJoCo drawing the variant's randomize ranges over the nominal robot" if ranges
+                           else "skipped: the variant has no randomize ranges")
+    study.save()
+    plot_reality_gap(state, out / f"{args.name}.png")
+    print(json.dumps({"baselines": {k: v["eval_variant"]["mean_return"] for k, v in state["baselines"].items()},
+                      "budgets": {b["minutes"]: b["eval_variant"]["mean_return"] for b in state["budgets"]}}))
+    return state
 
 
-def _robot_log(args: argparse.Namespace, variant: str, policy: str, folder: Path, minutes: float, seed: int) -> dict:
-    """`minutes` of robot time (summed over `robot_worlds`) of the robot `variant` (a variant file) under the safe
-    policy plus noise (as `flashnerd record --task ... --checkpoint ...` drives it), written as a robot log and
-    imported back."""
+def _steps(args: argparse.Namespace, control_dt: float, minutes: float, parts: int) -> int:
+    """Control steps per robot of one of `parts` equal parts of `minutes` of robot time (summed over --robot_worlds):
+    whole trajectories, at least one, so the parts together never exceed the budget unless it is below one each."""
+    trajectories = math.floor(minutes * 60 / control_dt / args.robot_worlds / args.traj_len + 1e-9)
+    return max(1, trajectories // parts) * args.traj_len
+
+
+class _Study:
+    """One `bench reality-gap` run: its settings, folder and JSON state (saved after every stage), the robot file
+    standing in for the real robot, and the stages that train, log and adapt. `nrmse_held_out` is always the shipped
+    model's and a fitted model's error on the held-out logs of the safe policy."""
+
+    def __init__(self, args: argparse.Namespace, out: Path, state: dict, save: Callable[[], None], init: str,
+                 target: str):
+        self.args, self.out, self.state, self.save, self.init, self.target = args, out, state, save, init, target
+
+    def ppo(self, label: str, dynamics: str, variant: str | None, iterations: int, checkpoint: str | None = None,
+            start: str | None = None) -> dict:
+        """PPO for `iterations` (from the policy `start`, if any), saved to <label>/policy.pt, evaluated in the
+        robot (and on the learned model it trained on, when it trained on one)."""
+        args = self.args
+        env_cfg, agent_cfg = task_cfgs(args.task, num_envs=args.num_envs, seed=args.seed, device=args.device,
+                                       dynamics=dynamics, dynamics_checkpoint=checkpoint, robot_variant=variant)
+        agent_cfg.max_iterations = agent_cfg.save_interval = iterations
+        runner, wall = train_policy(args.task, env_cfg, agent_cfg, str(self.out / label), iterations, init=start)
+        path = str(self.out / label / "policy.pt")
+        runner.save(path)
+        policy = runner.get_inference_policy(device=args.device)
+        task, cfg = play_variant(args.task, dataclasses.replace(env_cfg, robot_variant=self.target))
+        result = {"policy": path, "train_wall_s": round(wall, 1), "iterations": iterations,
+                  "eval_variant": evaluate_on_backends(task, cfg, policy, args.eval_episodes,
+                                                       backends=[REFERENCE_BACKEND])[REFERENCE_BACKEND]}
+        if checkpoint is not None:
+            result["eval_model"] = evaluate_on_backends(args.task, env_cfg, policy, args.eval_episodes,
+                                                        backends=[dynamics])[dynamics]
+        return result
+
+    def baselines(self, runs: list[tuple[str, str | None]]) -> None:
+        """PPO on MuJoCo for each (label, robot variant file) the state lacks."""
+        for label, variant in runs:
+            if label not in self.state["baselines"]:
+                self.state["baselines"][label] = self.ppo(label, REFERENCE_BACKEND, variant,
+                                                          self.state["baseline_iterations"])
+                self.save()
+
+    def robot_log(self, policy: str, folder: Path, steps: int, seed: int) -> dict:
+        """`steps` per robot of the robot under `policy` plus noise, through the robot log format."""
+        return _robot_log(self.args, self.target, policy, folder, steps, seed)
+
+    def held_out_nrmse(self, fitter: Fitter, model: Path) -> dict:
+        """NRMSE of the shipped model and of `model` on the held-out robot logs (no fit saw them)."""
+        held_out = load_dataset(self.state["held_out"]["dataset"], fitter.robot)
+        return nrmse_before_after(fitter, self.init, model, held_out)
+
+    def fit(self, data: list[str], start: str, out: Path, budget_s: float) -> tuple[Fitter, dict]:
+        """`fit --init start` on `data` (with the nominal simulation data mixed in at --mix)."""
+        mix_data = (str(self.out / "sim.h5"),) if self.args.mix > 0 else ()
+        return adapt_model(data, start, out, budget_s, self.args.seed, self.args.device, mix_data=mix_data,
+                           mix=self.args.mix)
+
+    def budget(self, row: dict, steps: int) -> None:
+        """One budget of robot time in --rounds parts of `steps` per robot: the safe policy's logs (the shipped model
+        adapts to them: model 0), then the rollouts of every round's policy but the last (model r+1: model r
+        refitted on all logs so far). Round r trains PPO on model r, from round r-1's policy. `row` fills stage by
+        stage; a stage a stopped run left half-done runs again."""
+        args, tag = self.args, f"{row['minutes']:g}min"
+        if "logged" not in row:
+            row["logged"] = self.robot_log(self.state["baselines"]["nominal"]["policy"], self.out / tag, steps,
+                                           args.seed + 3)
+            self.save()
+        data = [row["logged"]["dataset"]]
+        if "adapted" not in row:
+            adapted = self.out / tag / "adapted.safetensors"
+            fitter, fit = self.fit(data, self.init, adapted, args.fit_budget)
+            row.update(fit, adapted=str(adapted), nrmse_held_out=self.held_out_nrmse(fitter, adapted))
+            self.save()
+        for r in range(args.rounds):
+            if r == len(row["rounds"]):
+                model = row["rounds"][r - 1]["next_model"] if r else row["adapted"]
+                row["rounds"].append({"round": r, "model": model})
+            step, folder = row["rounds"][r], f"{tag}/round_{r}"
+            if "eval_variant" not in step:
+                start = row["rounds"][r - 1]["policy"] if r else None
+                step.update(self.ppo(f"{folder}/ppo", args.model, self.target, self.state["iterations_per_round"],
+                                     step["model"], start))
+                self.save()
+            if r == args.rounds - 1:
+                break
+            if "rollouts" not in step:
+                step["rollouts"] = self.robot_log(step["policy"], self.out / folder, steps,
+                                                  args.seed + 3 + 1000 * (r + 1))
+                self.save()
+            data.append(step["rollouts"]["dataset"])
+            if "next_model" not in step:
+                refit = self.out / folder / "model.safetensors"
+                fitter, fit = self.fit(list(data), step["model"], refit, args.refit_budget)
+                step.update(refit=fit, next_model=str(refit), nrmse_held_out=self.held_out_nrmse(fitter, refit))
+                self.save()
+        logs = [row["logged"], *(x["rollouts"] for x in row["rounds"][:-1])]
+        row.update(eval_variant=row["rounds"][-1]["eval_variant"],
+                   robot_minutes=round(sum(x["robot_minutes"] for x in logs), 3),
+                   kept_minutes=round(sum(x["import"]["minutes"] for x in logs), 3),
+                   ppo_wall_s=round(sum(x["train_wall_s"] for x in row["rounds"]), 1))
+        self.save()
+
+
+def _robot_log(args: argparse.Namespace, variant: str, policy: str, folder: Path, steps: int, seed: int) -> dict:
+    """`steps` control steps on each of --robot_worlds robots of the robot `variant` (a variant file) under `policy`
+    plus noise (as `flashnerd record --task ... --checkpoint ...` drives it), written as a robot log and imported
+    back. `robot_minutes` is the robot time spent; `import.minutes` what was kept (trajectories that end in a fall or
+    a time-out are dropped)."""
     robot = variant_robot(task_cfgs(args.task)[0].robot, variant, check=False)
-    steps = max(1, math.ceil(minutes * 60 / robot.control_dt / args.robot_worlds / args.traj_len)) * args.traj_len
     how = argparse.Namespace(task=args.task, device=args.device, robot_variant=variant, robot=None,
                              log_root="", load_run=None, checkpoint=policy, steps=steps, traj_len=args.traj_len,
                              dynamics=REFERENCE_BACKEND, num_worlds=args.robot_worlds, seed=seed, terrain=None,
@@ -190,4 +305,6 @@ def _robot_log(args: argparse.Namespace, variant: str, policy: str, folder: Path
     dataset_to_log(folder / "recorded.h5", folder / "robot_log.parquet")
     (folder / "recorded.h5").unlink()
     imported = import_logs([folder / "robot_log.parquet"], source.env.robot, folder / "robot.h5", args.traj_len)
-    return {"dataset": str(folder / "robot.h5"), "import": {**imported, "interrupted": recorded["interrupted"]}}
+    return {"dataset": str(folder / "robot.h5"), "robot_minutes": round(steps * args.robot_worlds * robot.control_dt
+                                                                         / 60, 4),
+            "import": {**imported, "interrupted": recorded["interrupted"]}}
