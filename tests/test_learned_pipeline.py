@@ -282,6 +282,28 @@ def test_bench_ppo_seeds_mujoco_curve_time_to_target_and_resume(tiny_ckpt, tmp_p
     assert "run 'flashnerd/seed3'" in err and "lacks curve" in err and len(err.strip().splitlines()) == 1
 
 
+def test_time_to_target_reads_the_reference_and_each_runs_own_target_off_the_curves():
+    """Closed form on crafted curves: the reference is the mean final MuJoCo return of the mujoco runs; each run's own
+    target is the fraction of its own final return (none for a final return <= 0); per backend the spread."""
+    from flashnerd.cli.bench.ppo import time_to_target
+
+    def run(backend: str, final: float, curve: list) -> dict:
+        return {"backend": backend, "eval_mujoco": {"mean_return": final}, "mujoco_curve": curve}
+
+    results = {"mujoco/seed1": run("mujoco", 20.0, [[10, 5.0], [20, 18.0], [30, 20.0]]),
+               "mujoco/seed2": run("mujoco", 10.0, [[10, 9.5], [20, 8.0], [30, 10.0]]),
+               "flashnerd/seed1": run("flashnerd", 16.0, [[5, 15.0], [10, 14.0], [15, 16.0]]),
+               "flashnerd/seed2": run("flashnerd", -1.0, [[5, -3.0], [10, -1.0]])}
+    tt = time_to_target(results, 0.9)
+    assert tt["reference_return"] == 15.0 and tt["target_return"] == pytest.approx(13.5)
+    assert tt["seconds"] == {"mujoco/seed1": 20, "mujoco/seed2": None, "flashnerd/seed1": 5, "flashnerd/seed2": None}
+    assert tt["own_seconds"] == {"mujoco/seed1": 20, "mujoco/seed2": 10, "flashnerd/seed1": 5, "flashnerd/seed2": None}
+    assert tt["by_backend"]["mujoco"] == {"runs": 2, "final_mean": 15.0, "final_min": 10.0, "final_max": 20.0,
+                                          "own_seconds": [20, 10], "own_seconds_mean": 15}
+    flash = tt["by_backend"]["flashnerd"]
+    assert flash["final_mean"] == 7.5 and flash["own_seconds"] == [5, None] and flash["own_seconds_mean"] is None
+
+
 def _fit_cmd(data, out, tmp_path, max_steps: int = 100000) -> list[str]:
     """A `flashnerd fit` subprocess command on the tiny dataset (batch 8)."""
     return [sys.executable, "-m", "flashnerd.cli.main", "fit", "--data", str(data), "--out", str(out),

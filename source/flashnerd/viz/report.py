@@ -186,6 +186,15 @@ def _bench_ppo(data: dict, name: str, folder: Path) -> str:
                  f"read off the policies saved every {data['eval_every']} iterations:", "",
                  "| run | seconds to target |", "|---|---|"]
         rows += [f"| `{k}` | {'not reached' if t is None else f'{t:.0f}'} |" for k, t in tt["seconds"].items()]
+    seconds = lambda t: "not reached" if t is None else f"{t:.0f}"  # noqa: E731
+    if tt and "by_backend" in tt and any(b["runs"] > 1 for b in tt["by_backend"].values()):
+        rows += ["", f"Over seeds (the seed's Fig. 5 reading): each run's time to {tt['fraction']:.0%} of its own "
+                 "final MuJoCo return, and the final returns' mean and spread:", "",
+                 "| training backend | runs | final return, mean (lowest - highest) | seconds to its own target, "
+                 "mean (each run) |", "|---|---|---|---|"]
+        rows += [f"| `{b}` | {r['runs']} | {r['final_mean']:.1f} ({r['final_min']:.1f} - {r['final_max']:.1f}) | "
+                 f"{seconds(r['own_seconds_mean'])} ({', '.join(seconds(t) for t in r['own_seconds'])}) |"
+                 for b, r in tt["by_backend"].items()]
     rows += ["", f"![PPO reward against accumulated training time](results/{name}.png)"]
     return "\n".join(rows)
 

@@ -137,18 +137,29 @@ def _resumed(path: Path, settings: dict, grid: dict[str, tuple[str, int]]) -> di
 
 def time_to_target(results: dict, fraction: float) -> dict:
     """The accumulated training seconds at which each run's policy first reached `fraction` of the reference
-    backend's final MuJoCo return (mean over its seeds; the best final return when no run trained on it), read off
-    the runs' MuJoCo curves; None for a run that never did."""
+    backend's final MuJoCo return (mean over its seeds; the best final return when no run trained on it), and
+    `fraction` of its own final return, read off the runs' MuJoCo curves (None for a run that never did); per backend
+    the mean, lowest and highest final return over its seeds and the mean time to its own target."""
+    first_at = lambda r, goal: next((t for t, ret in r["mujoco_curve"] if ret >= goal), None)  # noqa: E731
+    # the seed's Fig. 5 reading: how soon each run reaches `fraction` of its own final return
+    own = {key: first_at(r, fraction * r["eval_mujoco"]["mean_return"]) if r["eval_mujoco"]["mean_return"] > 0
+           else None for key, r in results.items()}
+    by_backend = {}
+    for backend in dict.fromkeys(r["backend"] for r in results.values()):
+        keys = [k for k, r in results.items() if r["backend"] == backend]
+        finals, times = [results[k]["eval_mujoco"]["mean_return"] for k in keys], [own[k] for k in keys]
+        by_backend[backend] = {"runs": len(keys), "final_mean": statistics.mean(finals), "final_min": min(finals),
+                               "final_max": max(finals), "own_seconds": times,
+                               "own_seconds_mean": None if None in times else statistics.mean(times)}
     ref = [r for r in results.values() if r["backend"] == REFERENCE_BACKEND]
     finals = [r["eval_mujoco"]["mean_return"] for r in ref]
     reference = statistics.mean(finals) if finals else max(r["eval_mujoco"]["mean_return"] for r in results.values())
     out = {"fraction": fraction, "reference_return": reference,
-           "reference": REFERENCE_BACKEND if finals else "best final"}
+           "reference": REFERENCE_BACKEND if finals else "best final", "own_seconds": own, "by_backend": by_backend}
     if reference <= 0:  # a fraction of a return that is no gain says nothing: no target
         return {**out, "target_return": None, "seconds": {key: None for key in results}}
     target = fraction * reference
-    seconds = {key: next((t for t, ret in r["mujoco_curve"] if ret >= target), None) for key, r in results.items()}
-    return {**out, "target_return": target, "seconds": seconds}
+    return {**out, "target_return": target, "seconds": {key: first_at(r, target) for key, r in results.items()}}
 
 
 def train_and_time(args: argparse.Namespace, backend: str, seed: int, run_dir: Path, checkpoint: str | None) -> dict:
