@@ -23,6 +23,7 @@ from flashnerd.cli.common import (
 from flashnerd.cli.plan_args import add_planner_args, backend_kwargs, parse_backends, parse_lanes, planning_cfg
 from flashnerd.dynamics import backend_names
 from flashnerd.planning.climb import RolloutRecorder, climb_platform
+from flashnerd.planning.dial_mpc import DialMPCConfig
 from flashnerd.sim.scene import variant_robot
 
 RECORD_PER_CALL = 4  # planning rollouts kept per iteration when recording them
@@ -62,7 +63,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 _SETTINGS = ("task", "seed", "num_samples", "horizon", "iterations", "episode_s", "lookahead_in_stance",
-             "stand_at_goal", "weights", "device", "robot_variant")
+             "stand_at_goal", "weights", "device", "robot_variant", "grad_steps", "grad_lr")
+# settings files written before a setting existed hold its default
+_DEFAULTS = {"grad_steps": DialMPCConfig.grad_steps, "grad_lr": DialMPCConfig.grad_lr}
 
 
 def _earlier(path: Path | None, summary: dict) -> dict:
@@ -73,7 +76,7 @@ def _earlier(path: Path | None, summary: dict) -> dict:
         old = json.loads(path.read_text())
     except ValueError as err:
         raise CLIError(f"--out '{path}' exists and is not JSON; remove it or choose another file") from err
-    if any(old.get(k) != summary[k] for k in _SETTINGS):
+    if any(old.get(k, _DEFAULTS.get(k)) != summary[k] for k in _SETTINGS):
         raise CLIError(f"--out '{path}' holds a run with other settings ({', '.join(_SETTINGS)}); remove it or "
                        "choose another file")
     return old.get("backends", {})
@@ -122,7 +125,8 @@ def run(args: argparse.Namespace) -> dict:
     robot = variant_robot(cfg.robot, args.robot_variant)
     recorder = RolloutRecorder(args.record_per_call, seed=args.seed) if args.record_rollouts else None
     summary = {"task": args.task, "seed": args.seed, "num_samples": planner.num_samples, "horizon": planner.horizon,
-               "iterations": planner.iterations, "episode_s": cfg.episode_s,
+               "iterations": planner.iterations, "grad_steps": planner.grad_steps, "grad_lr": planner.grad_lr,
+               "episode_s": cfg.episode_s,
                "lookahead_in_stance": cfg.lookahead_in_stance, "stand_at_goal": cfg.stand_at_goal,
                "weights": cfg.weights, "threads": torch.get_num_threads(), "device": args.device,
                "robot_variant": ({"name": robot.variant.name, "digest": robot.variant.digest()}

@@ -21,6 +21,10 @@ def add_planner_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--num_samples", type=int, default=None, help="samples per planning iteration")
     p.add_argument("--horizon", type=int, default=None, help="control steps per plan")
     p.add_argument("--iterations", type=int, default=None, help="annealing iterations per control step")
+    p.add_argument("--grad_steps", type=int, default=None,
+                   help="gradient refinement: Adam steps on the sampled plan through a differentiable rollout of the "
+                        "learned planning model, keeping the best plan it scores (default 0: sampling alone)")
+    p.add_argument("--grad_lr", type=float, default=None, help="Adam step of the refinement, in action units")
     p.add_argument("--seed", type=int, default=0, help="random seed of the planner")
     p.add_argument("--device", default="cpu", help="torch device of the planning backends")
     p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
@@ -72,7 +76,12 @@ def planning_cfg(args: argparse.Namespace):
     cfg = load_cfg_from_registry(args.task, "plan_cfg_entry_point")
     cfg = dataclasses.replace(cfg, weights=parse_weights(getattr(args, "reward_weights", ""), cfg.weights))
     planner = dataclasses.replace(cfg.planner, **{k: v for k, v in (
-        ("num_samples", args.num_samples), ("horizon", args.horizon), ("iterations", args.iterations)) if v})
+        ("num_samples", args.num_samples), ("horizon", args.horizon), ("iterations", args.iterations),
+        ("grad_steps", getattr(args, "grad_steps", None)), ("grad_lr", getattr(args, "grad_lr", None)))
+        if v is not None})
+    if planner.grad_steps < 0 or not (math.isfinite(planner.grad_lr) and planner.grad_lr > 0):
+        raise CLIError(f"--grad_steps must be >= 0 and --grad_lr a finite number > 0, got {planner.grad_steps} and "
+                       f"{planner.grad_lr}")
     flags = {k: getattr(args, k) for k in ("compile", "lookahead_in_stance", "stand_at_goal")
              if getattr(args, k, None) is not None}
     return dataclasses.replace(cfg, planner=planner, episode_s=args.episode_s or cfg.episode_s, **flags)

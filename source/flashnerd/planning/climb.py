@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
@@ -204,10 +204,21 @@ class PlatformClimb:
                                     terrain="platforms", nthread=1) if recorder is not None and learned else None)
         self.recorder = recorder
         self.reward = ClimbReward(cfg, robot, model, lane, device=self.plan_dyn.device)
+        self.grad_dyn = self.grad_reward = None
+        if p.grad_steps:  # one differentiable world of the same learned model scores the plan being refined
+            if not learned:
+                raise ValueError(f"gradient refinement (grad_steps {p.grad_steps}) needs a learned planning backend; "
+                                 f"'{dynamics}' has no gradients: plan on flashnerd or nerd, or set grad_steps 0")
+            self.grad_dyn = make_dynamics(dynamics, robot, 1, device=device, terrain="platforms", differentiable=True,
+                                          **(dynamics_kwargs or {}))
+            # compiled kinematics would compile a second time for the backward pass; this path is one world
+            self.grad_reward = ClimbReward(replace(cfg, compile=False), robot, model, lane,
+                                           device=self.plan_dyn.device)
         qpos, qvel = lane_start(robot, model, lane)
         self.sim.reset(torch.arange(1), qpos[None], qvel[None])
         self.default = torch.tensor(robot.default_joint_pos, device=self.plan_dyn.device)  # (A,)
-        self.mpc = DialMPC(p, robot.num_joints, self._evaluate, device=self.plan_dyn.device, seed=seed)
+        self.mpc = DialMPC(p, robot.num_joints, self._evaluate, device=self.plan_dyn.device, seed=seed,
+                           refine=self._refine_return if p.grad_steps else None)
         self.steps = int(round(cfg.episode_s / robot.control_dt))
         self.t_now = 0.0
         self.planning_ms: list[float] = []
@@ -234,6 +245,15 @@ class PlatformClimb:
             recorder.replay(self.truth, q0, v0, self.default + cfg.action_scale * actions[keep])
         return returns
 
+    def _refine_return(self, actions: torch.Tensor) -> torch.Tensor:
+        """Mean reward (1,) of one action sequence (1, H, A) on the differentiable planning world, with the graph."""
+        s, dyn, dt = self.sim.state(), self.grad_dyn, self.robot.control_dt
+        dyn.detach()  # the previous rollout's graph, already back-propagated (and freed), is not this one's
+        return rollout_returns(
+            dyn, s.qpos[0].to(dyn.device), s.qvel[0].to(dyn.device), actions,
+            lambda st, h: torch.nan_to_num(self.grad_reward(st.qpos, st.qvel, self.t_now + h * dt), nan=-1e6),
+            lambda a: self.default + self.cfg.action_scale * a, grad=True)
+
     @torch.no_grad()
     def decide(self) -> float:
         """Plan one control decision, execute it in MuJoCo; returns the planning time (ms)."""
@@ -249,12 +269,17 @@ class PlatformClimb:
     def result(self) -> dict:
         """Climbed (judged on the current state), planning times of every decision so far, and the base path."""
         checks = self.reward.checks(self.sim.state().qpos[0].to(self.plan_dyn.device))
-        return {"lane": self.lane, "height": PLATFORM_HEIGHTS[self.lane], "climbed": passed(checks), "checks": checks,
-                "median_planning_ms": float(np.median(self.planning_ms)), "planning_ms": self.planning_ms,
-                "base_path": self.base_path}
+        out = {"lane": self.lane, "height": PLATFORM_HEIGHTS[self.lane], "climbed": passed(checks), "checks": checks,
+               "median_planning_ms": float(np.median(self.planning_ms)), "planning_ms": self.planning_ms,
+               "base_path": self.base_path}
+        if self.mpc.refinements:  # how much the gradient steps added, on the model, per decision
+            gains = [r["refined"] - r["sampled"] for r in self.mpc.refinements]
+            out["refinement"] = {"median_gain": float(np.median(gains)), "improved": sum(g > 0 for g in gains),
+                                 "decisions": len(gains)}
+        return out
 
     def close(self) -> None:
-        for dyn in (self.sim, self.plan_dyn, self.truth):
+        for dyn in (self.sim, self.plan_dyn, self.truth, self.grad_dyn):
             if dyn is not None:
                 dyn.close()
 

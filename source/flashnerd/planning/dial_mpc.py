@@ -7,11 +7,17 @@ their mean reward, and moves the mean to the softmax-weighted average of the sam
 normalized by their spread, temperature 0.05). Between control steps the plan is shifted (warm start). Figures follow
 the published method (see shared/reference/NOTES.md).
 
+Gradient refinement (`grad_steps` > 0, given a differentiable `refine` rollout): after the sampling iterations the
+plan's knots take that many Adam steps up the gradient of its return through the rollout (a learned model's), and
+the best plan that rollout scored, the sampled one included, becomes the plan: refinement never returns a plan
+that scores lower on the model than sampling alone.
+
 Shapes: S samples, H horizon steps, K knots, A action dimensions.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -31,6 +37,8 @@ class DialMPCConfig:
     iteration_decay: float = 0.5  # noise factor per iteration
     horizon_decay: float = 0.9  # noise factor per knot towards the near end
     temperature: float = 0.05
+    grad_steps: int = 0  # gradient steps on the plan's knots after sampling (0: sampling alone)
+    grad_lr: float = 0.05  # Adam step on the knots (action units)
     action_low: float = -1.0
     action_high: float = 1.0
 
@@ -61,11 +69,15 @@ def spline_matrix(num_knots: int, horizon: int) -> torch.Tensor:
 
 class DialMPC:
     """Annealed sampling MPC. `evaluate(actions (S, H, A)) -> returns (S,)` rolls every sample out from the current
-    state as one batch (see `rollout_returns`)."""
+    state as one batch (see `rollout_returns`); `refine(actions (1, H, A)) -> return (1,)`, differentiable with
+    respect to the actions, scores one plan for gradient refinement (needed when `cfg.grad_steps` > 0)."""
 
     def __init__(self, cfg: DialMPCConfig, action_dim: int, evaluate: Callable[[torch.Tensor], torch.Tensor],
-                 device: str | torch.device = "cpu", seed: int = 0) -> None:
-        self.cfg, self.evaluate, self.device = cfg, evaluate, torch.device(device)
+                 device: str | torch.device = "cpu", seed: int = 0,
+                 refine: Callable[[torch.Tensor], torch.Tensor] | None = None) -> None:
+        if cfg.grad_steps < 0 or (cfg.grad_steps and refine is None):
+            raise ValueError(f"grad_steps {cfg.grad_steps} needs a differentiable refine rollout and must be >= 0")
+        self.cfg, self.evaluate, self.refine, self.device = cfg, evaluate, refine, torch.device(device)
         self.spline = spline_matrix(cfg.num_knots, cfg.horizon).to(self.device)  # (H, K)
         self.mean = torch.zeros(cfg.num_knots, action_dim, device=self.device)  # (K, A)
         # noise per knot: smallest at the near end of the horizon
@@ -74,6 +86,7 @@ class DialMPC:
         self.gen = torch.Generator(device=self.device).manual_seed(seed)
         self.steps = 0
         self.last_returns = torch.zeros(0)
+        self.refinements: list[dict] = []  # per decision with grad_steps: the sampled and the refined plan's return
 
     def actions(self, knots: torch.Tensor) -> torch.Tensor:
         """Knots (..., K, A) -> clipped per-step actions (..., H, A)."""
@@ -93,7 +106,30 @@ class DialMPC:
             weights = torch.softmax(z, dim=0)  # (S,)
             self.mean = (weights[:, None, None] * knots).sum(0)  # (K, A)
             self.last_returns = returns
+        if c.grad_steps:
+            self.mean = self._refine(self.mean)
         return self.actions(self.mean)
+
+    def _refine(self, knots: torch.Tensor) -> torch.Tensor:
+        """Adam ascent of `refine`'s return on the knots (K, A); the best knots it scored (the start included)."""
+        x = knots.detach().clone().requires_grad_(True)  # (K, A)
+        opt = torch.optim.Adam([x], lr=self.cfg.grad_lr)
+        scores = []
+        best, best_knots = -math.inf, knots
+        with torch.enable_grad():
+            for i in range(self.cfg.grad_steps + 1):
+                ret = self.refine(self.actions(x)[None])[0]  # () with the graph back to x
+                scores.append(float(ret.detach()))  # one host sync per step, on a one-world rollout
+                if scores[-1] > best:
+                    best, best_knots = scores[-1], x.detach().clone()
+                if i == self.cfg.grad_steps:
+                    break
+                opt.zero_grad()
+                (-ret).backward()
+                opt.step()
+        self.refinements.append({"sampled": scores[0], "refined": best, "kept_step": scores.index(best)
+                                 if best in scores else 0})
+        return best_knots
 
     def step(self) -> torch.Tensor:
         """Plan, return the first action (A,), and shift the plan by one control step for the next call."""
@@ -106,22 +142,23 @@ class DialMPC:
         return plan[0]
 
 
-@torch.no_grad()
 def rollout_returns(dyn, qpos: torch.Tensor, qvel: torch.Tensor, actions: torch.Tensor,
                     reward: Callable[[object, int], torch.Tensor], to_ctrl: Callable[[torch.Tensor], torch.Tensor],
-                    on_step: Callable[[object], None] | None = None) -> torch.Tensor:
+                    on_step: Callable[[object], None] | None = None, grad: bool = False) -> torch.Tensor:
     """Mean reward (S,) of S action sequences (S, H, A) from one state (nq,), (nv,), rolled out as one batch on `dyn`
     (a backend with S worlds). `to_ctrl` maps actions (S, A) to the backend's controls; `reward(state, h) -> (S,)`
-    scores the state after step h (1..H); `on_step(state)` sees every state (e.g. to record rollouts)."""
+    scores the state after step h (1..H); `on_step(state)` sees every state (e.g. to record rollouts). With `grad`
+    (a differentiable backend) the returns keep the graph back to `actions`."""
     S, H, _ = actions.shape
     if dyn.num_worlds != S:
         raise ValueError(f"backend has {dyn.num_worlds} worlds for {S} samples; build it with num_worlds={S}")
-    dyn.reset(torch.arange(S), qpos.expand(S, -1), qvel.expand(S, -1))
-    total = torch.zeros(S, device=actions.device)
-    for h in range(H):
-        dyn.step(to_ctrl(actions[:, h]))
-        state = dyn.state()
-        total += reward(state, h + 1).to(total)
-        if on_step is not None:
-            on_step(state)
-    return total / H
+    with torch.set_grad_enabled(grad):
+        dyn.reset(torch.arange(S), qpos.expand(S, -1), qvel.expand(S, -1))
+        total = torch.zeros(S, device=actions.device)
+        for h in range(H):
+            dyn.step(to_ctrl(actions[:, h]))
+            state = dyn.state()
+            total = total + reward(state, h + 1).to(total)
+            if on_step is not None:
+                on_step(state)
+        return total / H

@@ -58,7 +58,8 @@ def run(args: argparse.Namespace) -> dict:
         c.close()
     out = {"task": args.task, "platform": args.platform, "height": PLATFORM_HEIGHTS[args.platform],
            "num_samples": cfg.planner.num_samples, "horizon": cfg.planner.horizon,
-           "iterations": cfg.planner.iterations, "compile": cfg.compile, "threads": torch.get_num_threads(),
+           "iterations": cfg.planner.iterations, "grad_steps": cfg.planner.grad_steps, "grad_lr": cfg.planner.grad_lr,
+           "compile": cfg.compile, "threads": torch.get_num_threads(),
            "device": args.device, "decisions": args.decisions, "turns": args.turns, "backends": {
                b: {"median_planning_ms": round(float(np.median(ms)), 1),
                    "p10_ms": round(float(np.percentile(ms, 10)), 1), "p90_ms": round(float(np.percentile(ms, 90)), 1),
