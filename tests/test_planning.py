@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+
+import pytest
 import torch
 
 from flashnerd.dynamics import make_dynamics
@@ -293,33 +296,34 @@ def test_stand_at_goal_asks_for_four_feet_down_at_the_goal_only(anymal):
 def test_gradient_refinement_climbs_the_return_and_never_keeps_a_worse_plan():
     """A quadratic return with a known optimum: a coarse sampling pass leaves the plan off the optimum, Adam steps
     through the (differentiable) return move it closer, and the kept plan is the best one scored, the sampled one
-    included; without a refine rollout, grad_steps is refused."""
-    import pytest
-
+    included (planning runs under no_grad: refinement turns gradients on itself); without a refine rollout,
+    grad_steps is refused."""
     target = spline_matrix(4, 9) @ torch.tensor([[0.5, -0.2], [-0.4, 0.3], [0.6, 0.0], [0.1, -0.5]])  # (H, A)
 
     def score(actions: torch.Tensor) -> torch.Tensor:  # (S, H, A) -> (S,)
         return -(actions - target).square().mean(dim=(1, 2))
 
     base = DialMPCConfig(num_samples=16, horizon=9, num_knots=4, first_iterations=1, sigma=0.3)
-    sampled = DialMPC(base, action_dim=2, evaluate=score, seed=3).optimize()
-    cfg = DialMPCConfig(**{**base.__dict__, "grad_steps": 40, "grad_lr": 0.05})
-    mpc = DialMPC(cfg, action_dim=2, evaluate=score, seed=3, refine=score)
-    refined = mpc.optimize()
+    with torch.no_grad():
+        sampled = DialMPC(base, action_dim=2, evaluate=score, seed=3).optimize()
+        mpc = DialMPC(dataclasses.replace(base, grad_steps=40, grad_lr=0.05), action_dim=2, evaluate=score, seed=3,
+                      refine=score)
+        refined = mpc.optimize()
     (r,) = mpc.refinements
     assert r["sampled"] == pytest.approx(score(sampled[None]).item())  # the same sampling pass, then refined
     assert r["refined"] == pytest.approx(score(refined[None]).item()) and r["refined"] > 0.2 * r["sampled"]
-    greedy = DialMPCConfig(**{**cfg.__dict__, "grad_lr": 50.0})  # steps that overshoot: the sampled plan stays
+    greedy = dataclasses.replace(base, grad_steps=40, grad_lr=50.0)  # steps that overshoot: the sampled plan stays
     mpc = DialMPC(greedy, action_dim=2, evaluate=score, seed=3, refine=score)
     assert torch.equal(mpc.optimize(), sampled) and mpc.refinements[0]["kept_step"] == 0
     with pytest.raises(ValueError, match="needs a differentiable refine rollout"):
-        DialMPC(cfg, action_dim=2, evaluate=score)
+        DialMPC(dataclasses.replace(base, grad_steps=2), action_dim=2, evaluate=score)
 
 
-def test_refined_planning_on_the_learned_model_scores_the_plan_as_the_batched_rollout_does(tmp_path):
+def test_refined_planning_on_the_learned_model_scores_the_plan_as_the_batched_rollout_does(tmp_path, capsys):
     """Platform planning with gradient steps on FlashNeRD: the one-world differentiable rollout scores a plan as the
-    batched no-grad rollout of the sampling backend does, each decision keeps a plan at least as good on the model,
-    and an analytical planning backend is refused in one line."""
+    batched no-grad rollout of the sampling backend does, its gradient reaches the actions (and not the model's
+    weights), each decision keeps a plan at least as good on the model, and a backend without gradients is refused in
+    one line before any planning."""
     import json
 
     from flashnerd.cli.main import main
@@ -331,10 +335,14 @@ def test_refined_planning_on_the_learned_model_scores_the_plan_as_the_batched_ro
     climb = PlatformClimb(cfg, get_robot("anymal_c"), "flashnerd", lane=5, seed=0)
     for _ in range(2):
         climb.decide()
+    assert all(w.grad is None for w in climb.grad_dyn.network.parameters())  # refinement moved only the knots
     plan = climb.mpc.actions(climb.mpc.mean)  # (H, A) the shifted plan, as the next decision starts from it
     batch = plan[None].expand(cfg.planner.num_samples, -1, -1).contiguous()
-    with torch.no_grad():
-        torch.testing.assert_close(climb._refine_return(plan[None]), climb._evaluate(batch)[:1], atol=1e-4, rtol=1e-4)
+    actions = plan[None].clone().requires_grad_(True)
+    ret = climb._refine_return(actions)
+    torch.testing.assert_close(ret.detach(), climb._evaluate(batch)[:1], atol=1e-4, rtol=1e-4)
+    ret.sum().backward()
+    assert actions.grad.abs().sum() > 0 and torch.isfinite(actions.grad).all()
     result = climb.result()
     assert result["refinement"]["decisions"] == 2
     assert all(r["refined"] >= r["sampled"] for r in climb.mpc.refinements)
@@ -344,5 +352,13 @@ def test_refined_planning_on_the_learned_model_scores_the_plan_as_the_batched_ro
     assert main(["plan", "--dynamics", "flashnerd", *tiny, "--out", str(tmp_path / "g.json")]) == 0
     saved = json.loads((tmp_path / "g.json").read_text())
     assert saved["grad_steps"] == 1 and saved["backends"]["flashnerd"]["per_platform"][0]["refinement"]
-    assert main(["plan", "--dynamics", "mujoco", *tiny]) == 2
-    assert main(["plan", "--dynamics", "flashnerd", *tiny[:-1], "-1"]) == 2
+    capsys.readouterr()
+    bench = ["bench", "plan", "--platform", "5", "--num_samples", "8", "--horizon", "6", "--no-compile", "--grad_steps",
+             "1"]  # its default --dynamics holds mujoco
+    for argv, message in ((["plan", "--dynamics", "flashnerd,mujoco", *tiny], "mujoco has no gradients"),
+                          (bench, "mujoco has no gradients"),
+                          (["plan", "--dynamics", "flashnerd", *tiny[:-1], "-1"], "--grad_steps must be >= 0"),
+                          (["plan", *tiny[:-2], "--grad_lr", "0.1"], "add --grad_steps N")):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err.strip()
+        assert message in err and len(err.splitlines()) == 1, err

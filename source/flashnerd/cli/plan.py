@@ -20,10 +20,16 @@ from flashnerd.cli.common import (
     refuse_unless,
     write_json,
 )
-from flashnerd.cli.plan_args import add_planner_args, backend_kwargs, parse_backends, parse_lanes, planning_cfg
+from flashnerd.cli.plan_args import (
+    add_planner_args,
+    backend_kwargs,
+    check_refinable,
+    parse_backends,
+    parse_lanes,
+    planning_cfg,
+)
 from flashnerd.dynamics import backend_names
 from flashnerd.planning.climb import RolloutRecorder, climb_platform
-from flashnerd.planning.dial_mpc import DialMPCConfig
 from flashnerd.sim.scene import variant_robot
 
 RECORD_PER_CALL = 4  # planning rollouts kept per iteration when recording them
@@ -64,8 +70,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 _SETTINGS = ("task", "seed", "num_samples", "horizon", "iterations", "episode_s", "lookahead_in_stance",
              "stand_at_goal", "weights", "device", "robot_variant", "grad_steps", "grad_lr")
-# settings files written before a setting existed hold its default
-_DEFAULTS = {"grad_steps": DialMPCConfig.grad_steps, "grad_lr": DialMPCConfig.grad_lr}
+# a file written before a setting existed is read as holding its default (no refinement)
+_DEFAULTS = {"grad_steps": 0, "grad_lr": None}
 
 
 def _earlier(path: Path | None, summary: dict) -> dict:
@@ -121,11 +127,13 @@ def run(args: argparse.Namespace) -> dict:
                        "without --resume")
     checkpoints = checkpoints_by_kind(args.dynamics_checkpoint, backends)
     cfg = planning_cfg(args)
+    check_refinable(cfg, backends)
     planner = cfg.planner
     robot = variant_robot(cfg.robot, args.robot_variant)
     recorder = RolloutRecorder(args.record_per_call, seed=args.seed) if args.record_rollouts else None
     summary = {"task": args.task, "seed": args.seed, "num_samples": planner.num_samples, "horizon": planner.horizon,
-               "iterations": planner.iterations, "grad_steps": planner.grad_steps, "grad_lr": planner.grad_lr,
+               "iterations": planner.iterations, "grad_steps": planner.grad_steps,
+               "grad_lr": planner.grad_lr if planner.grad_steps else None,
                "episode_s": cfg.episode_s,
                "lookahead_in_stance": cfg.lookahead_in_stance, "stand_at_goal": cfg.stand_at_goal,
                "weights": cfg.weights, "threads": torch.get_num_threads(), "device": args.device,

@@ -6,7 +6,7 @@ import argparse
 import dataclasses
 import math
 
-from flashnerd.cli.common import CLIError, add_variant_arg
+from flashnerd.cli.common import CLIError, add_variant_arg, refuse_unless
 from flashnerd.dynamics import backend_names
 from flashnerd.dynamics.learned import CHECKPOINT_DIR
 from flashnerd.envs.registry import load_cfg_from_registry
@@ -54,6 +54,15 @@ def parse_backends(text: str) -> list[str]:
     return backends
 
 
+def check_refinable(cfg, backends: list[str]) -> None:
+    """One-line error, before any planning, when gradient refinement is asked of a backend without gradients."""
+    learned = backend_names(learned=True, planning=True)
+    plain = [b for b in backends if b not in learned]
+    if cfg.planner.grad_steps and plain:
+        raise CLIError(f"--grad_steps needs learned planning backends ({', '.join(learned)}); "
+                       f"{', '.join(plain)} has no gradients: drop it from --dynamics, or drop --grad_steps")
+
+
 def parse_weights(text: str, weights: dict[str, float]) -> dict[str, float]:
     """`weights` with the overrides of --reward_weights "term=value[,term=value]"; anything else is a one-line error."""
     out = dict(weights)
@@ -82,6 +91,7 @@ def planning_cfg(args: argparse.Namespace):
     if planner.grad_steps < 0 or not (math.isfinite(planner.grad_lr) and planner.grad_lr > 0):
         raise CLIError(f"--grad_steps must be >= 0 and --grad_lr a finite number > 0, got {planner.grad_steps} and "
                        f"{planner.grad_lr}")
+    refuse_unless(planner.grad_steps > 0, args, ("grad_lr",), "sets the refinement's step; add --grad_steps N")
     flags = {k: getattr(args, k) for k in ("compile", "lookahead_in_stance", "stand_at_goal")
              if getattr(args, k, None) is not None}
     return dataclasses.replace(cfg, planner=planner, episode_s=args.episode_s or cfg.episode_s, **flags)

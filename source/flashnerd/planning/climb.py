@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from flashnerd.data.dataset import write_dataset
-from flashnerd.dynamics import REFERENCE_BACKEND, backend_info, make_dynamics
+from flashnerd.dynamics import REFERENCE_BACKEND, backend_info, backend_names, make_dynamics
 from flashnerd.planning.dial_mpc import DialMPC, DialMPCConfig, rollout_returns
 from flashnerd.robots import RobotSpec
 from flashnerd.robots.kinematics import TorchKinematics
@@ -208,7 +208,9 @@ class PlatformClimb:
         if p.grad_steps:  # one differentiable world of the same learned model scores the plan being refined
             if not learned:
                 raise ValueError(f"gradient refinement (grad_steps {p.grad_steps}) needs a learned planning backend; "
-                                 f"'{dynamics}' has no gradients: plan on flashnerd or nerd, or set grad_steps 0")
+                                 f"'{dynamics}' has no gradients: plan on a learned one "
+                                 f"({', '.join(backend_names(learned=True, planning=True))}) "
+                                 "or set grad_steps 0")
             self.grad_dyn = make_dynamics(dynamics, robot, 1, device=device, terrain="platforms", differentiable=True,
                                           **(dynamics_kwargs or {}))
             # compiled kinematics would compile a second time for the backward pass; this path is one world
@@ -248,10 +250,11 @@ class PlatformClimb:
     def _refine_return(self, actions: torch.Tensor) -> torch.Tensor:
         """Mean reward (1,) of one action sequence (1, H, A) on the differentiable planning world, with the graph."""
         s, dyn, dt = self.sim.state(), self.grad_dyn, self.robot.control_dt
-        dyn.detach()  # the previous rollout's graph, already back-propagated (and freed), is not this one's
+        dyn.detach()  # a rollout starts a graph of its own (the last one is dropped at the end of `decide`)
         return rollout_returns(
             dyn, s.qpos[0].to(dyn.device), s.qvel[0].to(dyn.device), actions,
-            lambda st, h: torch.nan_to_num(self.grad_reward(st.qpos, st.qvel, self.t_now + h * dt), nan=-1e6),
+            lambda st, h: torch.nan_to_num(self.grad_reward(st.qpos, st.qvel, self.t_now + h * dt), nan=-1e6,
+                                           neginf=-1e6),
             lambda a: self.default + self.cfg.action_scale * a, grad=True)
 
     @torch.no_grad()
@@ -260,6 +263,8 @@ class PlatformClimb:
         self.t_now = len(self.planning_ms) * self.robot.control_dt
         start = time.perf_counter()
         action = self.mpc.step()  # (A,)
+        if self.grad_dyn is not None:  # the last scoring rollout's graph is no longer needed
+            self.grad_dyn.detach()
         self.planning_ms.append(1e3 * (time.perf_counter() - start))
         self.sim.step((self.default + self.cfg.action_scale * action).cpu()[None])
         self.base_path.append(self.sim.state().qpos[0, :3].tolist())
@@ -273,9 +278,9 @@ class PlatformClimb:
                "median_planning_ms": float(np.median(self.planning_ms)), "planning_ms": self.planning_ms,
                "base_path": self.base_path}
         if self.mpc.refinements:  # how much the gradient steps added, on the model, per decision
-            gains = [r["refined"] - r["sampled"] for r in self.mpc.refinements]
-            out["refinement"] = {"median_gain": float(np.median(gains)), "improved": sum(g > 0 for g in gains),
-                                 "decisions": len(gains)}
+            gains = [g for r in self.mpc.refinements if math.isfinite(g := r["refined"] - r["sampled"])]
+            out["refinement"] = {"median_gain": float(np.median(gains)) if gains else None,
+                                 "improved": sum(g > 0 for g in gains), "decisions": len(self.mpc.refinements)}
         return out
 
     def close(self) -> None:

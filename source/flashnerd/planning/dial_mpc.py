@@ -17,7 +17,6 @@ Shapes: S samples, H horizon steps, K knots, A action dimensions.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -75,8 +74,10 @@ class DialMPC:
     def __init__(self, cfg: DialMPCConfig, action_dim: int, evaluate: Callable[[torch.Tensor], torch.Tensor],
                  device: str | torch.device = "cpu", seed: int = 0,
                  refine: Callable[[torch.Tensor], torch.Tensor] | None = None) -> None:
-        if cfg.grad_steps < 0 or (cfg.grad_steps and refine is None):
-            raise ValueError(f"grad_steps {cfg.grad_steps} needs a differentiable refine rollout and must be >= 0")
+        if cfg.grad_steps < 0:
+            raise ValueError(f"grad_steps must be >= 0, got {cfg.grad_steps}")
+        if cfg.grad_steps and refine is None:
+            raise ValueError(f"grad_steps {cfg.grad_steps} needs a differentiable refine rollout; pass refine=")
         self.cfg, self.evaluate, self.refine, self.device = cfg, evaluate, refine, torch.device(device)
         self.spline = spline_matrix(cfg.num_knots, cfg.horizon).to(self.device)  # (H, K)
         self.mean = torch.zeros(cfg.num_knots, action_dim, device=self.device)  # (K, A)
@@ -111,25 +112,29 @@ class DialMPC:
         return self.actions(self.mean)
 
     def _refine(self, knots: torch.Tensor) -> torch.Tensor:
-        """Adam ascent of `refine`'s return on the knots (K, A); the best knots it scored (the start included)."""
+        """Adam ascent of `refine`'s return on the knots (K, A); the best knots it scored (the start included). Only
+        the knots take gradients (a learned model's weights do not), and a non-finite gradient ends the ascent."""
+        c = self.cfg
         x = knots.detach().clone().requires_grad_(True)  # (K, A)
-        opt = torch.optim.Adam([x], lr=self.cfg.grad_lr)
-        scores = []
-        best, best_knots = -math.inf, knots
+        opt = torch.optim.Adam([x], lr=c.grad_lr)
+        scores, best = [], 0
         with torch.enable_grad():
-            for i in range(self.cfg.grad_steps + 1):
+            for i in range(c.grad_steps + 1):
                 ret = self.refine(self.actions(x)[None])[0]  # () with the graph back to x
                 scores.append(float(ret.detach()))  # one host sync per step, on a one-world rollout
-                if scores[-1] > best:
-                    best, best_knots = scores[-1], x.detach().clone()
-                if i == self.cfg.grad_steps:
+                if scores[-1] > scores[best]:  # NaN never wins; ties keep the earlier plan
+                    best, best_knots = i, x.detach().clone()
+                if i == c.grad_steps:
                     break
-                opt.zero_grad()
-                (-ret).backward()
+                (grad,) = torch.autograd.grad(-ret, x)  # (K, A)
+                if not torch.isfinite(grad).all():
+                    break
+                x.grad = grad
                 opt.step()
-        self.refinements.append({"sampled": scores[0], "refined": best, "kept_step": scores.index(best)
-                                 if best in scores else 0})
-        return best_knots
+                with torch.no_grad():  # knots outside the action range get no gradient through the clamp
+                    x.clamp_(c.action_low, c.action_high)
+        self.refinements.append({"sampled": scores[0], "refined": scores[best], "kept_step": best})
+        return best_knots if best else knots
 
     def step(self) -> torch.Tensor:
         """Plan, return the first action (A,), and shift the plan by one control step for the next call."""

@@ -10,7 +10,14 @@ import numpy as np
 import torch
 
 from flashnerd.cli.common import CLIError, check_device, check_positive, checkpoints_by_kind
-from flashnerd.cli.plan_args import add_planner_args, backend_kwargs, parse_backends, parse_lanes, planning_cfg
+from flashnerd.cli.plan_args import (
+    add_planner_args,
+    backend_kwargs,
+    check_refinable,
+    parse_backends,
+    parse_lanes,
+    planning_cfg,
+)
 from flashnerd.planning.climb import PlatformClimb
 from flashnerd.sim.scene import variant_robot
 from flashnerd.sim.terrain import PLATFORM_HEIGHTS
@@ -43,6 +50,7 @@ def run(args: argparse.Namespace) -> dict:
     backends = parse_backends(args.dynamics)
     checkpoints = checkpoints_by_kind(args.dynamics_checkpoint, backends)
     cfg = planning_cfg(args)
+    check_refinable(cfg, backends)
     robot = variant_robot(cfg.robot, args.robot_variant)
     cfg = dataclasses.replace(cfg, episode_s=(args.warmup + args.decisions) * robot.control_dt)
     climbs = {b: PlatformClimb(cfg, robot, b, args.platform, seed=args.seed, device=args.device,
@@ -58,7 +66,8 @@ def run(args: argparse.Namespace) -> dict:
         c.close()
     out = {"task": args.task, "platform": args.platform, "height": PLATFORM_HEIGHTS[args.platform],
            "num_samples": cfg.planner.num_samples, "horizon": cfg.planner.horizon,
-           "iterations": cfg.planner.iterations, "grad_steps": cfg.planner.grad_steps, "grad_lr": cfg.planner.grad_lr,
+           "iterations": cfg.planner.iterations, "grad_steps": cfg.planner.grad_steps,
+           "grad_lr": cfg.planner.grad_lr if cfg.planner.grad_steps else None,
            "compile": cfg.compile, "threads": torch.get_num_threads(),
            "device": args.device, "decisions": args.decisions, "turns": args.turns, "backends": {
                b: {"median_planning_ms": round(float(np.median(ms)), 1),
