@@ -18,8 +18,6 @@ import math
 import time
 from pathlib import Path
 
-import torch
-
 from flashnerd.cli.common import (
     CLIError,
     check_device,
@@ -30,9 +28,8 @@ from flashnerd.cli.common import (
     write_json,
 )
 from flashnerd.cli.fit import adapt_model
-from flashnerd.cli.record import policy_source
+from flashnerd.cli.record import record_policy
 from flashnerd.cli.train import apply_uncertainty_args
-from flashnerd.data.record import record
 from flashnerd.dynamics import REFERENCE_BACKEND, backend_info, backend_names
 from flashnerd.dynamics.learned import MEMBER_MODES, default_checkpoint
 from flashnerd.envs.evaluate import evaluate_on_backends
@@ -159,14 +156,9 @@ def _roll_out(args: argparse.Namespace, policy: str, folder: Path, seed: int) ->
     robot = variant_robot(task_cfgs(args.task)[0].robot, args.robot_variant, check=False)
     per_world = args.target_minutes * 60 / robot.control_dt / args.target_worlds
     steps = max(1, math.ceil(per_world / args.traj_len)) * args.traj_len
-    how = argparse.Namespace(task=args.task, device=args.device, robot_variant=args.robot_variant, robot=None,
-                             log_root="", load_run=None, checkpoint=policy, steps=steps, traj_len=args.traj_len,
-                             dynamics=REFERENCE_BACKEND, num_worlds=args.target_worlds, seed=seed, terrain=None,
-                             action_noise=args.action_noise)
-    source = policy_source(how, torch.Generator().manual_seed(seed))
     start = time.perf_counter()
-    recorded = record(source.env.robot, args.target_worlds, steps, folder / "rollouts.h5", traj_len=args.traj_len,
-                      seed=seed, source=source, progress=False)
+    recorded, _ = record_policy(args.task, args.robot_variant, policy, args.target_worlds, steps, args.traj_len,
+                                args.action_noise, seed, args.device, folder / "rollouts.h5")
     return {"data": str(folder / "rollouts.h5"), "target_seconds": round(steps * args.target_worlds *
                                                                          robot.control_dt, 1),
             "record_wall_s": round(time.perf_counter() - start, 1), "transitions": recorded["transitions"]}

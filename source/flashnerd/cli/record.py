@@ -93,6 +93,20 @@ def policy_source(args: argparse.Namespace, gen: torch.Generator) -> PolicySourc
     return PolicySource(wrapped.unwrapped, act, args.action_noise, gen)
 
 
+def record_policy(task: str, variant: str | None, policy: str, num_worlds: int, steps: int, traj_len: int,
+                  action_noise: float, seed: int, device: str, out: Path) -> tuple[dict, object]:
+    """`steps` control steps on each of `num_worlds` MuJoCo worlds of `task` (robot variant file `variant`, or the
+    nominal robot) driven by the policy checkpoint `policy` plus action noise, recorded to `out` (as `flashnerd record
+    --task ... --checkpoint ...` does). Returns `record`'s summary and the robot."""
+    how = argparse.Namespace(task=task, device=device, robot_variant=variant, robot=None, log_root="", load_run=None,
+                             checkpoint=policy, steps=steps, traj_len=traj_len, dynamics=REFERENCE_BACKEND,
+                             num_worlds=num_worlds, seed=seed, terrain=None, action_noise=action_noise)
+    source = policy_source(how, torch.Generator().manual_seed(seed))
+    recorded = record(source.env.robot, num_worlds, steps, out, traj_len=traj_len, seed=seed, source=source,
+                      progress=False)
+    return recorded, source.env.robot
+
+
 def run(args: argparse.Namespace) -> dict:
     """Record one dataset; under torchrun each rank records its shard of the worlds and rank 0 merges them."""
     for name in ("num_worlds", "steps", "traj_len"):

@@ -25,8 +25,6 @@ import math
 from collections.abc import Callable
 from pathlib import Path
 
-import torch
-
 from flashnerd.cli.common import (
     CLIError,
     check_device,
@@ -37,7 +35,7 @@ from flashnerd.cli.common import (
     write_json,
 )
 from flashnerd.cli.fit import adapt_model
-from flashnerd.cli.record import policy_source
+from flashnerd.cli.record import record_policy
 from flashnerd.data.dataset import load_dataset
 from flashnerd.data.logs import dataset_to_log, import_logs
 from flashnerd.data.record import record
@@ -294,17 +292,11 @@ def _robot_log(args: argparse.Namespace, variant: str, policy: str, folder: Path
     plus noise (as `flashnerd record --task ... --checkpoint ...` drives it), written as a robot log and imported
     back. `robot_minutes` is the robot time spent; `import.minutes` what was kept (trajectories that end in a fall or
     a time-out are dropped)."""
-    robot = variant_robot(task_cfgs(args.task)[0].robot, variant, check=False)
-    how = argparse.Namespace(task=args.task, device=args.device, robot_variant=variant, robot=None,
-                             log_root="", load_run=None, checkpoint=policy, steps=steps, traj_len=args.traj_len,
-                             dynamics=REFERENCE_BACKEND, num_worlds=args.robot_worlds, seed=seed, terrain=None,
-                             action_noise=args.action_noise)
-    source = policy_source(how, torch.Generator().manual_seed(seed))
-    recorded = record(source.env.robot, args.robot_worlds, steps, folder / "recorded.h5", traj_len=args.traj_len,
-                      seed=seed, source=source, progress=False)
+    recorded, robot = record_policy(args.task, variant, policy, args.robot_worlds, steps, args.traj_len,
+                                    args.action_noise, seed, args.device, folder / "recorded.h5")
     dataset_to_log(folder / "recorded.h5", folder / "robot_log.parquet")
     (folder / "recorded.h5").unlink()
-    imported = import_logs([folder / "robot_log.parquet"], source.env.robot, folder / "robot.h5", args.traj_len)
+    imported = import_logs([folder / "robot_log.parquet"], robot, folder / "robot.h5", args.traj_len)
     return {"dataset": str(folder / "robot.h5"), "robot_minutes": round(steps * args.robot_worlds * robot.control_dt
                                                                          / 60, 4),
             "import": {**imported, "interrupted": recorded["interrupted"]}}
