@@ -304,6 +304,62 @@ def test_time_to_target_reads_the_reference_and_each_runs_own_target_off_the_cur
     assert flash["final_mean"] == 7.5 and flash["own_seconds"] == [5, None] and flash["own_seconds_mean"] is None
 
 
+def test_time_to_target_takes_a_named_reference_run_and_groups_shac_apart():
+    """--target_reference flashnerd: the target is a fraction of the PPO-on-flashnerd runs' mean final return; SHAC
+    runs of the same backend form their own group (backend:shac), and old runs without an algo count as PPO."""
+    from flashnerd.cli.bench.ppo import time_to_target
+
+    def run(backend: str, algo: str | None, final: float, curve: list) -> dict:
+        return {"backend": backend, "eval_mujoco": {"mean_return": final}, "mujoco_curve": curve,
+                **({"algo": algo} if algo else {})}
+
+    results = {"flashnerd/seed1": run("flashnerd", None, 20.0, [[10, 5.0], [20, 20.0]]),
+               "flashnerd/seed2": run("flashnerd", "ppo", 10.0, [[10, 9.0], [20, 10.0]]),
+               "flashnerd:shac/seed1": run("flashnerd", "shac", 14.0, [[3, 13.5], [6, 14.0]])}
+    tt = time_to_target(results, 0.9, reference="flashnerd")
+    assert tt["reference"] == "flashnerd" and tt["reference_return"] == 15.0
+    assert tt["seconds"] == {"flashnerd/seed1": 20, "flashnerd/seed2": None, "flashnerd:shac/seed1": 3}
+    assert set(tt["by_backend"]) == {"flashnerd", "flashnerd:shac"}
+    assert tt["by_backend"]["flashnerd:shac"]["runs"] == 1 and tt["by_backend"]["flashnerd"]["runs"] == 2
+
+
+def test_bench_ppo_shac_run_beside_ppo_evaluated_as_often_and_resumed_into_a_ppo_file(tiny_ckpt, tmp_path, capsys):
+    """`flashnerd:shac` trains SHAC (its own world count and iterations) and is recorded like a PPO run: its curve
+    has one point per SHAC iteration, its policy is evaluated in MuJoCo as many times as the PPO run's, the final
+    point being the final evaluation. A PPO-only file resumed with a SHAC run gains it and keeps its PPO run; SHAC on
+    MuJoCo, an unknown algorithm and a reference that is no run are one-line errors."""
+    out = tmp_path / "bench"
+    base = ["bench", "ppo", "--task", "FlashNeRD-Velocity-Flat-Anymal-C-v0", "--dynamics_checkpoint",
+            f"flashnerd={tiny_ckpt}", "--num_envs", "4", "--max_iterations", "2", "--eval_episodes", "2",
+            "--out_dir", str(out), "--eval_every", "1"]
+    assert main([*base, "--dynamics", "flashnerd"]) == 0
+    path = out / "bench_ppo.json"
+    ppo_run = json.loads(path.read_text())["backends"]["flashnerd"]
+    shac = ["--shac_num_envs", "3", "--shac_iterations", "6", "--shac_horizon", "3", "--target_reference", "flashnerd"]
+    assert main([*base, "--dynamics", "flashnerd,flashnerd:shac", *shac, "--resume"]) == 0
+    data = json.loads(path.read_text())
+    assert data["shac"] == {"num_envs": 3, "iterations": 6, "horizon": 3}
+    assert data["backends"]["flashnerd"]["curve"] == ppo_run["curve"]  # kept, not trained again
+    r = data["backends"]["flashnerd:shac"]
+    assert (r["backend"], r["algo"], r["num_envs"]) == ("flashnerd", "shac", 3)
+    assert len(r["curve"]) == 6 and all(b[0] > a[0] for a, b in zip(r["curve"], r["curve"][1:]))
+    # PPO (every iteration of 2): after iteration 1 and the final; SHAC (every 1 x 6 / 2 = 3 of 6): after 1, 4, final
+    assert len(ppo_run["mujoco_curve"]) == 2
+    assert [t for t, _ in r["mujoco_curve"]] == pytest.approx([r["curve"][i][0] for i in (0, 3, 5)])
+    assert r["mujoco_curve"][-1][1] == r["eval_mujoco"]["mean_return"]
+    assert data["time_to_target"]["reference"] == "flashnerd"
+    assert set(data["time_to_target"]["by_backend"]) == {"flashnerd", "flashnerd:shac"}
+    assert (out / "flashnerd_shac" / "model_5.pt").is_file()  # the final policy, in rsl_rl's checkpoint layout
+    capsys.readouterr()
+    for runs, message in (("mujoco:shac", "'mujoco' is not one"), ("flashnerd:sac", "names algorithm 'sac'"),
+                          ("flashnerd,flashnerd:ppo", "names run 'flashnerd' twice")):
+        assert main([*base, "--dynamics", runs]) == 2
+        err = capsys.readouterr().err.strip()
+        assert message in err and len(err.splitlines()) == 1
+    assert main([*base, "--dynamics", "flashnerd", "--target_reference", "nerd"]) == 2
+    assert "is none of the runs" in capsys.readouterr().err
+
+
 def _fit_cmd(data, out, tmp_path, max_steps: int = 100000) -> list[str]:
     """A `flashnerd fit` subprocess command on the tiny dataset (batch 8)."""
     return [sys.executable, "-m", "flashnerd.cli.main", "fit", "--data", str(data), "--out", str(out),

@@ -4,7 +4,6 @@ differentiable learned backend, with Isaac Lab's log layout."""
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 import time
@@ -28,7 +27,7 @@ from flashnerd.cli.common import (
 from flashnerd.dynamics.learned import MEMBER_MODES
 from flashnerd.envs.evaluate import evaluate_on_backends
 from flashnerd.envs.rsl_rl import make_runner
-from flashnerd.envs.shac import ShacCfg, ShacTrainer
+from flashnerd.envs.shac import ShacCfg, differentiable_cfg, make_shac
 from flashnerd.models import MODEL_KINDS
 from flashnerd.utils.distributed import dist_info, shutdown
 from flashnerd.utils.seeding import seed_everything
@@ -196,20 +195,16 @@ def shac_args(args: argparse.Namespace, env_cfg) -> ShacCfg | None:
 def run_shac(args: argparse.Namespace, env_cfg, agent_cfg, shac_cfg: ShacCfg, log_dir, resume_path) -> dict:
     """`flashnerd train --algo shac`: SHAC with the agent config's actor and critic, rsl_rl's checkpoint layout. The
     training env's learned backend is made differentiable; the evaluation afterwards runs `env_cfg` as given."""
-    train_cfg = dataclasses.replace(env_cfg, dynamics_kwargs={**env_cfg.dynamics_kwargs, "differentiable": True})
-    env, runner = make_runner(args.task, train_cfg, agent_cfg, None)
-    dump_yaml(log_dir / "params" / "env.yaml", train_cfg)
+    env, runner, trainer = make_shac(args.task, env_cfg, agent_cfg, shac_cfg, str(log_dir))
+    dump_yaml(log_dir / "params" / "env.yaml", differentiable_cfg(env_cfg))
     dump_yaml(log_dir / "params" / "agent.yaml", agent_cfg)
     dump_yaml(log_dir / "params" / "shac.yaml", shac_cfg)
-    trainer = ShacTrainer(env, runner, shac_cfg, agent_cfg.max_iterations, str(log_dir))
     if resume_path is not None:
         trainer.load(str(resume_path))
         if trainer.iteration >= agent_cfg.max_iterations:
             raise CLIError(f"'{resume_path}' already completed {trainer.iteration} iterations; raise "
                            "--max_iterations above that")
         print(f"[flashnerd] resuming from {resume_path}: {trainer.iteration} iterations done")
-    else:  # spread the first resets over the episode, as rsl_rl's init_at_random_ep_len
-        env.episode_length_buf = torch.randint_like(env.episode_length_buf, high=int(env.max_episode_length))
 
     def save_last():
         if trainer.iteration == 0:

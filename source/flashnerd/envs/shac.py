@@ -16,6 +16,7 @@ return closes without a value there, and the critic's target takes the value of 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import os
 import statistics
 import time
@@ -26,7 +27,7 @@ from pathlib import Path
 import torch
 from tensordict import TensorDict
 
-from flashnerd.envs.rsl_rl import FlashNeRDRunner, RslRlVecEnvWrapper, read_policy_checkpoint
+from flashnerd.envs.rsl_rl import FlashNeRDRunner, RslRlVecEnvWrapper, make_runner, read_policy_checkpoint
 
 
 @dataclass
@@ -88,6 +89,9 @@ class ShacTrainer:
         self.returns: deque[float] = deque(maxlen=100)  # finished episodes, as rsl_rl's reward buffer
         self.lengths: deque[float] = deque(maxlen=100)
         self.total_time = 0.0
+        # (accumulated iteration seconds, mean episode return) after each iteration of this process, as the PPO
+        # runner's `iteration_curve`
+        self.iteration_curve: list[tuple[float, float]] = []
 
     # --- one iteration ------------------------------------------------------------------------------------------
 
@@ -196,6 +200,7 @@ class ShacTrainer:
     def learn(self, iterations: int, save_interval: int = 50) -> None:
         """Run `iterations` SHAC iterations (from `self.iteration`), logging and saving every `save_interval`."""
         end = self.iteration + iterations
+        self.runner.alg.train_mode()  # an evaluation in between leaves eval mode, which freezes obs normalization
         while self.iteration < end:
             start = time.perf_counter()
             frac = self._set_learning_rates()
@@ -212,6 +217,8 @@ class ShacTrainer:
             value_loss = self._fit_critic(data)
             elapsed = time.perf_counter() - start
             self.total_time += elapsed
+            self.iteration_curve.append((self.total_time,
+                                         statistics.fmean(self.returns) if self.returns else float("nan")))
             self._log(loss.item(), value_loss, float(grad_norm), frac, elapsed, skipped)
             self.iteration += 1
             if self.log_dir is not None and (self.iteration % save_interval == 0 or self.iteration == end):
@@ -243,6 +250,10 @@ class ShacTrainer:
               f"grad {grad_norm:8.3f}{' (skipped)' if skipped else ''}  return {mean_return:8.2f}  "
               f"length {mean_length:7.1f}  {steps / elapsed:7.0f} steps/s", flush=True)
 
+    def get_inference_policy(self, device: str | None = None):
+        """The actor's deterministic policy, as the PPO runner's (`flashnerd eval` and the evaluators call it)."""
+        return self.runner.get_inference_policy(device=device)
+
     # --- checkpoints --------------------------------------------------------------------------------------------
 
     def save(self, path: str) -> None:
@@ -271,3 +282,20 @@ class ShacTrainer:
         self.critic_opt.load_state_dict(loaded["shac_critic_optimizer"])
         self.target_critic.load_state_dict(loaded["shac_target_critic"])
         self.iteration = int(loaded["iter"]) + 1
+
+
+def differentiable_cfg(env_cfg):
+    """`env_cfg` with its learned backend built differentiable (SHAC trains on it; evaluation runs `env_cfg`)."""
+    return dataclasses.replace(env_cfg, dynamics_kwargs={**env_cfg.dynamics_kwargs, "differentiable": True})
+
+
+def make_shac(task: str, env_cfg, agent_cfg, cfg: ShacCfg, log_dir: str | None = None,
+              ) -> tuple[RslRlVecEnvWrapper, FlashNeRDRunner, ShacTrainer]:
+    """The env of `task` on `env_cfg` with its learned backend made differentiable, the runner holding the agent
+    config's actor and critic, and a SHAC trainer for `agent_cfg.max_iterations` iterations logging to `log_dir`.
+    The first episodes' lengths are spread over the episode, as rsl_rl's `init_at_random_ep_len` (a resumed run's
+    fresh env too: else every world's first episode would end at the same step)."""
+    env, runner = make_runner(task, differentiable_cfg(env_cfg), agent_cfg, None)
+    trainer = ShacTrainer(env, runner, cfg, agent_cfg.max_iterations, log_dir)
+    env.episode_length_buf = torch.randint_like(env.episode_length_buf, high=int(env.max_episode_length))
+    return env, runner, trainer

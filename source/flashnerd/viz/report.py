@@ -166,8 +166,11 @@ def plot_improve(state: dict, path: str | Path) -> None:
 def _bench_ppo(data: dict, name: str, folder: Path) -> str:
     plot_ppo(data["backends"], folder / f"{name}.png", data["task"])
     fastest = min(r["seconds_per_iteration"] for r in data["backends"].values())
-    rows = [f"{data['num_envs']} envs, {data['iterations']} iterations per backend, device `{data['device']}`.", "",
-            "| training backend | s / PPO iteration | collecting / updating | vs fastest | return in MuJoCo | "
+    shac = data.get("shac")
+    rows = [f"{data['num_envs']} envs, {data['iterations']} iterations per backend, device `{data['device']}`"
+            + (f"; SHAC runs (`backend:shac`): {shac['num_envs']} envs, {shac['iterations']} iterations of "
+               f"{shac['horizon']} steps." if shac else "."), "",
+            "| training run | s / iteration | collecting / updating | vs fastest | return in MuJoCo | "
             "MuJoCo lin-vel RMS | MuJoCo fall rate |", "|---|---|---|---|---|---|---|"]
     for backend, r in sorted(data["backends"].items(), key=lambda kv: kv[1]["seconds_per_iteration"]):
         e = r["eval_mujoco"]

@@ -1,8 +1,10 @@
 """`flashnerd bench ppo`: one PPO run per training backend (and seed) with identical settings, every final policy
 evaluated in the reference simulator; JSON, the reward-against-time plot (cf. Fig. 5) and, for goal tasks, targets
 over time. With `--eval_every` the policies saved along each run are evaluated in the reference simulator too, giving
-its return against accumulated training time and the time each run took to reach a fraction of the reference
-backend's final return. Results are written after every run; `--resume` skips the runs the JSON already holds."""
+its return against accumulated training time and the time each run took to reach a fraction of a reference run's
+final return. A run named `backend:shac` trains with SHAC through that learned backend instead (its own world count
+and iterations, so that it can be given PPO's wall time). Results are written after every run; `--resume` skips the
+runs the JSON already holds."""
 
 from __future__ import annotations
 
@@ -25,10 +27,14 @@ from flashnerd.dynamics import REFERENCE_BACKEND
 from flashnerd.envs.evaluate import evaluate_on_backends
 from flashnerd.envs.registry import task_cfgs
 from flashnerd.envs.rsl_rl import train_policy
+from flashnerd.envs.shac import ShacCfg, make_shac
+from flashnerd.models import MODEL_KINDS
+from flashnerd.utils.seeding import seed_everything
 from flashnerd.viz.report import plot_ppo, plot_targets
 
 # what every finished run in the JSON holds (a resumed file is checked for them)
 RUN_KEYS = ("backend", "seed", "seconds_per_iteration", "total_seconds", "eval_mujoco", "curve")
+ALGOS = ("ppo", "shac")
 EVAL_KEYS = ("mean_return", "lin_vel_rms", "fall_rate", "mean_episode_length_s", "targets_per_episode",
              "targets_over_time", "step_dt", "success_rate")
 
@@ -36,9 +42,16 @@ EVAL_KEYS = ("mean_return", "lin_vel_rms", "fall_rate", "mean_episode_length_s",
 def add_parser(bsub: argparse._SubParsersAction) -> None:
     p = bsub.add_parser("ppo", help="train one PPO policy per backend; time, reward curve, MuJoCo evaluation")
     p.add_argument("--task", required=True, help="task id")
-    p.add_argument("--dynamics", default="mujoco,nerd,flashnerd", help="comma-separated training backends")
-    p.add_argument("--num_envs", type=int, default=1024, help="parallel worlds per backend")
-    p.add_argument("--max_iterations", type=int, default=100, help="PPO iterations per backend")
+    p.add_argument("--dynamics", default="mujoco,nerd,flashnerd",
+                   help="comma-separated training runs: a backend (PPO on it) or backend:shac (SHAC through a learned "
+                        "backend, e.g. flashnerd:shac)")
+    p.add_argument("--num_envs", type=int, default=1024, help="parallel worlds per PPO run")
+    p.add_argument("--max_iterations", type=int, default=100, help="PPO iterations per run")
+    p.add_argument("--shac_num_envs", type=int, default=64, help="parallel worlds per SHAC run")
+    p.add_argument("--shac_iterations", type=int, default=None,
+                   help="SHAC iterations per run (default: --max_iterations); its policies are evaluated as often as "
+                        "PPO's (every --eval_every x shac_iterations / max_iterations iterations)")
+    p.add_argument("--shac_horizon", type=int, default=None, help="SHAC's differentiable rollout length in steps")
     p.add_argument("--seed", type=int, default=42, help="random seed (same for every backend)")
     p.add_argument("--seeds", default=None,
                    help="comma-separated seeds, one run per backend and seed (instead of --seed)")
@@ -46,8 +59,10 @@ def add_parser(bsub: argparse._SubParsersAction) -> None:
     p.add_argument("--eval_every", type=int, default=0,
                    help="also evaluate the policy saved every this many iterations in MuJoCo (0: the final only)")
     p.add_argument("--target_fraction", type=float, default=0.9,
-                   help="report the training time each run took to reach this fraction of the reference backend's "
-                        "final MuJoCo return (needs --eval_every)")
+                   help="report the training time each run took to reach this fraction of the --target_reference "
+                        "runs' final MuJoCo return (needs --eval_every)")
+    p.add_argument("--target_reference", default=REFERENCE_BACKEND,
+                   help="the run (as named in --dynamics) whose final MuJoCo return, mean over seeds, sets the target")
     p.add_argument("--resume", action="store_true",
                    help="keep the runs already in the JSON of --out_dir/--name (same settings) and run the rest")
     add_training_bench_args(p, "logs/bench_ppo", "bench_ppo", "the JSON and the plot")
@@ -55,13 +70,16 @@ def add_parser(bsub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> dict:
-    """Train per backend and seed with identical settings; JSON keyed by run (the backend with --seed,
-    "backend/seed<k>" with --seeds) and a reward-vs-time plot (cf. Fig. 5).
+    """Train per run and seed with identical settings; JSON keyed by run (as named in --dynamics with --seed,
+    "run/seed<k>" with --seeds) and a reward-vs-time plot (cf. Fig. 5).
 
     For goal tasks each run also carries `targets_per_episode` (its policy evaluated in MuJoCo) at the top level
     and the targets-over-time curve of that evaluation (cf. Fig. 8)."""
-    for name in ("num_envs", "max_iterations", "eval_episodes"):
+    for name in ("num_envs", "max_iterations", "eval_episodes", "shac_num_envs"):
         check_positive(name, getattr(args, name))
+    for name in ("shac_iterations", "shac_horizon"):
+        if getattr(args, name) is not None:
+            check_positive(name, getattr(args, name))
     if args.eval_every < 0:
         raise CLIError(f"--eval_every must be zero (final policies only) or positive, got {args.eval_every}")
     if not 0.0 < args.target_fraction <= 1.0:
@@ -71,23 +89,32 @@ def run(args: argparse.Namespace) -> dict:
     check_device(args.device)
     seeds = _parse_seeds(args.seeds) if args.seeds is not None else [args.seed]
     out_dir = Path(args.out_dir)
-    backends = args.dynamics.split(",")
-    checkpoints = checkpoints_by_kind(args.dynamics_checkpoint, backends)
+    runs = parse_runs(args.dynamics)
+    if args.target_reference not in runs and args.target_reference != REFERENCE_BACKEND:
+        raise CLIError(f"--target_reference '{args.target_reference}' is none of the runs in --dynamics "
+                       f"({', '.join(runs)}); name one of them")
+    checkpoints = checkpoints_by_kind(args.dynamics_checkpoint, list(dict.fromkeys(b for b, _ in runs.values())))
     settings = {"task": args.task, "num_envs": args.num_envs, "iterations": args.max_iterations,
                 "device": args.device, "eval_every": args.eval_every, "eval_episodes": args.eval_episodes,
                 "robot_variant": args.robot_variant, "dynamics_checkpoint": checkpoints}
-    # run key -> (backend, seed); keyed by seed whenever --seeds is given, so that --resume can add seeds later
-    grid = {(backend if args.seeds is None else f"{backend}/seed{seed}"): (backend, seed)
-            for seed in seeds for backend in backends}
+    if any(algo == "shac" for _, algo in runs.values()):
+        settings["shac"] = {"num_envs": args.shac_num_envs, "iterations": args.shac_iterations or args.max_iterations,
+                            "horizon": args.shac_horizon or ShacCfg.horizon}
+    # run key -> (run name, seed); keyed by seed whenever --seeds is given, so that --resume can add seeds later
+    grid = {(name if args.seeds is None else f"{name}/seed{seed}"): (name, seed) for seed in seeds for name in runs}
     path = out_dir / f"{args.name}.json"
-    summary = _resumed(path, settings, grid) if args.resume else {**settings, "backends": {}}
-    for key, (backend, seed) in grid.items():
+    summary = _resumed(path, settings, {k: (*runs[n], s) for k, (n, s) in grid.items()}) if args.resume \
+        else {**settings, "backends": {}}
+    for key, (name, seed) in grid.items():
         if key not in summary["backends"]:  # else finished in an earlier invocation (--resume)
-            summary["backends"][key] = train_and_time(args, backend, seed, out_dir / key, checkpoints.get(backend))
+            backend, algo = runs[name]
+            train = train_and_time if algo == "ppo" else shac_and_time
+            run_dir = out_dir / key.replace(":", "_")  # a colon is no portable folder name
+            summary["backends"][key] = train(args, backend, seed, run_dir, checkpoints.get(backend))
             write_json(path, summary)  # after every run: an interrupted benchmark keeps the runs it finished
     results = summary["backends"]
     if args.eval_every:
-        summary["time_to_target"] = time_to_target(results, args.target_fraction)
+        summary["time_to_target"] = time_to_target(results, args.target_fraction, args.target_reference)
     write_json(path, summary)
     plot_ppo(results, out_dir / f"{args.name}.png", args.task)
     if all("targets_per_episode" in r for r in results.values()):
@@ -95,6 +122,32 @@ def run(args: argparse.Namespace) -> dict:
     print(json.dumps({b: {k: (v if k != "eval_mujoco" else {n: x for n, x in v.items() if n != "targets_over_time"})
                           for k, v in r.items() if k != "curve"} for b, r in results.items()}))
     return summary
+
+
+def parse_runs(text: str) -> dict[str, tuple[str, str]]:
+    """'mujoco,flashnerd,flashnerd:shac' -> run name -> (backend, algorithm); an unknown algorithm, SHAC on a backend
+    without gradients, or a run named twice is a one-line error."""
+    runs = {}
+    for name in text.split(","):
+        backend, _, algo = name.partition(":")
+        algo = algo or "ppo"
+        if algo not in ALGOS:
+            raise CLIError(f"--dynamics run '{name}' names algorithm '{algo}'; use backend (PPO) or backend:shac")
+        if algo == "shac" and backend not in MODEL_KINDS:
+            raise CLIError(f"--dynamics run '{name}': SHAC differentiates through a learned model, and '{backend}' "
+                           f"is not one; use {' / '.join(f'{k}:shac' for k in MODEL_KINDS)}")
+        key = backend if algo == "ppo" else f"{backend}:{algo}"
+        if key in runs:
+            raise CLIError(f"--dynamics names run '{key}' twice; name each run once")
+        runs[key] = (backend, algo)
+    return runs
+
+
+def run_label(run: dict) -> str:
+    """A run's name as --dynamics gives it: its backend for PPO (runs written before SHAC had no algo), else
+    backend:algo."""
+    algo = run.get("algo", "ppo")
+    return run["backend"] if algo == "ppo" else f"{run['backend']}:{algo}"
 
 
 def _parse_seeds(text: str) -> list[int]:
@@ -108,10 +161,11 @@ def _parse_seeds(text: str) -> list[int]:
     return seeds
 
 
-def _resumed(path: Path, settings: dict, grid: dict[str, tuple[str, int]]) -> dict:
+def _resumed(path: Path, settings: dict, grid: dict[str, tuple[str, str, int]]) -> dict:
     """The summary in `path` to continue (its finished runs are kept), or a new one when there is none; a file of
-    other settings, or with runs of other backends or seeds than `grid` (run key -> backend, seed) asks for, is a
-    one-line error (its runs would not be comparable, or would join the plot and the reference unasked)."""
+    other settings, or with runs of other backends, algorithms or seeds than `grid` (run key -> backend, algorithm,
+    seed) asks for, is a one-line error (its runs would not be comparable, or would join the plot and the reference
+    unasked). A file without SHAC runs may gain them (its PPO runs did not depend on SHAC's settings)."""
     if not path.is_file():
         return {**settings, "backends": {}}
     try:
@@ -120,13 +174,14 @@ def _resumed(path: Path, settings: dict, grid: dict[str, tuple[str, int]]) -> di
         raise CLIError(f"--resume: '{path}' is no bench ppo JSON ({err}); pass another --name") from None
     if not isinstance(old, dict) or not isinstance(old.get("backends"), dict):
         raise CLIError(f"--resume: '{path}' is no bench ppo JSON; pass another --name")
-    differ = [k for k, v in settings.items() if old.get(k) != v]
+    differ = [k for k, v in settings.items() if old.get(k) != v and not (k == "shac" and k not in old)]
     if differ:
         raise CLIError(f"--resume: '{path}' was run with other {', '.join(differ)}; use the same flags or another "
                        "--name")
     needed = RUN_KEYS + (("mujoco_curve",) if settings["eval_every"] else ())
     for key, run in old["backends"].items():
-        if key not in grid or not isinstance(run, dict) or (run.get("backend"), run.get("seed")) != grid[key]:
+        if key not in grid or not isinstance(run, dict) or \
+                (run.get("backend"), run.get("algo", "ppo"), run.get("seed")) != grid[key]:
             raise CLIError(f"--resume: '{path}' holds run '{key}', which these --dynamics/--seed(s) do not make; "
                            "use the same flags or another --name")
         if missing := [k for k in needed if k not in run]:
@@ -135,30 +190,30 @@ def _resumed(path: Path, settings: dict, grid: dict[str, tuple[str, int]]) -> di
     return {**settings, "backends": old["backends"]}
 
 
-def time_to_target(results: dict, fraction: float) -> dict:
-    """The accumulated training seconds at which each run's policy first reached `fraction` of the reference
-    backend's final MuJoCo return (mean over its seeds; the best final return when no run trained on it), and
-    `fraction` of its own final return, read off the runs' MuJoCo curves (None for a run that never did); per backend
-    the mean, lowest and highest final return over its seeds and the mean time to its own target."""
+def time_to_target(results: dict, fraction: float, reference: str = REFERENCE_BACKEND) -> dict:
+    """The accumulated training seconds at which each run's policy first reached `fraction` of the `reference` runs'
+    final MuJoCo return (mean over their seeds; the best final return when there is no such run), and `fraction` of
+    its own final return, read off the runs' MuJoCo curves (None for a run that never did); per run name the mean,
+    lowest and highest final return over its seeds and the mean time to its own target."""
     first_at = lambda r, goal: next((t for t, ret in r["mujoco_curve"] if ret >= goal), None)  # noqa: E731
     # the seed's Fig. 5 reading: how soon each run reaches `fraction` of its own final return
     own = {key: first_at(r, fraction * r["eval_mujoco"]["mean_return"]) if r["eval_mujoco"]["mean_return"] > 0
            else None for key, r in results.items()}
     by_backend = {}
-    for backend in dict.fromkeys(r["backend"] for r in results.values()):
-        keys = [k for k, r in results.items() if r["backend"] == backend]
+    for label in dict.fromkeys(run_label(r) for r in results.values()):
+        keys = [k for k, r in results.items() if run_label(r) == label]
         finals, times = [results[k]["eval_mujoco"]["mean_return"] for k in keys], [own[k] for k in keys]
-        by_backend[backend] = {"runs": len(keys), "final_mean": statistics.mean(finals), "final_min": min(finals),
-                               "final_max": max(finals), "own_seconds": times,
-                               "own_seconds_mean": None if None in times else statistics.mean(times)}
-    ref = [r for r in results.values() if r["backend"] == REFERENCE_BACKEND]
+        by_backend[label] = {"runs": len(keys), "final_mean": statistics.mean(finals), "final_min": min(finals),
+                             "final_max": max(finals), "own_seconds": times,
+                             "own_seconds_mean": None if None in times else statistics.mean(times)}
+    ref = [r for r in results.values() if run_label(r) == reference]
     finals = [r["eval_mujoco"]["mean_return"] for r in ref]
-    reference = statistics.mean(finals) if finals else max(r["eval_mujoco"]["mean_return"] for r in results.values())
-    out = {"fraction": fraction, "reference_return": reference,
-           "reference": REFERENCE_BACKEND if finals else "best final", "own_seconds": own, "by_backend": by_backend}
-    if reference <= 0:  # a fraction of a return that is no gain says nothing: no target
+    ref_return = statistics.mean(finals) if finals else max(r["eval_mujoco"]["mean_return"] for r in results.values())
+    out = {"fraction": fraction, "reference_return": ref_return,
+           "reference": reference if finals else "best final", "own_seconds": own, "by_backend": by_backend}
+    if ref_return <= 0:  # a fraction of a return that is no gain says nothing: no target
         return {**out, "target_return": None, "seconds": {key: None for key in results}}
-    target = fraction * reference
+    target = fraction * ref_return
     return {**out, "target_return": target, "seconds": {key: first_at(r, target) for key, r in results.items()}}
 
 
@@ -172,21 +227,12 @@ def train_and_time(args: argparse.Namespace, backend: str, seed: int, run_dir: P
         agent_cfg.save_interval = args.eval_every
     runner, _ = train_policy(args.task, env_cfg, agent_cfg, str(run_dir), agent_cfg.max_iterations)
     curve = runner.iteration_curve
-    evaluate = lambda policy: evaluate_on_backends(  # noqa: E731
-        args.task, env_cfg, policy, args.eval_episodes, backends=[REFERENCE_BACKEND])[REFERENCE_BACKEND]
+    evaluate = _reference_evaluator(args, env_cfg)
     evaluation = evaluate(runner.get_inference_policy(device=agent_cfg.device))
-    out = {
-        "backend": backend,
-        "seed": seed,
-        "seconds_per_iteration": curve[-1][0] / len(curve),
-        # its halves: collecting rollouts (env steps and policy inference) and rsl_rl's PPO update
-        "collect_seconds_per_iteration": runner.collect_seconds / len(curve),
-        "learn_seconds_per_iteration": runner.learn_seconds / len(curve),
-        "total_seconds": curve[-1][0],
-        "final_train_reward": curve[-1][1],
-        "eval_mujoco": {k: evaluation[k] for k in EVAL_KEYS if k in evaluation},
-        "curve": curve,
-    }
+    out = _run_result(backend, "ppo", seed, curve, evaluation)
+    # its halves: collecting rollouts (env steps and policy inference) and rsl_rl's PPO update
+    out["collect_seconds_per_iteration"] = runner.collect_seconds / len(curve)
+    out["learn_seconds_per_iteration"] = runner.learn_seconds / len(curve)
     if args.eval_every:
         # rsl_rl saves model_<i>.pt after iteration i (0-based) when i % save_interval == 0, and the final policy
         # (evaluated above); this run wrote (or overwrote) each of them
@@ -195,6 +241,57 @@ def train_and_time(args: argparse.Namespace, backend: str, seed: int, run_dir: P
             runner.load(str(run_dir / f"model_{it}.pt"), map_location=agent_cfg.device)
             points.append((curve[it][0], evaluate(runner.get_inference_policy(device=agent_cfg.device))["mean_return"]))
         out["mujoco_curve"] = points + [(curve[-1][0], evaluation["mean_return"])]  # (seconds, MuJoCo return)
+    return out
+
+
+def shac_and_time(args: argparse.Namespace, backend: str, seed: int, run_dir: Path, checkpoint: str | None) -> dict:
+    """One SHAC run through the learned `backend` with --shac_num_envs worlds and --shac_iterations iterations: the
+    same record as a PPO run's. With --eval_every its policy is evaluated in the reference simulator at as many points
+    as a PPO run's (after iterations 1, 1 + k, 1 + 2k, ..., k = eval_every x shac_iterations / max_iterations), between
+    iterations; the evaluations do not count as training time."""
+    iterations = args.shac_iterations or args.max_iterations
+    env_cfg, agent_cfg = task_cfgs(args.task, num_envs=args.shac_num_envs, seed=seed, device=args.device,
+                                   dynamics=backend, dynamics_checkpoint=checkpoint, robot_variant=args.robot_variant)
+    agent_cfg.max_iterations = iterations
+    seed_everything(agent_cfg.seed)
+    env, _, trainer = make_shac(args.task, env_cfg, agent_cfg, ShacCfg(horizon=args.shac_horizon or ShacCfg.horizon),
+                                str(run_dir))
+    evaluate = _reference_evaluator(args, env_cfg)
+    every = max(1, round(args.eval_every * iterations / args.max_iterations)) if args.eval_every else iterations
+    marks = list(range(1, iterations, every)) if args.eval_every else []
+    points = []
+    for mark in [*marks, iterations]:
+        trainer.learn(mark - trainer.iteration, save_interval=every)
+        if mark < iterations:
+            points.append((trainer.total_time,
+                           evaluate(trainer.get_inference_policy(device=agent_cfg.device))["mean_return"]))
+    env.close()
+    evaluation = evaluate(trainer.get_inference_policy(device=agent_cfg.device))
+    out = _run_result(backend, "shac", seed, trainer.iteration_curve, evaluation)
+    out["num_envs"] = args.shac_num_envs
+    if args.eval_every:
+        out["mujoco_curve"] = points + [(trainer.total_time, evaluation["mean_return"])]  # (seconds, MuJoCo return)
+    return out
+
+
+def _reference_evaluator(args: argparse.Namespace, env_cfg):
+    """policy -> its --eval_episodes evaluation in the reference simulator on `env_cfg`'s task settings."""
+    return lambda policy: evaluate_on_backends(
+        args.task, env_cfg, policy, args.eval_episodes, backends=[REFERENCE_BACKEND])[REFERENCE_BACKEND]
+
+
+def _run_result(backend: str, algo: str, seed: int, curve: list[tuple[float, float]], evaluation: dict) -> dict:
+    """What every run in the JSON holds: its timing, reward curve and final MuJoCo evaluation."""
+    out = {
+        "backend": backend,
+        "algo": algo,
+        "seed": seed,
+        "seconds_per_iteration": curve[-1][0] / len(curve),
+        "total_seconds": curve[-1][0],
+        "final_train_reward": curve[-1][1],
+        "eval_mujoco": {k: evaluation[k] for k in EVAL_KEYS if k in evaluation},
+        "curve": curve,
+    }
     if "targets_per_episode" in evaluation:
         out["targets_per_episode"] = evaluation["targets_per_episode"]
     return out
