@@ -19,11 +19,12 @@ if ! "$PY" -c "import flashnerd_tasks" 2>/dev/null; then
   "$PY" -m pip install -q --no-deps --no-build-isolation --no-index -e . >/dev/null
 fi
 if (( DRY )); then
-  DEV=cpu; N=16; BATCH=16,64; ITERS=2; STEPS=3; CPU_N=16; COUPLED=(--num_worlds 4 --steps 2)
+  DEV=cpu; N=16; BATCH=16,64; ITERS=2; STEPS=3; CPU_N=16; SHAC_N=4; COUPLED=(--num_worlds 4 --steps 2)
   SUITE=(--robots cartpole --eval_rollouts 4 --horizons 1,15 --batches 16 --max_batch 64)
   PLAN=(--num_samples 8 --horizon 6 --decisions 2 --turns 2 --warmup 1)
 else
-  DEV=cuda; N=16384; BATCH=16,16384,512000; ITERS=30; STEPS=20; CPU_N=4096; COUPLED=(--num_worlds 256 --steps 50)
+  DEV=cuda; N=16384; BATCH=16,16384,512000; ITERS=30; STEPS=20; CPU_N=4096; SHAC_N=4096
+  COUPLED=(--num_worlds 256 --steps 50)
   SUITE=(--robots cartpole,franka,g1 --batches 16,16384 --max_batch 512000)
   PLAN=(--num_samples 2048 --decisions 40 --turns 4 --warmup 3)  # the published sample count
 fi
@@ -46,8 +47,9 @@ run bench coupled "${COUPLED[@]}" > "$OUT/coupled.json"
 # the model suite with the shipped checkpoints (held-out sets recorded on the CPU into $OUT/suite_data)
 run bench suite "${SUITE[@]}" --device "$DEV" --data_dir "$OUT/suite_data" --out_dir "$OUT" --name model_suite_gpu \
   > "$OUT/suite.json"
-run bench ppo --task $TASK --dynamics mjwarp,nerd,flashnerd --num_envs "$N" --max_iterations "$ITERS" --eval_episodes 4 \
-  --device "$DEV" --out_dir "$OUT/ppo" > "$OUT/ppo.json"
+# PPO on each backend, and SHAC through FlashNeRD (its differentiable rollouts: forward and backward through the model)
+run bench ppo --task $TASK --dynamics mjwarp,nerd,flashnerd,flashnerd:shac --num_envs "$N" --max_iterations "$ITERS" \
+  --shac_num_envs "$SHAC_N" --eval_episodes 4 --device "$DEV" --out_dir "$OUT/ppo" > "$OUT/ppo.json"
 # DIAL-MPC planning time per control decision on the highest platform, planning on the GPU (executed in MuJoCo on the
 # CPU), backends in turns; eager (torch.compile on CUDA needs Triton, which a bare machine may lack)
 run bench plan --dynamics mjwarp,flashnerd --platform 5 "${PLAN[@]}" --no-compile --device "$DEV" > "$OUT/plan.json"
@@ -64,8 +66,13 @@ result = {
     "env_steps_per_s": {d: load(f"env_{d}.json")["env_steps_per_s"] for d in ("mujoco", "mjwarp", "nerd", "flashnerd")},
     "env_steps_per_s_cpu": {d: load(f"env_cpu_{d}.json")["env_steps_per_s"] for d in ("mujoco", "flashnerd")},
     "coupled": load("coupled.json"),
-    "ppo_seconds_per_iteration": {d: r["seconds_per_iteration"] for d, r in load("ppo.json").items()},
-    "ppo_collect_seconds_per_iteration": {d: r["collect_seconds_per_iteration"] for d, r in load("ppo.json").items()},
+    "ppo_seconds_per_iteration": {d: r["seconds_per_iteration"] for d, r in load("ppo.json").items()
+                                  if r.get("algo", "ppo") == "ppo"},
+    "ppo_collect_seconds_per_iteration": {d: r["collect_seconds_per_iteration"] for d, r in load("ppo.json").items()
+                                          if r.get("algo", "ppo") == "ppo"},
+    # SHAC's env-steps per second of training (32-step windows over its worlds; forward, backward, critic fit)
+    "shac_env_steps_per_s": {d: 32 * r["num_envs"] / r["seconds_per_iteration"] for d, r in load("ppo.json").items()
+                             if r.get("algo") == "shac"},
     "plan_median_ms": {d: r["median_planning_ms"] for d, r in load("plan.json")["backends"].items()},
     "plan_ratio_to_mjwarp": load("plan.json")["ratio_to_mjwarp"],
     "suite": {robot: {m: {"nrmse": v["nrmse"], "steps_per_s": v["steps_per_s"], "max_batch": v["max_batch"]}
