@@ -362,3 +362,67 @@ def test_refined_planning_on_the_learned_model_scores_the_plan_as_the_batched_ro
         assert main(argv) == 2, argv
         err = capsys.readouterr().err.strip()
         assert message in err and len(err.splitlines()) == 1, err
+
+
+def _plan_json(seed: int, climbed: dict[str, list[bool]], **settings) -> dict:
+    """A `flashnerd plan --out` file in miniature: per backend, platforms with their climbs and planning times."""
+    base = {"task": "FlashNeRD-Climb-Platform-Anymal-C-v0", "seed": seed, "num_samples": 8, "horizon": 6,
+            "iterations": 1, "episode_s": 1.0, "lookahead_in_stance": False, "stand_at_goal": True,
+            "weights": {"lane": 4.0}, "device": "cpu", "robot_variant": None, "threads": 2}
+    backends = {b: {"checkpoint": None, "complete": True, "platforms": len(c), "per_platform": [
+        {"lane": lane, "height": 0.06 + 0.025 * lane, "climbed": ok, "planning_ms": [10.0 * (seed + lane + 1)]}
+        for lane, ok in enumerate(c)]} for b, c in climbed.items()}
+    return {**base, **settings, "backends": backends}
+
+
+def test_plan_table_counts_climbs_over_seeds_and_refuses_runs_that_differ_in_more_than_the_seed(tmp_path, capsys):
+    """Climbs per seed, per platform counted over seeds and the median over every decision, from crafted plan files;
+    a file from before refinement existed counts as grad_steps 0; other settings, a repeated seed, an incomplete
+    backend and another checkpoint are one-line errors; the report renders the table."""
+    import json
+    from pathlib import Path
+
+    from flashnerd.cli.main import main
+    from flashnerd.viz.report import render_block
+
+    runs = [_plan_json(1, {"flashnerd": [True, True], "mujoco": [True, False]}),
+            _plan_json(2, {"flashnerd": [True, False]}, grad_steps=0, grad_lr=None),
+            _plan_json(3, {"flashnerd": [False, True], "mujoco": [True, True]})]
+    paths = []
+    for run in runs:
+        paths.append(tmp_path / f"s{run['seed']}.json")
+        paths[-1].write_text(json.dumps(run))
+    out = tmp_path / "results" / "climb_seeds_x.json"
+    assert main(["plan-table", *map(str, paths), "--out", str(out)]) == 0
+    table = json.loads(out.read_text())
+    flash, mj = table["backends"]["flashnerd"], table["backends"]["mujoco"]
+    assert table["seeds"] == [1, 2, 3] and flash["seeds"] == [1, 2, 3] and mj["seeds"] == [1, 3]
+    assert flash["climbs_per_seed"] == [2, 1, 1] and mj["climbs_per_seed"] == [1, 2]
+    assert flash["per_platform"] == {"0": [2, 3], "1": [2, 3]} and mj["per_platform"] == {"0": [2, 2], "1": [1, 2]}
+    # decisions of seed s on lane l took 10 (s + l + 1) ms: flashnerd's are 20, 30, 30, 40, 40, 50
+    assert flash["median_planning_ms"] == 35.0 and flash["median_planning_ms_per_seed"] == [25.0, 35.0, 45.0]
+    text = render_block("climb_seeds_x", out.parent)
+    assert "| `flashnerd` | 1, 2, 3 | 4/6 (2, 1, 1) | 1.3 | 35 | 2/3 | 2/3 |" in text
+    assert "| `mujoco` | 1, 3 | 3/4 (1, 2) | 1.5 |" in text
+
+    def refused(run: dict, message: str) -> None:
+        bad = tmp_path / "bad.json"
+        bad.write_text(json.dumps(run))
+        capsys.readouterr()
+        assert main(["plan-table", str(paths[0]), str(bad), "--out", str(tmp_path / "t.json")]) == 2
+        err = capsys.readouterr().err.strip()
+        assert message in err and len(err.splitlines()) == 1, err
+        assert not (tmp_path / "t.json").exists()
+
+    refused(_plan_json(4, {"flashnerd": [True, True]}, horizon=7), "other horizon")
+    refused(_plan_json(4, {"flashnerd": [True, True]}, grad_steps=2, grad_lr=0.05), "other grad_steps, grad_lr")
+    refused(_plan_json(1, {"flashnerd": [True, True]}), "repeats seed 1")
+    incomplete = _plan_json(4, {"flashnerd": [True, True]})
+    incomplete["backends"]["flashnerd"]["complete"] = False
+    refused(incomplete, "backend 'flashnerd' is incomplete")
+    other = _plan_json(4, {"flashnerd": [True, True]})
+    other["backends"]["flashnerd"]["checkpoint"] = "other.safetensors"
+    refused(other, "needs one model per backend")
+    Path(tmp_path / "bad.json").write_text("[1, 2]")
+    assert main(["plan-table", str(tmp_path / "bad.json"), "--out", str(tmp_path / "t.json")]) == 2
+    assert "is not a `flashnerd plan --out` JSON" in capsys.readouterr().err

@@ -1,5 +1,5 @@
 """Entry point of the `flashnerd` command: list-envs, train, play, eval, bench, record, fit, evaluate-model, plan,
-compare-video, report, convert-checkpoint, import-logs, improve, variant."""
+plan-table, compare-video, report, convert-checkpoint, import-logs, improve, variant."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from flashnerd.cli import (
     import_logs,
     improve,
     plan,
+    plan_table,
     play,
     record,
     report,
@@ -57,6 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_parser(sub)
     evaluate_model.add_parser(sub)
     plan.add_parser(sub)
+    plan_table.add_parser(sub)
     video.add_parser(sub)
     report.add_parser(sub)
     convert.add_parser(sub)

@@ -68,10 +68,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-_SETTINGS = ("task", "seed", "num_samples", "horizon", "iterations", "episode_s", "lookahead_in_stance",
+PLAN_SETTINGS = ("task", "seed", "num_samples", "horizon", "iterations", "episode_s", "lookahead_in_stance",
              "stand_at_goal", "weights", "device", "robot_variant", "grad_steps", "grad_lr")
 # a file written before a setting existed is read as holding its default (no refinement)
-_DEFAULTS = {"grad_steps": 0, "grad_lr": None}
+SETTING_DEFAULTS = {"grad_steps": 0, "grad_lr": None}
 
 
 def _earlier(path: Path | None, summary: dict) -> dict:
@@ -82,8 +82,8 @@ def _earlier(path: Path | None, summary: dict) -> dict:
         old = json.loads(path.read_text())
     except ValueError as err:
         raise CLIError(f"--out '{path}' exists and is not JSON; remove it or choose another file") from err
-    if any(old.get(k, _DEFAULTS.get(k)) != summary[k] for k in _SETTINGS):
-        raise CLIError(f"--out '{path}' holds a run with other settings ({', '.join(_SETTINGS)}); remove it or "
+    if any(old.get(k, SETTING_DEFAULTS.get(k)) != summary[k] for k in PLAN_SETTINGS):
+        raise CLIError(f"--out '{path}' holds a run with other settings ({', '.join(PLAN_SETTINGS)}); remove it or "
                        "choose another file")
     return old.get("backends", {})
 

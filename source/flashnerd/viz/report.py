@@ -368,6 +368,26 @@ def _climb(data: dict, name: str, folder: Path) -> str:
     return "\n".join(rows)
 
 
+def _climb_seeds(data: dict, name: str, folder: Path) -> str:
+    """`flashnerd plan-table` JSON -> climbs per backend over planner seeds (per seed and per platform, counted)."""
+    lanes = data["platforms"]
+    heads = " | ".join(f"{p['height']:.3f} m" for p in lanes)
+    refine = f", {data['grad_steps']} gradient steps (lr {data['grad_lr']:g})" if data.get("grad_steps") else ""
+    rows = [f"Planner seeds {', '.join(str(s) for s in data['seeds'])}; {data['num_samples']} samples, horizon "
+            f"{data['horizon']}, {data['iterations']} iterations per control step{refine}, {data['episode_s']:.0f} s "
+            "per platform; every chosen action executed in MuJoCo. Each platform's cell counts the seeds it was "
+            "climbed on.", "",
+            f"| planning backend | seeds | climbs (per seed) | mean per seed | median ms per decision | {heads} |",
+            "|---|---|---|---|---|" + "---|" * len(lanes)]
+    for backend, r in data["backends"].items():
+        total, planned = sum(r["climbs_per_seed"]), sum(r["platforms_per_seed"])
+        cells = " | ".join("{}/{}".format(*r["per_platform"][str(p["lane"])]) for p in lanes)
+        rows.append(f"| `{backend}` | {', '.join(str(s) for s in r['seeds'])} | {total}/{planned} "
+                    f"({', '.join(str(c) for c in r['climbs_per_seed'])}) | "
+                    f"{total / len(r['seeds']):.1f} | {r['median_planning_ms']:.0f} | {cells} |")
+    return "\n".join(rows)
+
+
 def _bench_plan(data: dict, name: str, folder: Path) -> str:
     """`flashnerd bench plan` JSON -> planning time per decision per backend, and the ratio to the first."""
     ratio = next(v for k, v in data.items() if k.startswith("ratio_to_"))
@@ -434,7 +454,7 @@ def _reality_gap(data: dict, name: str, folder: Path) -> str:
 RENDERERS: dict[str, Callable[[dict, str, Path], str]] = {
     "bench_ppo_": _bench_ppo, "bench_model_": _bench_model, "model_eval_": _model_eval, "transfer_": _transfer,
     "fit_scaling_": _fit_scaling, "model_suite": _model_suite, "cube_reorient": _reorient,
-    "microduck_finetune": _finetune, "platform_climb": _climb, "bench_plan": _bench_plan,
+    "microduck_finetune": _finetune, "platform_climb": _climb, "climb_seeds": _climb_seeds, "bench_plan": _bench_plan,
     "reality_gap": _reality_gap,
 }
 
