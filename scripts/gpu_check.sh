@@ -58,6 +58,7 @@ run bench plan --dynamics mjwarp,flashnerd --platform 5 "${PLAN[@]}" --no-compil
 import json, sys, pathlib, torch
 out, dev = pathlib.Path(sys.argv[1]), sys.argv[2]
 load = lambda name: json.loads((out / name).read_text())
+shac_horizon = load("ppo/bench_ppo.json")["shac"]["horizon"]
 result = {
     "device": torch.cuda.get_device_name(0) if dev == "cuda" else "cpu",
     "torch": torch.__version__,
@@ -70,9 +71,9 @@ result = {
                                   if r.get("algo", "ppo") == "ppo"},
     "ppo_collect_seconds_per_iteration": {d: r["collect_seconds_per_iteration"] for d, r in load("ppo.json").items()
                                           if r.get("algo", "ppo") == "ppo"},
-    # SHAC's env-steps per second of training (32-step windows over its worlds; forward, backward, critic fit)
-    "shac_env_steps_per_s": {d: 32 * r["num_envs"] / r["seconds_per_iteration"] for d, r in load("ppo.json").items()
-                             if r.get("algo") == "shac"},
+    # SHAC's env-steps per second of training (windows of its horizon over its worlds; forward, backward, critic fit)
+    "shac_env_steps_per_s": {d: shac_horizon * r["num_envs"] / r["seconds_per_iteration"]
+                             for d, r in load("ppo.json").items() if r.get("algo") == "shac"},
     "plan_median_ms": {d: r["median_planning_ms"] for d, r in load("plan.json")["backends"].items()},
     "plan_ratio_to_mjwarp": load("plan.json")["ratio_to_mjwarp"],
     "suite": {robot: {m: {"nrmse": v["nrmse"], "steps_per_s": v["steps_per_s"], "max_batch": v["max_batch"]}

@@ -323,40 +323,65 @@ def test_time_to_target_takes_a_named_reference_run_and_groups_shac_apart():
     assert tt["by_backend"]["flashnerd:shac"]["runs"] == 1 and tt["by_backend"]["flashnerd"]["runs"] == 2
 
 
-def test_bench_ppo_shac_run_beside_ppo_evaluated_as_often_and_resumed_into_a_ppo_file(tiny_ckpt, tmp_path, capsys):
+def test_bench_ppo_shac_run_beside_ppo_evaluated_as_often_and_resumed_into_a_ppo_file(tiny_ckpt, tmp_path, capsys,
+                                                                                       monkeypatch):
     """`flashnerd:shac` trains SHAC (its own world count and iterations) and is recorded like a PPO run: its curve
-    has one point per SHAC iteration, its policy is evaluated in MuJoCo as many times as the PPO run's, the final
-    point being the final evaluation. A PPO-only file resumed with a SHAC run gains it and keeps its PPO run; SHAC on
-    MuJoCo, an unknown algorithm and a reference that is no run are one-line errors."""
+    has one point per SHAC iteration, its policy is evaluated in MuJoCo as many times as the PPO run's, at the same
+    fractions of the run, the final point being the final evaluation. The evaluations count as no training time and
+    leave the training's random streams alone: the same run without them has the same training curve and final
+    policy. A PPO-only file resumed with a SHAC run gains it and keeps its PPO run; SHAC on MuJoCo, an unknown
+    algorithm, SHAC flags without a SHAC run and a reference that is no run are one-line errors."""
+    import time
+
+    from flashnerd.cli.bench import ppo as bench_ppo
+
     out = tmp_path / "bench"
     base = ["bench", "ppo", "--task", "FlashNeRD-Velocity-Flat-Anymal-C-v0", "--dynamics_checkpoint",
             f"flashnerd={tiny_ckpt}", "--num_envs", "4", "--max_iterations", "2", "--eval_episodes", "2",
-            "--out_dir", str(out), "--eval_every", "1"]
-    assert main([*base, "--dynamics", "flashnerd"]) == 0
+            "--eval_every", "1"]
+    assert main([*base, "--out_dir", str(out), "--dynamics", "flashnerd"]) == 0
     path = out / "bench_ppo.json"
     ppo_run = json.loads(path.read_text())["backends"]["flashnerd"]
+    real = bench_ppo._reference_evaluator
+    pause = 1.5
+
+    def slow(args, env_cfg):  # an evaluation that takes long: none of it may show in the training time
+        evaluate = real(args, env_cfg)
+        return lambda policy: (time.sleep(pause), evaluate(policy))[1]
+
+    monkeypatch.setattr(bench_ppo, "_reference_evaluator", slow)
     shac = ["--shac_num_envs", "3", "--shac_iterations", "6", "--shac_horizon", "3", "--target_reference", "flashnerd"]
-    assert main([*base, "--dynamics", "flashnerd,flashnerd:shac", *shac, "--resume"]) == 0
+    assert main([*base, "--out_dir", str(out), "--dynamics", "flashnerd,flashnerd:shac", *shac, "--resume"]) == 0
+    monkeypatch.undo()
     data = json.loads(path.read_text())
     assert data["shac"] == {"num_envs": 3, "iterations": 6, "horizon": 3}
     assert data["backends"]["flashnerd"]["curve"] == ppo_run["curve"]  # kept, not trained again
     r = data["backends"]["flashnerd:shac"]
     assert (r["backend"], r["algo"], r["num_envs"]) == ("flashnerd", "shac", 3)
-    assert len(r["curve"]) == 6 and all(b[0] > a[0] for a, b in zip(r["curve"], r["curve"][1:]))
-    # PPO (every iteration of 2): after iteration 1 and the final; SHAC (every 1 x 6 / 2 = 3 of 6): after 1, 4, final
-    assert len(ppo_run["mujoco_curve"]) == 2
-    assert [t for t, _ in r["mujoco_curve"]] == pytest.approx([r["curve"][i][0] for i in (0, 3, 5)])
+    times = [t for t, _ in r["curve"]]
+    assert len(times) == 6 and all(0 < b - a < pause for a, b in zip(times, times[1:]))
+    # PPO (2 iterations, every 1): after iteration 1 of 2, then the final; SHAC: after iteration 3 of 6, then the final
+    assert len(ppo_run["mujoco_curve"]) == len(r["mujoco_curve"]) == 2
+    assert [t for t, _ in r["mujoco_curve"]] == pytest.approx([times[2], times[5]])
     assert r["mujoco_curve"][-1][1] == r["eval_mujoco"]["mean_return"]
     assert data["time_to_target"]["reference"] == "flashnerd"
     assert set(data["time_to_target"]["by_backend"]) == {"flashnerd", "flashnerd:shac"}
     assert (out / "flashnerd_shac" / "model_5.pt").is_file()  # the final policy, in rsl_rl's checkpoint layout
+
+    plain = tmp_path / "plain"  # the same SHAC run without evaluations along the way
+    assert main([*base[:-2], "--out_dir", str(plain), "--dynamics", "flashnerd:shac", *shac[:-2]]) == 0
+    alone = json.loads((plain / "bench_ppo.json").read_text())["backends"]["flashnerd:shac"]
+    assert [x for _, x in alone["curve"]] == pytest.approx([x for _, x in r["curve"]], nan_ok=True)
+    assert alone["eval_mujoco"] == r["eval_mujoco"]
     capsys.readouterr()
     for runs, message in (("mujoco:shac", "'mujoco' is not one"), ("flashnerd:sac", "names algorithm 'sac'"),
                           ("flashnerd,flashnerd:ppo", "names run 'flashnerd' twice")):
-        assert main([*base, "--dynamics", runs]) == 2
+        assert main([*base, "--out_dir", str(out), "--dynamics", runs]) == 2
         err = capsys.readouterr().err.strip()
         assert message in err and len(err.splitlines()) == 1
-    assert main([*base, "--dynamics", "flashnerd", "--target_reference", "nerd"]) == 2
+    assert main([*base, "--out_dir", str(out), "--dynamics", "flashnerd", "--shac_horizon", "8"]) == 2
+    assert "--dynamics names none" in capsys.readouterr().err
+    assert main([*base, "--out_dir", str(out), "--dynamics", "flashnerd", "--target_reference", "nerd"]) == 2
     assert "is none of the runs" in capsys.readouterr().err
 
 

@@ -377,8 +377,8 @@ def _plan_json(seed: int, climbed: dict[str, list[bool]], **settings) -> dict:
 
 def test_plan_table_counts_climbs_over_seeds_and_refuses_runs_that_differ_in_more_than_the_seed(tmp_path, capsys):
     """Climbs per seed, per platform counted over seeds and the median over every decision, from crafted plan files;
-    a file from before refinement existed counts as grad_steps 0; other settings, a repeated seed, an incomplete
-    backend and another checkpoint are one-line errors; the report renders the table."""
+    a file from before refinement existed counts as grad_steps 0; other settings or threads, other platforms, a
+    repeated seed, an incomplete backend and another checkpoint are one-line errors; the report renders the table."""
     import json
     from pathlib import Path
 
@@ -416,6 +416,8 @@ def test_plan_table_counts_climbs_over_seeds_and_refuses_runs_that_differ_in_mor
 
     refused(_plan_json(4, {"flashnerd": [True, True]}, horizon=7), "other horizon")
     refused(_plan_json(4, {"flashnerd": [True, True]}, grad_steps=2, grad_lr=0.05), "other grad_steps, grad_lr")
+    refused(_plan_json(4, {"flashnerd": [True, True]}, threads=4), "other threads")  # its times are not comparable
+    refused(_plan_json(4, {"flashnerd": [True]}), "needs the same platforms on every seed")
     refused(_plan_json(1, {"flashnerd": [True, True]}), "repeats seed 1")
     incomplete = _plan_json(4, {"flashnerd": [True, True]})
     incomplete["backends"]["flashnerd"]["complete"] = False

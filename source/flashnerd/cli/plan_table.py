@@ -44,9 +44,9 @@ def _read(path: Path) -> dict:
 def merge_runs(runs: list[dict], names: list[str]) -> dict:
     """Plan runs (one per seed, same settings otherwise) -> per backend: the seeds it ran on, climbs per seed and in
     total, climbs per platform counted over seeds, and the median planning time over all its decisions (and per
-    seed). A run of other settings, a seed given twice, a backend planned with another checkpoint or whose run is
-    incomplete are one-line errors naming the file."""
-    settings = [k for k in PLAN_SETTINGS if k != "seed"]
+    seed). A run of other settings or thread count, a seed given twice, a backend planned with another checkpoint, on
+    other platforms, or whose run is incomplete are one-line errors naming the file."""
+    settings = [k for k in PLAN_SETTINGS if k != "seed"] + ["threads"]  # threads: planning times are compared
     first = runs[0]
     value = lambda run, key: run.get(key, SETTING_DEFAULTS.get(key))  # noqa: E731 (files from before a setting existed)
     seeds: list[int] = []
@@ -69,11 +69,16 @@ def merge_runs(runs: list[dict], names: list[str]) -> dict:
             if r.get("checkpoint") != entry["checkpoint"]:
                 raise CLIError(f"'{name}': backend '{backend}' planned with checkpoint {r.get('checkpoint')}, another "
                                f"run with {entry['checkpoint']}; a table over seeds needs one model per backend")
+            planned = sorted(p["lane"] for p in r["per_platform"])
+            if entry["runs"] and planned != entry["lanes"]:
+                raise CLIError(f"'{name}': backend '{backend}' planned platforms {planned}, another run "
+                               f"{entry['lanes']}; a table over seeds needs the same platforms on every seed")
+            entry["lanes"] = planned
             entry["runs"].append((run["seed"], r["per_platform"]))
             lanes.update({p["lane"]: p["height"] for p in r["per_platform"]})
     order = sorted(lanes)
     out = {k: value(first, k) for k in ("task", *settings)}
-    out.update(threads=first.get("threads"), seeds=seeds, runs=names,
+    out.update(seeds=seeds, runs=names,
                platforms=[{"lane": lane, "height": lanes[lane]} for lane in order], backends={})
     for backend, entry in backends.items():
         per_seed = [{p["lane"]: p for p in platforms} for _, platforms in entry["runs"]]

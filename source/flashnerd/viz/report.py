@@ -13,6 +13,7 @@ folder says what goes there. The file-name prefix picks the renderer:
     microduck_finetune*  `flashnerd bench finetune` JSON -> wall time and success per backend + bar chart (NAME.png)
     platform_climb*  `flashnerd plan --out` JSON -> climbs and planning time per backend + base height over time
                      per platform (NAME.png)
+    climb_seeds*     `flashnerd plan-table` JSON -> climbs per backend over planner seeds, per platform counted
     bench_plan*      `flashnerd bench plan` JSON -> planning time per decision per backend, ratio to the first
     reality_gap*     `flashnerd bench reality-gap` JSON -> every policy's return in the robot variant, the model's
                      held-out error per round + return against minutes of robot data (NAME.png); a run still going
@@ -165,19 +166,23 @@ def plot_improve(state: dict, path: str | Path) -> None:
 
 def _bench_ppo(data: dict, name: str, folder: Path) -> str:
     plot_ppo(data["backends"], folder / f"{name}.png", data["task"])
-    fastest = min(r["seconds_per_iteration"] for r in data["backends"].values())
+    # SHAC's iterations are another unit (one window of its own worlds): PPO runs are compared with PPO runs
+    fastest = min((r["seconds_per_iteration"] for r in data["backends"].values() if r.get("algo", "ppo") == "ppo"),
+                  default=None)
     shac = data.get("shac")
     rows = [f"{data['num_envs']} envs, {data['iterations']} iterations per backend, device `{data['device']}`"
             + (f"; SHAC runs (`backend:shac`): {shac['num_envs']} envs, {shac['iterations']} iterations of "
                f"{shac['horizon']} steps." if shac else "."), "",
             "| training run | s / iteration | collecting / updating | vs fastest | return in MuJoCo | "
             "MuJoCo lin-vel RMS | MuJoCo fall rate |", "|---|---|---|---|---|---|---|"]
+    vs_fastest = lambda r: (f"{r['seconds_per_iteration'] / fastest:.2f}x"  # noqa: E731
+                            if fastest and r.get("algo", "ppo") == "ppo" else "-")
     for backend, r in sorted(data["backends"].items(), key=lambda kv: kv[1]["seconds_per_iteration"]):
         e = r["eval_mujoco"]
         halves = (f"{r['collect_seconds_per_iteration']:.2f} / {r['learn_seconds_per_iteration']:.2f}"
                   if "collect_seconds_per_iteration" in r else "-")  # runs written before the halves were kept
         rows.append(f"| `{backend}` | {r['seconds_per_iteration']:.2f} | {halves} | "
-                    f"{r['seconds_per_iteration'] / fastest:.2f}x | {e['mean_return']:.1f} | {e['lin_vel_rms']:.3f} | "
+                    f"{vs_fastest(r)} | {e['mean_return']:.1f} | {e['lin_vel_rms']:.3f} | "
                     f"{e['fall_rate']:.2f} |")
     tt = data.get("time_to_target")
     if tt and tt["target_return"] is None:
@@ -186,7 +191,8 @@ def _bench_ppo(data: dict, name: str, folder: Path) -> str:
     elif tt:
         rows += ["", f"Training time until the policy's MuJoCo return first reached {tt['fraction']:.0%} of "
                  f"{tt['reference']}'s final return ({tt['reference_return']:.1f}, so {tt['target_return']:.1f}), "
-                 f"read off the policies saved every {data['eval_every']} iterations:", "",
+                 f"read off the policies saved every {data['eval_every']} PPO iterations"
+                 + (" (SHAC's at the same fractions of its run)" if shac else "") + ":", "",
                  "| run | seconds to target |", "|---|---|"]
         rows += [f"| `{k}` | {'not reached' if t is None else f'{t:.0f}'} |" for k, t in tt["seconds"].items()]
     seconds = lambda t: "not reached" if t is None else f"{t:.0f}"  # noqa: E731

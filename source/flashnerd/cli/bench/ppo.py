@@ -13,6 +13,8 @@ import json
 import statistics
 from pathlib import Path
 
+import torch
+
 from flashnerd.cli.common import (
     CLIError,
     add_training_bench_args,
@@ -40,7 +42,8 @@ EVAL_KEYS = ("mean_return", "lin_vel_rms", "fall_rate", "mean_episode_length_s",
 
 
 def add_parser(bsub: argparse._SubParsersAction) -> None:
-    p = bsub.add_parser("ppo", help="train one PPO policy per backend; time, reward curve, MuJoCo evaluation")
+    p = bsub.add_parser("ppo", help="train one policy per backend (PPO, or SHAC through a learned one); time, reward "
+                                     "curve, MuJoCo evaluation")
     p.add_argument("--task", required=True, help="task id")
     p.add_argument("--dynamics", default="mujoco,nerd,flashnerd",
                    help="comma-separated training runs: a backend (PPO on it) or backend:shac (SHAC through a learned "
@@ -49,8 +52,8 @@ def add_parser(bsub: argparse._SubParsersAction) -> None:
     p.add_argument("--max_iterations", type=int, default=100, help="PPO iterations per run")
     p.add_argument("--shac_num_envs", type=int, default=64, help="parallel worlds per SHAC run")
     p.add_argument("--shac_iterations", type=int, default=None,
-                   help="SHAC iterations per run (default: --max_iterations); its policies are evaluated as often as "
-                        "PPO's (every --eval_every x shac_iterations / max_iterations iterations)")
+                   help="SHAC iterations per run (default: --max_iterations); with --eval_every its policy is "
+                        "evaluated at the same fractions of its run as PPO's saved policies")
     p.add_argument("--shac_horizon", type=int, default=None, help="SHAC's differentiable rollout length in steps")
     p.add_argument("--seed", type=int, default=42, help="random seed (same for every backend)")
     p.add_argument("--seeds", default=None,
@@ -77,8 +80,13 @@ def run(args: argparse.Namespace) -> dict:
     and the targets-over-time curve of that evaluation (cf. Fig. 8)."""
     for name in ("num_envs", "max_iterations", "eval_episodes", "shac_num_envs"):
         check_positive(name, getattr(args, name))
+    runs = parse_runs(args.dynamics)
+    shac = any(algo == "shac" for _, algo in runs.values())
     for name in ("shac_iterations", "shac_horizon"):
         if getattr(args, name) is not None:
+            if not shac:
+                raise CLIError(f"--{name} sets SHAC runs, and --dynamics names none; add a run such as "
+                               "flashnerd:shac, or drop it")
             check_positive(name, getattr(args, name))
     if args.eval_every < 0:
         raise CLIError(f"--eval_every must be zero (final policies only) or positive, got {args.eval_every}")
@@ -89,7 +97,6 @@ def run(args: argparse.Namespace) -> dict:
     check_device(args.device)
     seeds = _parse_seeds(args.seeds) if args.seeds is not None else [args.seed]
     out_dir = Path(args.out_dir)
-    runs = parse_runs(args.dynamics)
     if args.target_reference not in runs and args.target_reference != REFERENCE_BACKEND:
         raise CLIError(f"--target_reference '{args.target_reference}' is none of the runs in --dynamics "
                        f"({', '.join(runs)}); name one of them")
@@ -97,7 +104,7 @@ def run(args: argparse.Namespace) -> dict:
     settings = {"task": args.task, "num_envs": args.num_envs, "iterations": args.max_iterations,
                 "device": args.device, "eval_every": args.eval_every, "eval_episodes": args.eval_episodes,
                 "robot_variant": args.robot_variant, "dynamics_checkpoint": checkpoints}
-    if any(algo == "shac" for _, algo in runs.values()):
+    if shac:
         settings["shac"] = {"num_envs": args.shac_num_envs, "iterations": args.shac_iterations or args.max_iterations,
                             "horizon": args.shac_horizon or ShacCfg.horizon}
     # run key -> (run name, seed); keyed by seed whenever --seeds is given, so that --resume can add seeds later
@@ -174,7 +181,8 @@ def _resumed(path: Path, settings: dict, grid: dict[str, tuple[str, str, int]]) 
         raise CLIError(f"--resume: '{path}' is no bench ppo JSON ({err}); pass another --name") from None
     if not isinstance(old, dict) or not isinstance(old.get("backends"), dict):
         raise CLIError(f"--resume: '{path}' is no bench ppo JSON; pass another --name")
-    differ = [k for k, v in settings.items() if old.get(k) != v and not (k == "shac" and k not in old)]
+    has_shac = any(isinstance(r, dict) and r.get("algo") == "shac" for r in old["backends"].values())
+    differ = [k for k, v in settings.items() if old.get(k) != v and (k != "shac" or has_shac)]
     if differ:
         raise CLIError(f"--resume: '{path}' was run with other {', '.join(differ)}; use the same flags or another "
                        "--name")
@@ -246,9 +254,9 @@ def train_and_time(args: argparse.Namespace, backend: str, seed: int, run_dir: P
 
 def shac_and_time(args: argparse.Namespace, backend: str, seed: int, run_dir: Path, checkpoint: str | None) -> dict:
     """One SHAC run through the learned `backend` with --shac_num_envs worlds and --shac_iterations iterations: the
-    same record as a PPO run's. With --eval_every its policy is evaluated in the reference simulator at as many points
-    as a PPO run's (after iterations 1, 1 + k, 1 + 2k, ..., k = eval_every x shac_iterations / max_iterations), between
-    iterations; the evaluations do not count as training time."""
+    same record as a PPO run's. With --eval_every its policy is evaluated in the reference simulator at the fractions
+    of its run at which PPO saves policies (PPO: after iterations 1, 1 + k, 1 + 2k, ... below its last), between
+    iterations; the evaluations neither count as training time nor move the random streams training draws from."""
     iterations = args.shac_iterations or args.max_iterations
     env_cfg, agent_cfg = task_cfgs(args.task, num_envs=args.shac_num_envs, seed=seed, device=args.device,
                                    dynamics=backend, dynamics_checkpoint=checkpoint, robot_variant=args.robot_variant)
@@ -257,14 +265,17 @@ def shac_and_time(args: argparse.Namespace, backend: str, seed: int, run_dir: Pa
     env, _, trainer = make_shac(args.task, env_cfg, agent_cfg, ShacCfg(horizon=args.shac_horizon or ShacCfg.horizon),
                                 str(run_dir))
     evaluate = _reference_evaluator(args, env_cfg)
-    every = max(1, round(args.eval_every * iterations / args.max_iterations)) if args.eval_every else iterations
-    marks = list(range(1, iterations, every)) if args.eval_every else []
+    ppo_marks = range(1, args.max_iterations, args.eval_every) if args.eval_every else []  # PPO's iterations done
+    marks = sorted({max(1, round(m * iterations / args.max_iterations)) for m in ppo_marks} - {iterations})
+    save_every = max(1, round(args.eval_every * iterations / args.max_iterations)) if args.eval_every else iterations
     points = []
     for mark in [*marks, iterations]:
-        trainer.learn(mark - trainer.iteration, save_interval=every)
+        trainer.learn(mark - trainer.iteration, save_interval=save_every)
         if mark < iterations:
-            points.append((trainer.total_time,
-                           evaluate(trainer.get_inference_policy(device=agent_cfg.device))["mean_return"]))
+            # building an env seeds torch's global generator: the next iterations must not see that
+            with torch.random.fork_rng(devices=_cuda_index(args.device)):
+                policy = trainer.get_inference_policy(device=agent_cfg.device)
+                points.append((trainer.total_time, evaluate(policy)["mean_return"]))
     env.close()
     evaluation = evaluate(trainer.get_inference_policy(device=agent_cfg.device))
     out = _run_result(backend, "shac", seed, trainer.iteration_curve, evaluation)
@@ -272,6 +283,12 @@ def shac_and_time(args: argparse.Namespace, backend: str, seed: int, run_dir: Pa
     if args.eval_every:
         out["mujoco_curve"] = points + [(trainer.total_time, evaluation["mean_return"])]  # (seconds, MuJoCo return)
     return out
+
+
+def _cuda_index(device: str) -> list[int]:
+    """The CUDA device whose generator `torch.random.fork_rng` must keep besides the CPU's (none on the CPU)."""
+    d = torch.device(device)
+    return [d.index or 0] if d.type == "cuda" else []
 
 
 def _reference_evaluator(args: argparse.Namespace, env_cfg):
