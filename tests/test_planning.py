@@ -378,7 +378,8 @@ def _plan_json(seed: int, climbed: dict[str, list[bool]], **settings) -> dict:
 def test_plan_table_counts_climbs_over_seeds_and_refuses_runs_that_differ_in_more_than_the_seed(tmp_path, capsys):
     """Climbs per seed, per platform counted over seeds and the median over every decision, from crafted plan files;
     a file from before refinement existed counts as grad_steps 0; other settings or threads, other platforms, a
-    repeated seed, an incomplete backend and another checkpoint are one-line errors; the report renders the table."""
+    repeated seed, an incomplete backend, another checkpoint and malformed entries are one-line errors; the report
+    renders the table."""
     import json
     from pathlib import Path
 
@@ -425,6 +426,11 @@ def test_plan_table_counts_climbs_over_seeds_and_refuses_runs_that_differ_in_mor
     other = _plan_json(4, {"flashnerd": [True, True]})
     other["backends"]["flashnerd"]["checkpoint"] = "other.safetensors"
     refused(other, "needs one model per backend")
+    broken = _plan_json(4, {"flashnerd": [True, True]})
+    broken["backends"]["flashnerd"]["per_platform"][1]["planning_ms"] = ["slow"]  # someone else's file, edited
+    refused(broken, "backend 'flashnerd' is not a plan result")
+    del broken["backends"]["flashnerd"]["per_platform"][1]["climbed"]
+    refused(broken, "backend 'flashnerd' is not a plan result")
     Path(tmp_path / "bad.json").write_text("[1, 2]")
     assert main(["plan-table", str(tmp_path / "bad.json"), "--out", str(tmp_path / "t.json")]) == 2
     assert "is not a `flashnerd plan --out` JSON" in capsys.readouterr().err

@@ -69,7 +69,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 PLAN_SETTINGS = ("task", "seed", "num_samples", "horizon", "iterations", "episode_s", "lookahead_in_stance",
-             "stand_at_goal", "weights", "device", "robot_variant", "grad_steps", "grad_lr")
+                 "stand_at_goal", "weights", "device", "robot_variant", "grad_steps", "grad_lr")
 # a file written before a setting existed is read as holding its default (no refinement)
 SETTING_DEFAULTS = {"grad_steps": 0, "grad_lr": None}
 

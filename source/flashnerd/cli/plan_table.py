@@ -36,9 +36,21 @@ def _read(path: Path) -> dict:
         data = json.loads(path.read_text())
     except (OSError, ValueError) as err:
         raise CLIError(f"'{path}' is not a readable `flashnerd plan --out` JSON ({err}); pass those files") from None
-    if not isinstance(data, dict) or not isinstance(data.get("backends"), dict) or "seed" not in data:
+    if not (isinstance(data, dict) and isinstance(data.get("backends"), dict) and isinstance(data.get("seed"), int)):
         raise CLIError(f"'{path}' is not a `flashnerd plan --out` JSON (no seed and backends); pass those files")
+    if bad := [b for b, r in data["backends"].items() if not _is_backend_result(r)]:
+        raise CLIError(f"'{path}': backend '{bad[0]}' is not a plan result (per_platform entries with lane, height, "
+                       "climbed and planning_ms); pass files written by `flashnerd plan --out`")
     return data
+
+
+def _is_backend_result(r) -> bool:
+    """Whether `r` has the shape of a backend's entry in a plan JSON (what `merge_runs` reads of it)."""
+    number = lambda x: isinstance(x, (int, float)) and not isinstance(x, bool)  # noqa: E731
+    return isinstance(r, dict) and isinstance(r.get("per_platform"), list) and all(
+        isinstance(p, dict) and isinstance(p.get("lane"), int) and number(p.get("height"))
+        and isinstance(p.get("climbed"), bool) and isinstance(p.get("planning_ms", []), list)
+        and all(number(ms) for ms in p.get("planning_ms", [])) for p in r["per_platform"])
 
 
 def merge_runs(runs: list[dict], names: list[str]) -> dict:

@@ -25,6 +25,7 @@ from flashnerd.cli.common import (
     checkpoints_by_kind,
     write_json,
 )
+from flashnerd.cli.train import ALGOS
 from flashnerd.dynamics import REFERENCE_BACKEND
 from flashnerd.envs.evaluate import evaluate_on_backends
 from flashnerd.envs.registry import task_cfgs
@@ -36,7 +37,6 @@ from flashnerd.viz.report import plot_ppo, plot_targets
 
 # what every finished run in the JSON holds (a resumed file is checked for them)
 RUN_KEYS = ("backend", "seed", "seconds_per_iteration", "total_seconds", "eval_mujoco", "curve")
-ALGOS = ("ppo", "shac")
 EVAL_KEYS = ("mean_return", "lin_vel_rms", "fall_rate", "mean_episode_length_s", "targets_per_episode",
              "targets_over_time", "step_dt", "success_rate")
 
