@@ -37,7 +37,7 @@ setup(
     package_data={"flashnerd.robots": ["assets/*.xml"]},
     install_requires=[
         "torch>=2.4,<3",
-        "mujoco>=3.3",
+        "mujoco>=4.0",  # mujoco.batch steps the coupled worlds
         "mujoco-warp>=4.0",
         "warp-lang>=1.10",
         "gymnasium>=1.0",

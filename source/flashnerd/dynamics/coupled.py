@@ -1,25 +1,27 @@
 """Two-way coupling: a free-motion model moves the robot inside MuJoCo's constraint solver, next to analytical objects.
 
-Per physics step and world (`mode="coupled"`):
+Per physics step, for all worlds at once (`mode="coupled"`):
 
-    mj_step1                          positions, velocities, collisions, bias and passive forces
-    qfrc_applied[robot] = M a + c - p  M from mj_mulM; a = the model's free (unconstrained) robot acceleration,
-                                      c = qfrc_bias, p = qfrc_passive; the robot's actuators are disabled (the model
-                                      owns actuation), so MuJoCo's smooth robot acceleration equals a
-    mj_step2                          constraint solve for robot and objects together, then integration
+    qfrc_applied[robot] = M a + c - p  M, c = qfrc_bias, p = qfrc_passive at the current state (MuJoCo's position and
+                                      velocity stages, mj_step1's work, computed at the end of the previous step);
+                                      a = the model's free (unconstrained) robot acceleration; the robot's actuators
+                                      are disabled (the model owns actuation), so MuJoCo's smooth robot acceleration
+                                      equals a
+    step                              constraint solve for robot and objects together, integration, then the next
+                                      state's position and velocity stages
 
 so objects push back on the robot and the resolved state feeds the next prediction. `mode="oneway"` is the seed's
 ablation: the robot follows the model's prediction kinematically (its qpos/qvel are overwritten every physics step)
 and the objects react, but nothing acts back on the robot.
 
-Worlds are split into `nthread` chunks stepped by a thread pool; MuJoCo's C functions release the GIL. The model
-call is one batched torch call per control step for all worlds.
+The worlds are one `mujoco.batch.Batch` (one MjData per world, stepped by MuJoCo's own thread pool in one C call per
+physics step); M a is one batched product over worlds in numpy. The model call is one batched torch call per control
+step for all worlds.
 """
 
 from __future__ import annotations
 
 import os
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -27,6 +29,7 @@ from typing import Protocol
 import mujoco
 import numpy as np
 import torch
+from mujoco import batch as mj_batch
 
 from flashnerd.dynamics.learned import LearnedConfig, LearnedDynamics
 from flashnerd.models import MODEL_KINDS
@@ -108,6 +111,8 @@ class CoupledConfig:
     free_motion: FreeMotion | str = "flashnerd"  # a learned model kind (its checkpoint below), "oracle", or an object
     checkpoint: str | Path | None = None  # the free-motion model's checkpoint (default: the shipped one)
     nthread: int | None = None  # threads stepping the worlds (default: one per core)
+    full_solve: bool = False  # run every constraint-solver iteration (tolerance 0) instead of exiting early: with an
+    # exact free motion, two-way coupling then reproduces MuJoCo to rounding (an early exit moves with the rounding)
     integrator: str = "euler"  # euler (the coupling is exact) or implicitfast
     cube_mass: float = CUBE_MASS  # kg
     objects: tuple[str, ...] = ("cube",)  # the scene's objects: a cube is the only one these backends simulate
@@ -149,23 +154,37 @@ class CoupledDynamics:
         self.free_motion = free_motion
         # The model owns actuation: MuJoCo's actuators stay off in both modes, so nothing drives the robot twice.
         m.opt.disableflags |= mujoco.mjtDisableBit.mjDSBL_ACTUATION
-        self.datas = [mujoco.MjData(m) for _ in range(num_worlds)]
+        if config.full_solve:
+            m.opt.tolerance = 0.0
         self.qpos0 = m.qpos0.copy()  # (nq,) the whole scene's start: robot at its default pose, cube at its spawn
         self.qpos0[:self.nq_r] = self.default_qpos()
-        q0 = self.qpos0
-        for d in self.datas:
-            d.qpos[:] = q0
-            mujoco.mj_forward(m, d)
         self.nthread = max(1, min(nthread or os.cpu_count() or 1, num_worlds))
-        self._chunks = np.array_split(np.arange(num_worlds), self.nthread)
-        self._pool = ThreadPoolExecutor(self.nthread) if self.nthread > 1 else None
-        self._acc = np.zeros((num_worlds, self.nv))  # (N, nv) model acceleration, zero on the object DOFs
-        self._res = [np.zeros(self.nv) for _ in range(num_worlds)]  # mj_mulM output per world
-        r = self.nv_r
-        # Views into each world's MjData made once: creating them is most of a substep's Python cost.
-        self._views = [(d, res, self._acc[w], d.qfrc_applied[:r], d.qfrc_bias[:r], d.qfrc_passive[:r], res[:r])
-                       for w, (d, res) in enumerate(zip(self.datas, self._res))]
-        self._oneway_views = [(d, d.qpos[:self.nq_r], d.qvel[:r], self._acc[w, :r]) for w, d in enumerate(self.datas)]
+        # One MjData per world (persistent): a step continues from the position and velocity stages the last call
+        # computed, and the batch reruns them for a world whose state was written since.
+        self.sims = mj_batch.Batch(m, num_worlds, nthread=self.nthread, persistent=True)
+        sims = self.sims
+        self._sim_qpos, self._sim_qvel = sims.bind("qpos"), sims.bind("qvel")  # (N, nq), (N, nv) live state rows
+        self._applied = sims.bind("qfrc_applied")  # (N, nv) state row: the model's generalized force
+        self._mass, self._bias, self._passive = sims.bind("M"), sims.bind("qfrc_bias"), sims.bind("qfrc_passive")
+        self._sim_qpos[:] = self.qpos0
+        sims.forward(stage=mujoco.mjtStage.mjSTAGE_VEL)
+        # M is stored sparse: its lower triangle, row by row (M_rownnz, M_colind). M a over the robot's DOFs is one
+        # product per stored entry (the off-diagonal ones twice, mirrored) summed into rows by a fixed 0/1 matrix.
+        # The objects are separate trees, so M is block-diagonal and the robot's block is all the robot needs.
+        rows = np.zeros(len(m.M_colind), dtype=np.int64)  # (nnz,) row of each stored entry
+        for i, (start, count) in enumerate(zip(m.M_rowadr, m.M_rownnz)):
+            rows[start:start + count] = i
+        cols = m.M_colind.astype(np.int64)  # (nnz,) its column
+        robot = np.flatnonzero((rows < self.nv_r) & (cols < self.nv_r))  # (E,) entries of the robot's block
+        mirror = robot[rows[robot] != cols[robot]]  # (E_off,) its off-diagonal entries
+        self._m_entries = np.concatenate((robot, mirror))  # (E + E_off,) entry of each product
+        self._m_inputs = np.concatenate((cols[robot], rows[mirror]))  # (E + E_off,) the acceleration it multiplies
+        out_rows = np.concatenate((rows[robot], cols[mirror]))  # (E + E_off,) the row of M a it adds to
+        self._m_sum = np.zeros((len(out_rows), self.nv_r))  # (E + E_off, nv_r)
+        self._m_sum[np.arange(len(out_rows)), out_rows] = 1.0
+        self._m_prod = np.zeros((num_worlds, len(out_rows)))  # (N, E + E_off) products of entries and accelerations
+        self._m_acc = np.zeros((num_worlds, self.nv_r))  # (N, nv_r) M a
+        self._acc = np.zeros((num_worlds, self.nv_r))  # (N, nv_r) the model's free robot acceleration
         f32 = dict(dtype=torch.float32, device=self.device)
         self._qpos = torch.zeros(num_worlds, self.nq_r, **f32)
         self._qvel = torch.zeros(num_worlds, self.nv_r, **f32)
@@ -200,11 +219,9 @@ class CoupledDynamics:
     def reset_full(self, world_ids: torch.Tensor, qpos: np.ndarray, qvel: np.ndarray) -> None:
         """Write the whole state (robot and cube) of `world_ids`: qpos (k, nq), qvel (k, nv)."""
         ids = world_ids.detach().cpu().numpy().reshape(-1)
-        for i, w in enumerate(ids):
-            d = self.datas[w]
-            mujoco.mj_resetData(self.scene, d)
-            d.qpos[:], d.qvel[:] = qpos[i], qvel[i]
-            mujoco.mj_forward(self.scene, d)
+        self.sims.reset(ids, stage=mujoco.mjtStage.mjSTAGE_NONE)  # MuJoCo's defaults (warm start, time, forces)
+        self._sim_qpos[ids], self._sim_qvel[ids] = qpos, qvel
+        self.sims.forward(ids, stage=mujoco.mjtStage.mjSTAGE_VEL)
         self.free_motion.reset(torch.as_tensor(ids))
         self._gather()
 
@@ -212,18 +229,15 @@ class CoupledDynamics:
         """Place the cube of `world_ids` (k,) at pose (k, 7) with velocity (k, 6)."""
         ids = world_ids.detach().cpu().numpy().reshape(-1)
         p, v = pose.detach().cpu().double().numpy(), vel.detach().cpu().double().numpy()
-        for i, w in enumerate(ids):
-            d = self.datas[w]
-            d.qpos[self.nq_r:self.nq_r + 7], d.qvel[self.nv_r:self.nv_r + 6] = p[i], v[i]
-            mujoco.mj_forward(self.scene, d)
+        self._sim_qpos[ids, self.nq_r:self.nq_r + 7], self._sim_qvel[ids, self.nv_r:self.nv_r + 6] = p, v
+        self.sims.forward(ids, stage=mujoco.mjtStage.mjSTAGE_VEL)
         self._gather()
 
     def set_qvel(self, world_ids: torch.Tensor, qvel: torch.Tensor) -> None:
         """Overwrite the robot's generalized velocity (k, nv_r) of `world_ids` (k,)."""
         ids = world_ids.detach().cpu().numpy().reshape(-1)
-        v = qvel.detach().cpu().double().numpy()
-        for i, w in enumerate(ids):
-            self.datas[w].qvel[:self.nv_r] = v[i]
+        self._sim_qvel[ids, :self.nv_r] = qvel.detach().cpu().double().numpy()
+        self.sims.forward(ids, stage=mujoco.mjtStage.mjSTAGE_VEL)
         self._gather()
 
     def step(self, ctrl: torch.Tensor) -> None:
@@ -231,11 +245,12 @@ class CoupledDynamics:
         if not torch.isfinite(ctrl).all():
             raise ValueError("ctrl holds NaN or Inf; the coupled backend needs finite joint targets")
         dec = self.robot.decimation
+        substep = self._substep_oneway if self.mode == ONE_WAY else self._substep_coupled
         for k in range(dec):
             if k == 0 or self.free_motion.per_substep:
                 acc = self.free_motion.acceleration(self._qpos64, self._qvel64, ctrl)  # (N, nv_r)
-                self._acc[:, :self.nv_r] = acc.detach().cpu().double().numpy()
-            self._run(self._substep_oneway if self.mode == ONE_WAY else self._substep_coupled)
+                self._acc[:] = acc.detach().cpu().double().numpy()
+            substep()
             if self.free_motion.per_substep:
                 self._gather()
         self._gather()
@@ -249,53 +264,49 @@ class CoupledDynamics:
         return self._obj
 
     def close(self) -> None:
-        """Stop the thread pool."""
-        if self._pool is not None:
-            self._pool.shutdown()
-            self._pool = None
+        """Release the worlds (the batch and its threads)."""
+        self.sims = None
+
+    def scene_qpos(self) -> np.ndarray:
+        """The whole scene's generalized positions (N, nq), robot then cube: a live view, valid until the next call."""
+        return self._sim_qpos
 
     # --- physics ------------------------------------------------------------------------------------------------
 
-    def _run(self, fn) -> None:
-        """One physics step of every world: `fn(world_ids)` per chunk of worlds, on the thread pool."""
-        if self._pool is None:
-            fn(self._chunks[0])
-        else:
-            list(self._pool.map(fn, self._chunks))
+    def _substep_coupled(self) -> None:
+        """One physics step of every world, the robot driven by M a + c - p (see the module docstring)."""
+        r, m_acc = self.nv_r, self._robot_mass_times(self._acc)  # (N, nv_r) M a
+        applied = self._applied[:, :r]  # (N, nv_r) view of the state rows
+        np.add(m_acc, self._bias[:, :r], out=applied)
+        np.subtract(applied, self._passive[:, :r], out=applied)
+        self.sims.step(stage=mujoco.mjtStage.mjSTAGE_VEL)  # the next state's stages, for the next substep's M, c, p
 
-    def _substep_coupled(self, ids: np.ndarray) -> None:
-        m, views = self.scene, self._views
-        step1, mul_m, step2, add, sub = mujoco.mj_step1, mujoco.mj_mulM, mujoco.mj_step2, np.add, np.subtract
-        for w in ids:
-            d, res, acc, applied, bias, passive, res_r = views[w]
-            step1(m, d)
-            mul_m(m, d, res, acc)
-            add(res_r, bias, out=applied)  # qfrc_applied = M a + c - p on the robot's DOFs
-            sub(applied, passive, out=applied)
-            step2(m, d)
+    def _robot_mass_times(self, acc: np.ndarray) -> np.ndarray:
+        """M a (N, nv_r) over the robot's DOFs at the current state for accelerations acc (N, nv_r); a buffer that
+        the next call overwrites."""
+        np.multiply(self._mass[:, self._m_entries], acc[:, self._m_inputs], out=self._m_prod)  # (N, E + E_off)
+        return np.matmul(self._m_prod, self._m_sum, out=self._m_acc)  # (N, nv_r)
 
-    def _substep_oneway(self, ids: np.ndarray) -> None:
+    def _substep_oneway(self) -> None:
         """The robot moves along the model's free motion (velocity integrated semi-implicitly, as MuJoCo's Euler);
         contacts act on the cube, and whatever they do to the robot is overwritten."""
-        m, h, step = self.scene, float(self.scene.opt.timestep), mujoco.mj_step
-        for w in ids:
-            d, qpos_r, qvel_r, acc_r = self._oneway_views[w]
-            v = qvel_r + h * acc_r  # (nv_r,)
-            q = qpos_r + h * v  # hinge and slide joints only: qpos and qvel share their layout
-            step(m, d)
-            qpos_r[:], qvel_r[:] = q, v
+        h = float(self.scene.opt.timestep)
+        v = self._sim_qvel[:, :self.nv_r] + h * self._acc  # (N, nv_r)
+        q = self._sim_qpos[:, :self.nq_r] + h * v  # hinge and slide joints only: qpos and qvel share their layout
+        self.sims.step()
+        self._sim_qpos[:, :self.nq_r], self._sim_qvel[:, :self.nv_r] = q, v
 
     def _gather(self) -> None:
-        q = np.stack([d.qpos for d in self.datas])  # (N, nq)
-        v = np.stack([d.qvel for d in self.datas])  # (N, nv)
-        f = np.stack([d.qfrc_applied[self._act_dof] for d in self.datas])  # (N, nu) the model's actuation
+        q, v = self._sim_qpos, self._sim_qvel  # (N, nq), (N, nv)
+        f = self._applied[:, self._act_dof]  # (N, nu) the model's actuation
         # The free-motion model reads the state in float64 (an exact oracle must); the RobotState is float32.
-        self._qpos64, self._qvel64 = torch.from_numpy(q[:, :self.nq_r]), torch.from_numpy(v[:, :self.nv_r])
+        self._qpos64 = torch.from_numpy(q[:, :self.nq_r].copy())
+        self._qvel64 = torch.from_numpy(v[:, :self.nv_r].copy())
         self._qpos.copy_(self._qpos64)
         self._qvel.copy_(self._qvel64)
         self._torque.copy_(torch.from_numpy(f))
-        self._obj.copy_(torch.from_numpy(np.concatenate((q[:, self.nq_r:self.nq_r + 7],
-                                                         v[:, self.nv_r:self.nv_r + 6]), axis=1)))
+        self._obj[:, :7].copy_(torch.from_numpy(q[:, self.nq_r:self.nq_r + 7]))
+        self._obj[:, 7:].copy_(torch.from_numpy(v[:, self.nv_r:self.nv_r + 6]))
 
     def _full(self, x: torch.Tensor, rest: np.ndarray) -> np.ndarray:
         full = np.repeat(rest[None], x.shape[0], axis=0)
