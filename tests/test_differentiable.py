@@ -229,6 +229,35 @@ def test_shac_trains_saves_an_rsl_rl_checkpoint_that_eval_loads_and_resumes(tmp_
     assert "lacks shac_actor_optimizer" in err and len(err.splitlines()) == 1
 
 
+def test_shac_starts_from_a_ppo_policy_with_fresh_optimizers(tmp_path):
+    """`ShacTrainer.init_from`: the actor and critic of a PPO checkpoint, the target critic equal to the critic, the
+    iteration count and optimizers fresh."""
+    from conftest import TASK
+
+    from flashnerd.envs.registry import task_cfgs
+    from flashnerd.envs.rsl_rl import make_runner
+    from flashnerd.envs.shac import ShacCfg, make_shac
+
+    env_cfg, agent_cfg = task_cfgs(TASK, num_envs=4, dynamics="flashnerd")
+    env, runner = make_runner(TASK, env_cfg, agent_cfg, None)
+    with torch.no_grad():
+        for p in [*runner.alg.actor.parameters(), *runner.alg.critic.parameters()]:
+            p.add_(torch.randn_like(p))  # weights no fresh runner has
+    ppo = tmp_path / "ppo.pt"
+    runner.save(str(ppo))
+    env.close()
+    env, _, trainer = make_shac(TASK, env_cfg, agent_cfg, ShacCfg(horizon=4))
+    trainer.init_from(str(ppo))
+    for mine, theirs in ((trainer.actor, runner.alg.actor), (trainer.critic, runner.alg.critic),
+                         (trainer.target_critic, runner.alg.critic)):
+        for a, b in zip(mine.state_dict().values(), theirs.state_dict().values(), strict=True):
+            assert torch.equal(a, b)
+    assert trainer.iteration == 0 and not trainer.actor_opt.state
+    trainer.learn(1)
+    assert trainer.iteration == 1
+    env.close()
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--algo", "shac", "--dynamics", "mujoco"], "--algo shac differentiates through a learned model"),
     (["--shac_horizon", "8"], "add --algo shac"),

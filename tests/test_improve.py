@@ -27,6 +27,10 @@ def test_improve_runs_rounds_keeps_each_and_resumes_where_it_stopped(tmp_path, c
     assert set(row["nrmse_held_out"]["nrmse_after"]) and (out / "improve.png").is_file()
     policy_time = (out / "round_0" / "policy.pt").stat().st_mtime_ns
     capsys.readouterr()
+    older = {**table, "settings": {k: v for k, v in table["settings"].items() if k not in ("algo", "shac_horizon")}}
+    (out / "improve.json").write_text(json.dumps(older))  # a run stopped before --algo existed resumes as PPO
+    assert main([*_argv(out, 1), "--resume"]) == 0
+    capsys.readouterr()
 
     assert main(_argv(out, 1)) == 2 and "add --resume" in capsys.readouterr().err
     assert main([*_argv(out, 2), "--resume"]) == 0  # round 0 is kept, round 1 starts from its model and policy
@@ -53,3 +57,21 @@ def test_improve_refuses_bad_settings_before_any_work(tmp_path, capsys):
         err = capsys.readouterr().err.strip()
         assert message in err and len(err.splitlines()) == 1, err
     assert not (tmp_path / "x" / "round_0").exists()
+
+
+def test_improve_with_shac_starts_each_round_from_the_last_policy(tmp_path, capsys):
+    from flashnerd.envs.rsl_rl import read_policy_checkpoint
+
+    out = tmp_path / "shac"
+    argv = [*_argv(out, 2), "--algo", "shac", "--shac_horizon", "4"]
+    assert main(argv) == 0
+    table = json.loads((out / "improve.json").read_text())
+    assert [r["algo"] for r in table["rounds"]] == ["shac", "shac"]
+    rounds = [read_policy_checkpoint(str(out / f"round_{r}" / "policy.pt")) for r in (0, 1)]
+    assert all(c["algo"] == "shac" and c["iter"] == 0 for c in rounds)  # one iteration, counted from zero each round
+    assert (out / "round_1" / "shac").is_dir() and not (out / "round_1" / "ppo").exists()
+    assert set(table["rounds"][1]["eval"]) == {"model", "target"}
+    capsys.readouterr()
+    assert main([*_argv(tmp_path / "y", 1), "--shac_horizon", "4"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "add --algo shac" in err and len(err.splitlines()) == 1

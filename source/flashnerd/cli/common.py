@@ -135,10 +135,11 @@ def write_json(path: Path, data) -> None:
     os.replace(tmp, path)
 
 
-def run_state(path: Path, settings: dict, resume: bool, fresh: dict) -> dict:
+def run_state(path: Path, settings: dict, resume: bool, fresh: dict, defaults: dict | None = None) -> dict:
     """The state of a multi-stage command kept in the JSON `path` (rewritten after every stage): `fresh` with
     `settings` for a new run, or the stopped run's state with --resume. A new run over an existing file, a missing or
-    unreadable file to resume, or a resume with other settings is a one-line error."""
+    unreadable file to resume, or a resume with other settings is a one-line error; a setting the stopped run's file
+    lacks (it predates it) is read as `defaults` gives it."""
     if not resume:
         if path.exists():
             raise CLIError(f"'{path}' exists; add --resume to continue that run, or give a new --out_dir")
@@ -155,7 +156,8 @@ def run_state(path: Path, settings: dict, resume: bool, fresh: dict) -> dict:
     missing = [k for k in fresh if k not in state]
     if missing:
         raise CLIError(f"--resume: '{path}' lacks {', '.join(missing)}; give a new --out_dir")
-    changed = sorted(k for k in settings if state["settings"].get(k) != settings[k])
+    defaults = defaults or {}
+    changed = sorted(k for k in settings if state["settings"].get(k, defaults.get(k)) != settings[k])
     if changed:
         raise CLIError(f"--resume with other settings than the stopped run ({', '.join(changed)}); give the same "
                        "ones, or a new --out_dir")

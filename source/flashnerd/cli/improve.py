@@ -1,6 +1,7 @@
 """`flashnerd improve`: the data-aggregation loop as one command.
 
-Round r: PPO on model r (from round r-1's policy, or from --policy / scratch in round 0) -> the policy, plus action
+Round r: PPO (or SHAC, `--algo shac`: gradients through the model) on model r (from round r-1's policy, or from
+--policy / scratch in round 0) -> the policy, plus action
 noise, drives the target system (MuJoCo, or a robot variant standing in for the robot) for --target_minutes summed
 over worlds -> the data joins every earlier round's (and --data) -> model r+1 is fitted from model r (`fit --init`:
 its weights and normalizers, a lower learning rate, early stopping on held-out data). Every policy is evaluated on its
@@ -29,15 +30,19 @@ from flashnerd.cli.common import (
 )
 from flashnerd.cli.fit import adapt_model
 from flashnerd.cli.record import record_policy
-from flashnerd.cli.train import apply_uncertainty_args
+from flashnerd.cli.train import ALGOS, apply_uncertainty_args
 from flashnerd.dynamics import REFERENCE_BACKEND, backend_info, backend_names
 from flashnerd.dynamics.learned import MEMBER_MODES, default_checkpoint
 from flashnerd.envs.evaluate import evaluate_on_backends
 from flashnerd.envs.registry import play_variant, task_cfgs
 from flashnerd.envs.rsl_rl import train_policy
+from flashnerd.envs.shac import ShacCfg, train_shac
 from flashnerd.models.checkpoint import read_checkpoint
 from flashnerd.sim.scene import variant_robot
 from flashnerd.viz.report import plot_improve
+
+# a run stopped before a setting existed holds its default (PPO)
+SETTING_DEFAULTS = {"algo": "ppo", "shac_horizon": None}
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -50,7 +55,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--data", nargs="*", default=[],
                    help="datasets kept in every refit beside the rounds' rollouts (e.g. those model 0 was fitted on)")
     p.add_argument("--policy", default=None, help="policy checkpoint round 0 starts from (default: scratch)")
-    p.add_argument("--iterations", type=int, default=None, help="PPO iterations per round (default: the task's)")
+    p.add_argument("--algo", default="ppo", choices=ALGOS,
+                   help="the policy learner of every round: ppo, or shac (short-horizon actor-critic through the "
+                        "model's gradients; --policy may then be a PPO policy it starts from)")
+    p.add_argument("--shac_horizon", type=int, default=None,
+                   help=f"SHAC's differentiable rollout length (--algo shac; default {ShacCfg.horizon})")
+    p.add_argument("--iterations", type=int, default=None,
+                   help="PPO (or SHAC) iterations per round (default: the task's)")
     p.add_argument("--num_envs", type=int, default=None, help="PPO worlds (default: the task's)")
     p.add_argument("--robot_variant", default=None, help="variant YAML of the target system (default: nominal)")
     p.add_argument("--target_minutes", type=float, default=2.0,
@@ -76,6 +87,10 @@ def _check(args: argparse.Namespace) -> str:
     for name in ("rounds", "target_worlds", "traj_len", "eval_episodes"):
         check_positive(name, getattr(args, name))
     check_positive("iterations", args.iterations)
+    if args.shac_horizon is not None:
+        if args.algo != "shac":
+            raise CLIError("--shac_horizon sets SHAC's rollout length; add --algo shac, or drop it")
+        check_positive("shac_horizon", args.shac_horizon)
     check_positive("num_envs", args.num_envs)
     for name in ("target_minutes", "fit_budget"):
         if not (math.isfinite(getattr(args, name)) and getattr(args, name) > 0):
@@ -102,7 +117,7 @@ def run(args: argparse.Namespace) -> dict:
     out = Path(args.out_dir)
     table_path = out / f"{args.name}.json"
     settings = {k: v for k, v in vars(args).items() if k not in ("func", "resume", "rounds", "debug", "command")}
-    state = run_state(table_path, settings, args.resume, {"model_0": model0, "rounds": []})
+    state = run_state(table_path, settings, args.resume, {"model_0": model0, "rounds": []}, defaults=SETTING_DEFAULTS)
     save = lambda: write_json(table_path, state)  # noqa: E731  after every stage: --resume starts there
 
     for r in range(args.rounds):
@@ -131,23 +146,29 @@ def run(args: argparse.Namespace) -> dict:
 
 
 def _train(args: argparse.Namespace, model: str, start: str | None, folder: Path) -> dict:
-    """PPO on `model` (from the policy `start`, if any), saved as folder/policy.pt, evaluated on the model and in the
-    target system."""
+    """PPO (or SHAC) on `model` (from the policy `start`, if any), saved as folder/policy.pt, evaluated on the model
+    and in the target system."""
     env_cfg, agent_cfg = task_cfgs(args.task, num_envs=args.num_envs, seed=args.seed, device=args.device,
                                    dynamics=args.dynamics, dynamics_checkpoint=model)
     apply_uncertainty_args(args, env_cfg)
     if args.iterations is not None:
         agent_cfg.max_iterations = args.iterations
     agent_cfg.save_interval = agent_cfg.max_iterations
-    runner, wall = train_policy(args.task, env_cfg, agent_cfg, str(folder / "ppo"), agent_cfg.max_iterations,
-                                init=start)
     path = folder / "policy.pt"
-    runner.save(str(path))
-    policy = runner.get_inference_policy(device=args.device)
+    if args.algo == "shac":
+        shac_cfg = ShacCfg(horizon=args.shac_horizon or ShacCfg.horizon)
+        learner, wall = train_shac(args.task, env_cfg, agent_cfg, shac_cfg, str(folder / "shac"),
+                                   agent_cfg.max_iterations, init=start)
+    else:
+        learner, wall = train_policy(args.task, env_cfg, agent_cfg, str(folder / "ppo"), agent_cfg.max_iterations,
+                                     init=start)
+    learner.save(str(path))
+    policy = learner.get_inference_policy(device=args.device)
     on_model = evaluate_on_backends(args.task, env_cfg, policy, args.eval_episodes, backends=[args.dynamics])
     task, target_cfg = play_variant(args.task, dataclasses.replace(env_cfg, robot_variant=args.robot_variant))
     target = evaluate_on_backends(task, target_cfg, policy, args.eval_episodes, backends=[REFERENCE_BACKEND])
-    return {"policy": str(path), "ppo_wall_s": round(wall, 1), "iterations": agent_cfg.max_iterations,
+    return {"policy": str(path), "algo": args.algo, "train_wall_s": round(wall, 1),
+            "iterations": agent_cfg.max_iterations,
             "eval": {"model": on_model[args.dynamics], "target": target[REFERENCE_BACKEND]}}
 
 

@@ -28,6 +28,7 @@ import torch
 from tensordict import TensorDict
 
 from flashnerd.envs.rsl_rl import FlashNeRDRunner, RslRlVecEnvWrapper, make_runner, read_policy_checkpoint
+from flashnerd.utils.seeding import seed_everything
 
 
 @dataclass
@@ -268,6 +269,14 @@ class ShacTrainer:
         torch.save(saved, tmp)
         os.replace(tmp, path)
 
+    def init_from(self, path: str) -> None:
+        """Start from the actor and critic of a policy checkpoint, PPO's or SHAC's (read with `torch.load(
+        weights_only=True)`), with fresh optimizers and the iteration count at zero, as PPO's `train_policy(init=...)`;
+        the target critic copies the loaded critic."""
+        loaded = read_policy_checkpoint(path, str(self.env.device))
+        self.runner.alg.load(loaded, {"actor": True, "critic": True}, strict=True)
+        self.target_critic.load_state_dict(self.critic.state_dict())
+
     def load(self, path: str) -> None:
         """Continue from a SHAC checkpoint (read with `torch.load(weights_only=True)`)."""
         loaded = read_policy_checkpoint(path, str(self.env.device))
@@ -299,3 +308,20 @@ def make_shac(task: str, env_cfg, agent_cfg, cfg: ShacCfg, log_dir: str | None =
     trainer = ShacTrainer(env, runner, cfg, agent_cfg.max_iterations, log_dir)
     env.episode_length_buf = torch.randint_like(env.episode_length_buf, high=int(env.max_episode_length))
     return env, runner, trainer
+
+
+def train_shac(task: str, env_cfg, agent_cfg, cfg: ShacCfg, log_dir: str | None, iterations: int,
+               init: str | None = None) -> tuple[ShacTrainer, float]:
+    """Seeded SHAC on `task` through its learned backend: `iterations` iterations (from the actor and critic of the
+    policy checkpoint `init`, PPO's or SHAC's, counted from zero, when given), as `train_policy` runs PPO. Returns the
+    trainer (its env closed) and the wall time of the iterations in seconds."""
+    seed_everything(agent_cfg.seed)
+    agent_cfg = dataclasses.replace(agent_cfg, max_iterations=iterations)  # the learning-rate schedule's length
+    env, _, trainer = make_shac(task, env_cfg, agent_cfg, cfg, log_dir)
+    if init is not None:
+        trainer.init_from(init)
+    start = time.perf_counter()
+    trainer.learn(iterations, save_interval=iterations)
+    wall = time.perf_counter() - start
+    env.close()
+    return trainer, wall
