@@ -143,3 +143,72 @@ def test_ppo_comparison_reports_targets_per_training_backend(tmp_path):
     assert (out / "cube_reorient_t_targets.png").read_bytes()[:4] == b"\x89PNG"
     text = render_block("cube_reorient_t", out)
     assert "| `oneway` |" in text and "targets per episode" in text
+
+
+@pytest.mark.parametrize("dynamics", ["mujoco", "mjwarp", "coupled", "oneway"])
+def test_the_heavy_task_builds_its_cube_on_every_backend(dynamics):
+    from flashnerd_tasks.reorient.allegro import HEAVY_CUBE_MASS
+
+    kwargs = {"free_motion": "oracle"} if dynamics in ("coupled", "oneway") else {}
+    env = gym.make("FlashNeRD-Reorient-Cube-Heavy-Allegro-v0", num_envs=2, dynamics=dynamics, **kwargs).unwrapped
+    cube = env.dyn.scene.body("cube")
+    assert cube.mass[0] == pytest.approx(HEAVY_CUBE_MASS)
+    env.close()
+
+
+def test_object_mass_is_checked():
+    from flashnerd_tasks.reorient.allegro import AllegroCubeYawEnvCfg
+
+    cfg = AllegroCubeYawEnvCfg()
+    cfg.object_mass, cfg.num_envs = -1.0, 2
+    with pytest.raises(ValueError, match="object_mass must be a positive number"):
+        gym.make("FlashNeRD-Reorient-Cube-Yaw-Allegro-v0", cfg=cfg)
+    from flashnerd.envs.registry import task_cfgs
+
+    flat, _ = task_cfgs("FlashNeRD-Velocity-Flat-Anymal-C-v0", num_envs=2)
+    flat.object_mass = 0.5
+    with pytest.raises(ValueError, match="this task has none"):
+        gym.make("FlashNeRD-Velocity-Flat-Anymal-C-v0", cfg=flat)
+
+
+def test_reaction_meter_replays_the_worlds_and_measures_the_cube_contacts(capsys):
+    """The meter's replica follows each MuJoCo world (to the solver's tolerance); J^T f over the cube's contact rows
+    equals the robot's whole constraint force when the cube's contacts are the robot's only constraints; a heavier
+    cube pushes back harder under the same actions."""
+    import json
+
+    import mujoco
+    import numpy as np
+
+    from flashnerd.cli.main import main
+    from flashnerd.sim.reaction import object_reaction
+
+    env = gym.make("FlashNeRD-Reorient-Cube-Yaw-Allegro-v0", num_envs=1, dynamics="mujoco").unwrapped
+    m = env.dyn.scene
+    d = mujoco.MjData(m)
+    d.qpos[:16] = env.dyn.default_qpos()[:16]
+    d.qpos[16:19] = (0.0, 0.0, 0.545)
+    mujoco.mj_forward(m, d)
+    contact_rows = {int(mujoco.mjtConstraint.mjCNSTR_CONTACT_PYRAMIDAL),
+                    int(mujoco.mjtConstraint.mjCNSTR_CONTACT_ELLIPTIC)}
+    cube, checked = m.body("cube").id, 0
+    default = np.asarray(env.robot.default_joint_pos)
+    curl = np.array([0.0, 0.5, 0.6, 0.6] * 3 + [1.2, 0.9, 0.6, 0.6])  # fingers and thumb close over the cube
+    for k in range(800):
+        d.ctrl[:] = default + (0.5 - 0.5 * math.cos(2 * math.pi * k / 320)) * (curl - default)
+        mujoco.mj_step(m, d)
+        only_cube = all(cube in (m.geom_bodyid[c.geom1], m.geom_bodyid[c.geom2]) for c in d.contact[:d.ncon])
+        if d.nefc and only_cube and all(int(t) in contact_rows for t in d.efc_type[:d.nefc]):
+            reaction, _ = object_reaction(m, d, cube, 16)  # then every constraint force on the hand is the cube's
+            np.testing.assert_allclose(reaction, d.qfrc_constraint[:16], rtol=1e-9, atol=1e-12)
+            checked += np.abs(reaction).max() > 1e-3  # a finger pushes on the cube
+    assert checked > 50, checked
+    env.close()
+    ratios = {}
+    for task in ("FlashNeRD-Reorient-Cube-Yaw-Allegro-v0", "FlashNeRD-Reorient-Cube-Heavy-Allegro-v0"):
+        assert main(["bench", "reaction", "--task", task, "--num_envs", "2", "--measured_worlds", "2",
+                     "--steps", "30"]) == 0
+        out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+        assert out["substeps"] == 2 * 30 * 8 and out["replica_error"] < 1e-4
+        ratios[task] = out["reaction_rms"]
+    assert ratios["FlashNeRD-Reorient-Cube-Heavy-Allegro-v0"] > 1.1 * ratios["FlashNeRD-Reorient-Cube-Yaw-Allegro-v0"]

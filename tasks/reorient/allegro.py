@@ -76,6 +76,19 @@ def AllegroCubeYawEnvCfg() -> EnvCfg:  # noqa: N802
     return cfg
 
 
+HEAVY_CUBE_MASS = 0.3  # kg, three times the default cube
+
+
+def AllegroCubeHeavyEnvCfg() -> EnvCfg:  # noqa: N802
+    """The yaw task with a 0.3 kg cube: turning it against the palm's friction (about 3 N) takes a good share of what
+    the fingertips can push (the joints' 0.7 N m), so the cube's reaction on the fingers is part of the motion and
+    one-way coupling, which moves the fingers as if the cube were not there, should mislead a policy (the seed's
+    Fig. 8; `flashnerd bench reaction` measures the reaction along a policy's motion)."""
+    cfg = AllegroCubeYawEnvCfg()
+    cfg.object_mass = HEAVY_CUBE_MASS
+    return cfg
+
+
 def AllegroCubeEnvCfg_PLAY() -> EnvCfg:  # noqa: N802
     """Play configuration: 16 worlds, no observation noise."""
     cfg = AllegroCubeEnvCfg()

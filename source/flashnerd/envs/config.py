@@ -104,6 +104,7 @@ class EnvCfg:
     goal: OrientationGoalCfg | None = None  # an object-orientation goal (in-hand tasks)
     terrain: str = "flat"
     objects: tuple[str, ...] = ()  # scene objects ("cube"); only backends with `object_state()` simulate them
+    object_mass: float | None = None  # kg of the cube on every backend, MuJoCo's evaluation included (None: 0.1 kg)
     robot_variant: str | None = None  # a variant YAML file (robots/variant.py) applied to the robot; None: nominal
     # True when the task is written for any robot with the contact groups its terms name (velocity tracking: `base`,
     # `feet`); then `robot=` on gym.make and `--robot` on the CLI swap the robot. False: the task is its robot's.

@@ -108,6 +108,12 @@ class FlashNeRDEnv(gym.Env):
             raise ValueError(f"backend '{cfg.dynamics}' simulates the robot alone, and this task needs "
                              f"{', '.join(cfg.objects)}; use one of: {', '.join(backend_names(objects=True))}")
         scene = {"objects": tuple(cfg.objects)} if cfg.objects else {}
+        if cfg.object_mass is not None:
+            if not cfg.objects:
+                raise ValueError("object_mass sets the mass of the scene's objects, and this task has none")
+            if not (math.isfinite(cfg.object_mass) and cfg.object_mass > 0):
+                raise ValueError(f"object_mass must be a positive number of kg, got {cfg.object_mass}")
+            scene["cube_mass"] = float(cfg.object_mass)
         self.dyn = make_dynamics(cfg.dynamics, self.robot, cfg.num_envs, device=self.device,
                                  terrain=cfg.terrain, **scene, **cfg.dynamics_kwargs)
         self.cfg = cfg = _with_uncertainty_terms(cfg, self.dyn)

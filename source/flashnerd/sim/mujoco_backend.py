@@ -190,6 +190,11 @@ class MujocoDynamics:
         """Views of the current state; valid until the next `step()`/`reset()`."""
         return self._robot_state
 
+    def physics_state(self) -> np.ndarray:
+        """Every world's whole physics state (N, mj_stateSize(scene, mjSTATE_FULLPHYSICS)), robot and objects, as
+        `mj_getState` writes it: a live view (read it, do not write it), valid until the next step or reset."""
+        return self._state
+
     # --- helpers ------------------------------------------------------------------------------------------------
 
     def _refresh_torch(self, ids: np.ndarray | slice = slice(None), sensors: bool = False) -> None:

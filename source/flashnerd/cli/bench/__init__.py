@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from flashnerd.cli.bench import coupled, env, finetune, model, plan, ppo, reality_gap, suite
+from flashnerd.cli.bench import coupled, env, finetune, model, plan, ppo, reaction, reality_gap, suite
 
-SUBCOMMANDS = (env, model, ppo, suite, coupled, finetune, plan, reality_gap)
+SUBCOMMANDS = (env, model, ppo, suite, coupled, finetune, plan, reality_gap, reaction)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
