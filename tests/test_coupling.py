@@ -68,6 +68,46 @@ def test_oracle_coupling_reproduces_the_analytical_simulator():
     assert np.abs(got - truth).max() < 1e-9
 
 
+def test_writes_between_steps_keep_the_oracle_coupling_on_mujoco():
+    """Resets, velocity writes and cube placements between steps (the batch must recompute the stages of the worlds
+    written, and only theirs) leave oracle coupling equal to plain MuJoCo making the same writes."""
+    num_worlds, steps = 3, 40
+    coupled = make_dynamics("coupled", HAND, num_worlds, free_motion=OracleFreeMotion(HAND, num_worlds), nthread=2,
+                            full_solve=True)
+    model = CoupledDynamics._build_model(HAND, "euler")
+    model.opt.tolerance = 0.0
+    datas = [mujoco.MjData(model) for _ in range(num_worlds)]
+    for d in datas:
+        d.qpos[:] = coupled.qpos0
+        mujoco.mj_forward(model, d)
+    targets = _targets(steps, num_worlds)
+    pose = torch.tensor([[0.01, -0.01, 0.56, 1.0, 0.0, 0.0, 0.0]], dtype=torch.float64)
+    spin = torch.tensor([[0.0, 0.0, 0.0, 0.0, 0.0, 2.0]], dtype=torch.float64)
+    for t in range(steps):
+        if t == 10:  # world 2 back to rest (robot at the default pose, cube at its spawn)
+            coupled.reset(torch.tensor([2]), torch.tensor([HAND.default_joint_pos]), torch.zeros(1, 16))
+            mujoco.mj_resetData(model, datas[2])
+            datas[2].qpos[:] = coupled.qpos0
+            mujoco.mj_forward(model, datas[2])
+        if t == 20:  # world 0's fingers pushed
+            coupled.set_qvel(torch.tensor([0]), torch.full((1, 16), 0.5))
+            datas[0].qvel[:16] = 0.5
+        if t == 30:  # world 1's cube placed and spun
+            coupled.reset_objects(torch.tensor([1]), pose, spin)
+            datas[1].qpos[16:23], datas[1].qvel[16:22] = pose[0].numpy(), spin[0].numpy()
+            mujoco.mj_forward(model, datas[1])
+        coupled.step(targets[t])
+        for w, d in enumerate(datas):
+            d.ctrl[:] = targets[t, w].numpy()
+            for _ in range(HAND.decimation):
+                mujoco.mj_step(model, d)
+    truth = np.stack([d.qpos for d in datas])
+    assert np.abs(coupled.scene_qpos() - truth).max() < 1e-9
+    coupled.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        coupled.step(targets[0])
+
+
 def test_mass_matrix_product_equals_mujocos():
     """The batched M a from the sparse mass matrix equals mj_mulM on each world's own MjData."""
     dyn = make_dynamics("coupled", HAND, 3, free_motion=OracleFreeMotion(HAND, 3), nthread=1)

@@ -255,6 +255,13 @@ def test_shac_starts_from_a_ppo_policy_with_fresh_optimizers(tmp_path):
     assert trainer.iteration == 0 and not trainer.actor_opt.state
     trainer.learn(1)
     assert trainer.iteration == 1
+    hand_cfg, hand_agent = task_cfgs("FlashNeRD-Reorient-Cube-Yaw-Allegro-v0", num_envs=2)
+    hand_env, hand_runner = make_runner("FlashNeRD-Reorient-Cube-Yaw-Allegro-v0", hand_cfg, hand_agent, None)
+    hand_runner.save(str(tmp_path / "hand.pt"))
+    hand_env.close()
+    with pytest.raises(ValueError, match="does not fit this task's policy") as err:
+        trainer.init_from(str(tmp_path / "hand.pt"))  # another task's policy: one line, not torch's traceback
+    assert len(str(err.value).splitlines()) == 1
     env.close()
 
 

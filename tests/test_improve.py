@@ -59,12 +59,16 @@ def test_improve_refuses_bad_settings_before_any_work(tmp_path, capsys):
     assert not (tmp_path / "x" / "round_0").exists()
 
 
-def test_improve_with_shac_starts_each_round_from_the_last_policy(tmp_path, capsys):
+def test_improve_with_shac_starts_each_round_from_the_last_policy(tmp_path, capsys, monkeypatch):
     from flashnerd.envs.rsl_rl import read_policy_checkpoint
+    from flashnerd.envs.shac import ShacTrainer
 
+    starts, init_from = [], ShacTrainer.init_from
+    monkeypatch.setattr(ShacTrainer, "init_from", lambda self, path: (starts.append(path), init_from(self, path)))
     out = tmp_path / "shac"
     argv = [*_argv(out, 2), "--algo", "shac", "--shac_horizon", "4"]
     assert main(argv) == 0
+    assert starts == [str(out / "round_0" / "policy.pt")]  # round 0 from scratch, round 1 from round 0's policy
     table = json.loads((out / "improve.json").read_text())
     assert [r["algo"] for r in table["rounds"]] == ["shac", "shac"]
     rounds = [read_policy_checkpoint(str(out / f"round_{r}" / "policy.pt")) for r in (0, 1)]

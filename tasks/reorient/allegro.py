@@ -81,9 +81,9 @@ HEAVY_CUBE_MASS = 0.3  # kg, three times the default cube
 
 def AllegroCubeHeavyEnvCfg() -> EnvCfg:  # noqa: N802
     """The yaw task with a 0.3 kg cube: turning it against the palm's friction (about 3 N) takes a good share of what
-    the fingertips can push (the joints' 0.7 N m), so the cube's reaction on the fingers is part of the motion and
-    one-way coupling, which moves the fingers as if the cube were not there, should mislead a policy (the seed's
-    Fig. 8; `flashnerd bench reaction` measures the reaction along a policy's motion)."""
+    the fingertips can push (the joints' 0.7 N m), three times the light cube's, so one-way coupling, which moves the
+    fingers as if the cube were not there, has more to get wrong (the seed's Fig. 8; `flashnerd bench reaction`
+    measures the cube's push-back along a policy's motion)."""
     cfg = AllegroCubeYawEnvCfg()
     cfg.object_mass = HEAVY_CUBE_MASS
     return cfg

@@ -1,13 +1,13 @@
 """`flashnerd improve`: the data-aggregation loop as one command.
 
 Round r: PPO (or SHAC, `--algo shac`: gradients through the model) on model r (from round r-1's policy, or from
---policy / scratch in round 0) -> the policy, plus action
-noise, drives the target system (MuJoCo, or a robot variant standing in for the robot) for --target_minutes summed
-over worlds -> the data joins every earlier round's (and --data) -> model r+1 is fitted from model r (`fit --init`:
-its weights and normalizers, a lower learning rate, early stopping on held-out data). Every policy is evaluated on its
-model and in the target system. Each round's model, policy, data and figures stay in `--out_dir/round_<r>/`;
-`--out_dir/<name>.json` is rewritten after every stage (a stopped run continues with `--resume`, from the last
-finished stage) and `<name>.png` plots the return in the target system per round.
+--policy / scratch in round 0) -> the policy, plus action noise, drives the target system (MuJoCo, or a robot variant
+standing in for the robot) for --target_minutes summed over worlds -> the data joins every earlier round's (and
+--data) -> model r+1 is fitted from model r (`fit --init`: its weights and normalizers, a lower learning rate, early
+stopping on held-out data). Every policy is evaluated on its model and in the target system. Each round's model,
+policy, data and figures stay in `--out_dir/round_<r>/`; `--out_dir/<name>.json` is rewritten after every stage (a
+stopped run continues with `--resume`, from the last finished stage) and `<name>.png` plots the return in the target
+system per round.
 """
 
 from __future__ import annotations
@@ -46,11 +46,12 @@ SETTING_DEFAULTS = {"algo": "ppo", "shac_horizon": None}
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("improve", help="rounds of: PPO on the model, its rollouts in the target system, refit")
+    p = sub.add_parser("improve",
+                       help="rounds of: PPO (or SHAC) on the model, its rollouts in the target system, refit")
     p.add_argument("--task", required=True, help="task id")
     p.add_argument("--rounds", type=int, default=3, help="rounds of train -> roll out -> refit")
     p.add_argument("--dynamics", default="flashnerd", choices=backend_names(learned=True, planning=True),
-                   help="the learned backend PPO trains on")
+                   help="the learned backend the policy trains on")
     p.add_argument("--dynamics_checkpoint", default=None, help="model of round 0 (default: the shipped one)")
     p.add_argument("--data", nargs="*", default=[],
                    help="datasets kept in every refit beside the rounds' rollouts (e.g. those model 0 was fitted on)")
@@ -62,7 +63,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help=f"SHAC's differentiable rollout length (--algo shac; default {ShacCfg.horizon})")
     p.add_argument("--iterations", type=int, default=None,
                    help="PPO (or SHAC) iterations per round (default: the task's)")
-    p.add_argument("--num_envs", type=int, default=None, help="PPO worlds (default: the task's)")
+    p.add_argument("--num_envs", type=int, default=None, help="training worlds (default: the task's)")
     p.add_argument("--robot_variant", default=None, help="variant YAML of the target system (default: nominal)")
     p.add_argument("--target_minutes", type=float, default=2.0,
                    help="minutes of target-system time per round, summed over --target_worlds")
@@ -74,7 +75,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--uncertainty_penalty", type=float, default=None, help="as `flashnerd train` (ensembles)")
     p.add_argument("--uncertainty_threshold", type=float, default=None, help="as `flashnerd train` (ensembles)")
     p.add_argument("--members", default=None, choices=MEMBER_MODES, help="as `flashnerd train` (ensembles)")
-    p.add_argument("--seed", type=int, default=0, help="seed of PPO, the rollouts and the fits")
+    p.add_argument("--seed", type=int, default=0, help="seed of the training, the rollouts and the fits")
     p.add_argument("--device", default="cpu", help="torch device")
     p.add_argument("--out_dir", default="logs/improve", help="folder for every round's model, policy, data")
     p.add_argument("--name", default="improve", help="file stem of the JSON table and the plot in --out_dir")
@@ -104,7 +105,7 @@ def _check(args: argparse.Namespace) -> str:
     robot = variant_robot(env_cfg.robot, None)
     kind = backend_info(args.dynamics).model_kind
     init = args.dynamics_checkpoint or str(default_checkpoint(robot, kind))
-    read_checkpoint(init, robot)  # a missing or foreign model fails before any PPO runs
+    read_checkpoint(init, robot)  # a missing or foreign model fails before any training
     for path in [args.policy, *args.data]:
         if path and not Path(path).is_file():
             raise CLIError(f"'{path}' does not exist")

@@ -121,7 +121,9 @@ class CoupledConfig:
 class CoupledDynamics:
     """`num_worlds` worlds of a fixed-base robot and a free cube; the robot's free motion comes from `free_motion`.
 
-    `state()` reports the robot's DOFs only (RobotState); `object_state()` the cube's pose and velocity."""
+    `state()` reports the robot's DOFs only (RobotState); `object_state()` the cube's pose and velocity. `scene` is
+    the compiled model the worlds were built from: the batch simulates a copy made at construction, so set options
+    through `CoupledConfig` (an edit of `scene` afterwards does not reach the worlds)."""
 
     def __init__(self, robot: RobotSpec, num_worlds: int, device: str | torch.device = "cpu", terrain: str = "flat",
                  config: CoupledConfig | None = None, mode: str = TWO_WAY) -> None:
@@ -219,9 +221,10 @@ class CoupledDynamics:
     def reset_full(self, world_ids: torch.Tensor, qpos: np.ndarray, qvel: np.ndarray) -> None:
         """Write the whole state (robot and cube) of `world_ids`: qpos (k, nq), qvel (k, nv)."""
         ids = world_ids.detach().cpu().numpy().reshape(-1)
-        self.sims.reset(ids, stage=mujoco.mjtStage.mjSTAGE_NONE)  # MuJoCo's defaults (warm start, time, forces)
+        worlds = self._worlds(ids)
+        self.sims.reset(worlds, stage=mujoco.mjtStage.mjSTAGE_NONE)  # MuJoCo's defaults (warm start, time, forces)
         self._sim_qpos[ids], self._sim_qvel[ids] = qpos, qvel
-        self.sims.forward(ids, stage=mujoco.mjtStage.mjSTAGE_VEL)
+        self.sims.forward(worlds, stage=mujoco.mjtStage.mjSTAGE_VEL)
         self.free_motion.reset(torch.as_tensor(ids))
         self._gather()
 
@@ -230,18 +233,20 @@ class CoupledDynamics:
         ids = world_ids.detach().cpu().numpy().reshape(-1)
         p, v = pose.detach().cpu().double().numpy(), vel.detach().cpu().double().numpy()
         self._sim_qpos[ids, self.nq_r:self.nq_r + 7], self._sim_qvel[ids, self.nv_r:self.nv_r + 6] = p, v
-        self.sims.forward(ids, stage=mujoco.mjtStage.mjSTAGE_VEL)
+        self.sims.forward(self._worlds(ids), stage=mujoco.mjtStage.mjSTAGE_VEL)
         self._gather()
 
     def set_qvel(self, world_ids: torch.Tensor, qvel: torch.Tensor) -> None:
         """Overwrite the robot's generalized velocity (k, nv_r) of `world_ids` (k,)."""
         ids = world_ids.detach().cpu().numpy().reshape(-1)
         self._sim_qvel[ids, :self.nv_r] = qvel.detach().cpu().double().numpy()
-        self.sims.forward(ids, stage=mujoco.mjtStage.mjSTAGE_VEL)
+        self.sims.forward(self._worlds(ids), stage=mujoco.mjtStage.mjSTAGE_VEL)
         self._gather()
 
     def step(self, ctrl: torch.Tensor) -> None:
         """Advance every world by one control step under robot joint targets ctrl (N, nu)."""
+        if self.sims is None:
+            raise RuntimeError("this coupled backend was closed; build a new one to step")
         if not torch.isfinite(ctrl).all():
             raise ValueError("ctrl holds NaN or Inf; the coupled backend needs finite joint targets")
         dec = self.robot.decimation
@@ -264,8 +269,13 @@ class CoupledDynamics:
         return self._obj
 
     def close(self) -> None:
-        """Release the worlds (the batch and its threads)."""
-        self.sims = None
+        """Release the worlds: the batch, its threads and every view into it (a view keeps the batch alive)."""
+        self.sims = self._sim_qpos = self._sim_qvel = self._applied = self._mass = self._bias = self._passive = None
+
+    @staticmethod
+    def _worlds(ids: np.ndarray) -> np.ndarray:
+        """The batch's world ids for a call: sorted and unique, as `mujoco.batch` requires (writes take any order)."""
+        return np.unique(ids)
 
     def scene_qpos(self) -> np.ndarray:
         """The whole scene's generalized positions (N, nq), robot then cube: a live view, valid until the next call."""

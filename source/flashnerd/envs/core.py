@@ -113,6 +113,9 @@ class FlashNeRDEnv(gym.Env):
                 raise ValueError("object_mass sets the mass of the scene's objects, and this task has none")
             if not (math.isfinite(cfg.object_mass) and cfg.object_mass > 0):
                 raise ValueError(f"object_mass must be a positive number of kg, got {cfg.object_mass}")
+            if "cube_mass" in cfg.dynamics_kwargs:
+                raise ValueError("the cube's mass is set twice (object_mass and the backend option cube_mass); "
+                                 "keep object_mass")
             scene["cube_mass"] = float(cfg.object_mass)
         self.dyn = make_dynamics(cfg.dynamics, self.robot, cfg.num_envs, device=self.device,
                                  terrain=cfg.terrain, **scene, **cfg.dynamics_kwargs)

@@ -271,10 +271,9 @@ class ShacTrainer:
 
     def init_from(self, path: str) -> None:
         """Start from the actor and critic of a policy checkpoint, PPO's or SHAC's (read with `torch.load(
-        weights_only=True)`), with fresh optimizers and the iteration count at zero, as PPO's `train_policy(init=...)`;
-        the target critic copies the loaded critic."""
-        loaded = read_policy_checkpoint(path, str(self.env.device))
-        self.runner.alg.load(loaded, {"actor": True, "critic": True}, strict=True)
+        weights_only=True)`; one of another task or network shape is a one-line error), with fresh optimizers and the
+        iteration count at zero, as PPO's `train_policy(init=...)`; the target critic copies the loaded critic."""
+        self.runner.load(path, {"actor": True, "critic": True}, strict=True, map_location=str(self.env.device))
         self.target_critic.load_state_dict(self.critic.state_dict())
 
     def load(self, path: str) -> None:
@@ -286,7 +285,7 @@ class ShacTrainer:
         if missing:
             raise ValueError(f"SHAC checkpoint '{path}' lacks {', '.join(missing)}; it is truncated or not written "
                              "by `flashnerd train --algo shac`")
-        self.runner.alg.load(loaded, {"actor": True, "critic": True}, strict=True)
+        self.runner.load(path, {"actor": True, "critic": True}, strict=True, map_location=str(self.env.device))
         self.actor_opt.load_state_dict(loaded["shac_actor_optimizer"])
         self.critic_opt.load_state_dict(loaded["shac_critic_optimizer"])
         self.target_critic.load_state_dict(loaded["shac_target_critic"])

@@ -190,6 +190,12 @@ class MujocoDynamics:
         """Views of the current state; valid until the next `step()`/`reset()`."""
         return self._robot_state
 
+    @property
+    def plain_step(self) -> bool:
+        """True when a control step is MuJoCo's own `mj_step` under the targets as `ctrl` on the scene's model: no
+        actuation delay or torque-speed line, no per-world randomized models (a variant adds those)."""
+        return self._act is None and self._rand is None
+
     def physics_state(self) -> np.ndarray:
         """Every world's whole physics state (N, mj_stateSize(scene, mjSTATE_FULLPHYSICS)), robot and objects, as
         `mj_getState` writes it: a live view (read it, do not write it), valid until the next step or reset."""

@@ -6,7 +6,8 @@ object's reaction on the robot is small next to what the robot's actuators spend
 misleads a policy where the reaction is comparable (the seed's Fig. 8). `ReactionMeter` measures the two along any
 policy's motion: it wraps an env's `mujoco` backend and, at every control step, replays each world's step on its own
 `MjData` from the backend's exact physics state (so the replica is the env's world, checked by `replica_error`),
-reading the contact forces and accelerations of every physics substep.
+reading the contact forces and accelerations of every physics substep. The replica starts each step from a zero warm
+start, as every rollout call of the backend does (the physics state carries none), and matches its world exactly.
 """
 
 from __future__ import annotations
@@ -44,11 +45,11 @@ class ReactionMeter:
 
     def __init__(self, dyn: MujocoDynamics, worlds: int, body: str = "cube") -> None:
         if not isinstance(dyn, MujocoDynamics):
-            raise ValueError(f"the reaction is measured in MuJoCo; the env runs on '{type(dyn).__name__}', not the "
-                             "mujoco backend")
-        if dyn._act is not None or dyn._rand is not None:
-            raise ValueError("the reaction meter replays MuJoCo's plain step; a robot variant with actuation delay, "
-                             "a torque-speed limit or randomized ranges steps otherwise")
+            raise ValueError(f"the reaction is measured in MuJoCo; the env runs on '{type(dyn).__name__}': run it "
+                             "with --dynamics mujoco")
+        if not dyn.plain_step:
+            raise ValueError("the reaction meter replays MuJoCo's plain step, and this robot variant steps otherwise "
+                             "(actuation delay, a torque-speed line or randomized ranges); drop --robot_variant")
         self.inner, self.model = dyn, dyn.scene
         self.body = mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_BODY, body)
         if self.body < 0:
@@ -56,9 +57,12 @@ class ReactionMeter:
         self.datas = [mujoco.MjData(self.model) for _ in range(min(worlds, dyn.num_worlds))]
         self.reactions: list[np.ndarray] = []  # (nv_r,) per measured substep
         self.inertials: list[np.ndarray] = []
-        self.replica_error = 0.0  # largest |qpos| difference between a replica and its world after a step
+        self.replica_error = 0.0  # largest difference between a replica's physics state and its world's after a step
+        self._replica_state = np.zeros(dyn.physics_state().shape[1])  # (nstate,)
 
-    def __getattr__(self, name: str):
+    def __getattr__(self, name: str) -> object:
+        if name == "inner":  # not set yet (copy, pickle): no recursion through the lookup below
+            raise AttributeError(name)
         return getattr(self.inner, name)
 
     def step(self, ctrl: torch.Tensor) -> None:
@@ -67,6 +71,7 @@ class ReactionMeter:
         start = self.inner.physics_state()
         for w, d in enumerate(self.datas):
             mujoco.mj_setState(self.model, d, start[w], _FULL)
+            d.qacc_warmstart[:] = 0.0  # as each rollout call of the backend starts (the state carries no warm start)
             d.ctrl[:] = target[w]
             for _ in range(self.inner.robot.decimation):
                 mujoco.mj_step(self.model, d)
@@ -74,14 +79,15 @@ class ReactionMeter:
                 self.reactions.append(reaction)
                 self.inertials.append(inertial)
         self.inner.step(ctrl)
-        qpos = self.inner.physics_state()[:, 1:1 + self.model.nq]  # (N, nq) after the time column
+        after = self.inner.physics_state()
         for w, d in enumerate(self.datas):
-            self.replica_error = max(self.replica_error, float(np.abs(d.qpos - qpos[w]).max()))
+            mujoco.mj_getState(self.model, d, self._replica_state, _FULL)
+            self.replica_error = max(self.replica_error, float(np.abs(self._replica_state - after[w]).max()))
 
     def summary(self) -> dict:
         """RMS over substeps and the robot's DOFs of the reaction and the inertial force, and their ratio."""
         rms = lambda x: float(np.sqrt(np.mean(np.square(x)))) if x else 0.0  # noqa: E731
         out = {"reaction_rms": rms(self.reactions), "inertial_rms": rms(self.inertials),
                "substeps": len(self.reactions), "replica_error": self.replica_error}
-        out["ratio"] = out["reaction_rms"] / out["inertial_rms"] if out["inertial_rms"] > 0 else float("inf")
+        out["ratio"] = out["reaction_rms"] / out["inertial_rms"] if out["inertial_rms"] > 0 else None
         return out
