@@ -69,8 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _one_line(err: BaseException) -> str:
-    """An exception's message on one line (libraries sometimes raise multi-line ones)."""
-    return " ".join(str(err).split())[:400]
+    """An exception's message on one line (libraries sometimes raise multi-line ones), at most 1000 characters: long
+    enough for the list of every task id, short enough that a library's dump does not flood the terminal."""
+    return " ".join(str(err).split())[:1000]
 
 
 def main(argv: list[str] | None = None) -> int:
