@@ -67,3 +67,28 @@ def test_an_incomplete_climb_run_renders_with_its_missing_platforms(tmp_path, ca
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells[1] == f"{nerd['climbs']}/2 (incomplete)" and cells[-4:] == ["-"] * 4 and len(cells) == 4 + 6
     assert (folder / "platform_climb_part.png").stat().st_size > 10_000
+
+
+def test_a_goal_task_over_seeds_gets_its_spread(tmp_path):
+    """Fig. 8 over seeds: every run keeps its row, and each training backend gets its mean with the lowest and
+    highest of its seeds, relative to the mean of the `mujoco` runs."""
+    from flashnerd.viz.report import render_block
+
+    folder = tmp_path / "results"
+    folder.mkdir()
+    data = json.loads((ROOT / "docs" / "results" / "cube_reorient.json").read_text())
+    runs = {}
+    for backend, targets, dropped in (("mujoco", 2.0, 0.0), ("mujoco", 4.0, 0.5), ("coupled", 1.5, 0.25),
+                                      ("coupled", 4.5, 0.0)):
+        seed = sum(r["backend"] == backend for r in runs.values()) + 1
+        run = json.loads(json.dumps(data["backends"][backend]))
+        run.update(backend=backend, seed=seed, targets_per_episode=targets)
+        run["eval_mujoco"]["fall_rate"] = dropped
+        runs[f"{backend}/seed{seed}"] = run
+    data["backends"] = runs
+    (folder / "cube_reorient_seeds.json").write_text(json.dumps(data))
+    text = render_block("cube_reorient_seeds", folder)
+    assert "| `coupled/seed1` |" in text and "| 1.50 | 50% | 25% |" in text  # 1.5 of the mujoco mean, 3.0
+    assert "| `mujoco` | 2 | 3.00 (2.00 - 4.00) | 100% (67% - 133%) | 25% (0% - 50%) |" in text
+    assert "| `coupled` | 2 | 3.00 (1.50 - 4.50) | 100% (50% - 150%) | 12% (0% - 25%) |" in text
+    assert (folder / "cube_reorient_seeds.png").read_bytes()[:4] == b"\x89PNG"

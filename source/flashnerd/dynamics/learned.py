@@ -218,6 +218,8 @@ class LearnedDynamics:
         self._qpos, self._qvel, self._torque, self._ctrl = (t.detach() for t in
                                                             (self._qpos, self._qvel, self._torque, self._ctrl))
         self._features = self._features.detach()
+        if self._disagreement is not None:
+            self._disagreement = self._disagreement.detach()
         _map_cache(self.cache, torch.Tensor.detach)
         self._rebind_state()
 
@@ -235,6 +237,8 @@ class LearnedDynamics:
             return
         self._qpos, self._qvel, self._torque, self._ctrl = (t.clone() for t in
                                                             (self._qpos, self._qvel, self._torque, self._ctrl))
+        if self._disagreement is not None:
+            self._disagreement = self._disagreement.clone()
         _map_cache(self.cache, torch.Tensor.clone)
         self._rebind_state()
 
@@ -248,7 +252,10 @@ class LearnedDynamics:
         members' mean or each world's drawn member; records the members' disagreement."""
         if self.num_members == 1:
             return pred
-        self._disagreement.copy_(disagreement(pred.detach()))
+        if self.differentiable:  # a penalty on it (MOPO) then steers SHAC's actions away from what the members dispute
+            self._disagreement = disagreement(pred)  # (N,), replaced: earlier rewards keep the values they read
+        else:
+            self._disagreement.copy_(disagreement(pred))
         if self.members_mode == "mean":
             return pred.mean(dim=0)  # (N, O)
         if self.members_mode == "step":

@@ -212,4 +212,6 @@ def _cache_args(method: str, arg: torch.Tensor, cache: Any) -> tuple:
 def disagreement(pred: torch.Tensor) -> torch.Tensor:
     """Spread of the members' normalized predictions (K, B, O) -> (B,): the RMS over outputs of the std over
     members, in units of the target's std (0 when the members agree)."""
-    return pred.var(dim=0, unbiased=False).mean(dim=-1).sqrt()  # (B,)
+    var = pred.var(dim=0, unbiased=False).mean(dim=-1)  # (B,)
+    # exactly 0 for identical members, without the root's infinite derivative there (a NaN in a backward pass)
+    return torch.where(var > 0, var.clamp_min(1e-30).sqrt(), 0.0)  # (B,)

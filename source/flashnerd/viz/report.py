@@ -76,11 +76,16 @@ def plot_targets(backends: dict, path: str | Path, title: str) -> None:
     """Fig. 8 analog: mean goals reached so far against episode time, one line per training backend, every policy
     evaluated in MuJoCo."""
     fig, ax = _line_axes()
-    for backend, r in backends.items():
+    colors, styles = {}, ("-", "--", ":", "-.")
+    labels = {run: _group(run, r) for run, r in backends.items()}
+    for i, (run, r) in enumerate(backends.items()):  # runs of one backend (several seeds): one colour, own dashes
+        group = labels[run]
+        colors.setdefault(group, f"C{len(colors)}")
+        dash = styles[list(labels.values())[:i].count(group) % len(styles)]
         e = r["eval_mujoco"]
         curve = e["targets_over_time"]
-        ax.plot([e["step_dt"] * (i + 1) for i in range(len(curve))], curve,
-                label=f"trained on {backend}: {r['targets_per_episode']:.2f} targets/episode")
+        ax.plot([e["step_dt"] * (i + 1) for i in range(len(curve))], curve, color=colors[group], linestyle=dash,
+                label=f"trained on {run}: {r['targets_per_episode']:.2f} targets/episode")
     _finish_line_plot(fig, ax, path, "time in episode (s)", "targets reached (mean over episodes)",
                       f"{title}\n(every policy evaluated in MuJoCo)")
 
@@ -275,18 +280,49 @@ def _reorient(data: dict, name: str, folder: Path) -> str:
     episode time (NAME.png)."""
     plot_targets(data["backends"], folder / f"{name}.png", data["task"])
     backends = data["backends"]
-    ref = backends.get(REFERENCE_BACKEND, {}).get("targets_per_episode")
+    groups: dict[str, list[dict]] = {}  # training run (backend, or backend:algo) -> its runs over seeds
+    for run, r in backends.items():
+        groups.setdefault(_group(run, r), []).append(r)
+    mean = lambda values: sum(values) / len(values)  # noqa: E731
+    ref_runs = groups.get(REFERENCE_BACKEND, [])
+    ref = mean([r["targets_per_episode"] for r in ref_runs]) if ref_runs else None  # over the reference's seeds
     rows = [f"{data['num_envs']} envs, {data['iterations']} PPO iterations per backend, device `{data['device']}`; "
             "every policy evaluated in MuJoCo.", "",
             "| trained on | s / PPO iteration | targets per episode (MuJoCo) | vs `mujoco`-trained | cube dropped | "
             "episode length (s) | return (MuJoCo) |", "|---|---|---|---|---|---|---|"]
-    for backend, r in backends.items():
+    for run, r in backends.items():
         e = r["eval_mujoco"]
         rel = f"{100 * r['targets_per_episode'] / ref:.0f}%" if ref else "-"
-        rows.append(f"| `{backend}` | {r['seconds_per_iteration']:.2f} | {r['targets_per_episode']:.2f} | {rel} | "
+        rows.append(f"| `{run}` | {r['seconds_per_iteration']:.2f} | {r['targets_per_episode']:.2f} | {rel} | "
                     f"{100 * e['fall_rate']:.0f}% | {e['mean_episode_length_s']:.1f} | {e['mean_return']:.1f} |")
+    if any(len(runs) > 1 for runs in groups.values()):
+        spread = lambda values, fmt: f"{fmt(mean(values))} ({fmt(min(values))} - {fmt(max(values))})"  # noqa: E731
+        pct = lambda x: f"{100 * x:.0f}%"  # noqa: E731
+        rows += ["", "Over seeds (the seed's Fig. 8 reading): mean over each training backend's runs, lowest - "
+                 "highest in brackets; the `mujoco` reference is its mean.", "",
+                 "| trained on | runs | targets per episode | vs `mujoco`-trained | cube dropped | return (MuJoCo) |",
+                 "|---|---|---|---|---|---|"]
+        for group, runs in groups.items():
+            targets = [r["targets_per_episode"] for r in runs]
+            rel = spread([t / ref for t in targets], pct) if ref else "-"
+            rows.append(f"| `{group}` | {len(runs)} | {spread(targets, lambda x: f'{x:.2f}')} | {rel} | "
+                        f"{spread([r['eval_mujoco']['fall_rate'] for r in runs], pct)} | "
+                        f"{spread([r['eval_mujoco']['mean_return'] for r in runs], lambda x: f'{x:.1f}')} |")
     rows += ["", f"![Targets reached over episode time per training backend](results/{name}.png)"]
     return "\n".join(rows)
+
+
+def _group(key: str, run: dict) -> str:
+    """The training run that `bench ppo`'s run `key` is a seed of (the key itself in files written before runs
+    recorded their backend)."""
+    return run_label(run) if "backend" in run else key
+
+
+def run_label(run: dict) -> str:
+    """A `bench ppo` run's name as --dynamics gives it (what its seeds have in common): its backend for PPO (runs
+    written before SHAC had no algo), else backend:algo."""
+    algo = run.get("algo", "ppo")
+    return run["backend"] if algo == "ppo" else f"{run['backend']}:{algo}"
 
 
 def _finetune(data: dict, name: str, folder: Path) -> str:

@@ -33,7 +33,7 @@ from flashnerd.envs.rsl_rl import train_policy
 from flashnerd.envs.shac import ShacCfg, make_shac
 from flashnerd.models import MODEL_KINDS
 from flashnerd.utils.seeding import seed_everything
-from flashnerd.viz.report import plot_ppo, plot_targets
+from flashnerd.viz.report import plot_ppo, plot_targets, run_label
 
 # what every finished run in the JSON holds (a resumed file is checked for them)
 RUN_KEYS = ("backend", "seed", "seconds_per_iteration", "total_seconds", "eval_mujoco", "curve")
@@ -148,13 +148,6 @@ def parse_runs(text: str) -> dict[str, tuple[str, str]]:
             raise CLIError(f"--dynamics names run '{key}' twice; name each run once")
         runs[key] = (backend, algo)
     return runs
-
-
-def run_label(run: dict) -> str:
-    """A run's name as --dynamics gives it: its backend for PPO (runs written before SHAC had no algo), else
-    backend:algo."""
-    algo = run.get("algo", "ppo")
-    return run["backend"] if algo == "ppo" else f"{run['backend']}:{algo}"
 
 
 def _parse_seeds(text: str) -> list[int]:
