@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import json
 import re
+import statistics
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
@@ -76,12 +78,12 @@ def plot_targets(backends: dict, path: str | Path, title: str) -> None:
     """Fig. 8 analog: mean goals reached so far against episode time, one line per training backend, every policy
     evaluated in MuJoCo."""
     fig, ax = _line_axes()
-    colors, styles = {}, ("-", "--", ":", "-.")
-    labels = {run: _group(run, r) for run, r in backends.items()}
-    for i, (run, r) in enumerate(backends.items()):  # runs of one backend (several seeds): one colour, own dashes
-        group = labels[run]
+    colors, styles, drawn = {}, ("-", "--", ":", "-."), Counter()
+    for run, r in backends.items():  # runs of one backend (several seeds): one colour, a dash per seed
+        group = _group(run, r)
         colors.setdefault(group, f"C{len(colors)}")
-        dash = styles[list(labels.values())[:i].count(group) % len(styles)]
+        dash = styles[drawn[group] % len(styles)]
+        drawn[group] += 1
         e = r["eval_mujoco"]
         curve = e["targets_over_time"]
         ax.plot([e["step_dt"] * (i + 1) for i in range(len(curve))], curve, color=colors[group], linestyle=dash,
@@ -283,7 +285,7 @@ def _reorient(data: dict, name: str, folder: Path) -> str:
     groups: dict[str, list[dict]] = {}  # training run (backend, or backend:algo) -> its runs over seeds
     for run, r in backends.items():
         groups.setdefault(_group(run, r), []).append(r)
-    mean = lambda values: sum(values) / len(values)  # noqa: E731
+    mean = statistics.fmean
     ref_runs = groups.get(REFERENCE_BACKEND, [])
     ref = mean([r["targets_per_episode"] for r in ref_runs]) if ref_runs else None  # over the reference's seeds
     rows = [f"{data['num_envs']} envs, {data['iterations']} PPO iterations per backend, device `{data['device']}`; "
