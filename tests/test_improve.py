@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from flashnerd.cli.main import main
 
@@ -22,14 +23,21 @@ def test_improve_runs_rounds_keeps_each_and_resumes_where_it_stopped(tmp_path, c
     (row,) = table["rounds"]
     assert row["model"].endswith("checkpoints/anymal_c/flashnerd.safetensors")  # round 0 starts from the shipped
     assert (out / "round_0" / "policy.pt").is_file() and (out / "round_0" / "model.safetensors").is_file()
-    assert row["target_seconds"] == 4 * 40 * 0.02 and row["transitions"] == 4 * 40  # 3 s asked: 2 trajectories
-    assert set(row["eval"]) == {"model", "target"} and row["eval"]["target"]["episodes"] == 2
+    (lineage,) = row["lineages"]
+    assert lineage["target_seconds"] == 4 * 40 * 0.02 and lineage["transitions"] == 4 * 40  # 3 s asked: 2 traj.
+    assert set(lineage["eval"]) == {"model", "target"} and lineage["eval"]["target"]["episodes"] == 2
     assert set(row["nrmse_held_out"]["nrmse_after"]) and (out / "improve.png").is_file()
     policy_time = (out / "round_0" / "policy.pt").stat().st_mtime_ns
     capsys.readouterr()
-    older = {**table, "settings": {k: v for k, v in table["settings"].items() if k not in ("algo", "shac_horizon")}}
-    (out / "improve.json").write_text(json.dumps(older))  # a run stopped before --algo existed resumes as PPO
+    # a run stopped before --algo and several lineages existed (one policy setting, the lineage's fields flat in the
+    # row) resumes as PPO along one lineage
+    flat_row = {**{k: v for k, v in row.items() if k != "lineages"}, **lineage}
+    older = {**table, "rounds": [flat_row],
+             "settings": {**{k: v for k, v in table["settings"].items() if k not in ("algo", "shac_horizon")},
+                          "policy": None}}
+    (out / "improve.json").write_text(json.dumps(older))
     assert main([*_argv(out, 1), "--resume"]) == 0
+    assert json.loads((out / "improve.json").read_text())["rounds"][0]["lineages"] == [lineage]
     capsys.readouterr()
 
     assert main(_argv(out, 1)) == 2 and "add --resume" in capsys.readouterr().err
@@ -37,10 +45,39 @@ def test_improve_runs_rounds_keeps_each_and_resumes_where_it_stopped(tmp_path, c
     table = json.loads((out / "improve.json").read_text())
     assert [r["round"] for r in table["rounds"]] == [0, 1]
     assert table["rounds"][1]["model"] == table["rounds"][0]["next_model"]
+    assert table["rounds"][1]["lineages"][0]["policy"] == str(out / "round_1" / "policy.pt")
     assert (out / "round_0" / "policy.pt").stat().st_mtime_ns == policy_time
     printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert len(printed["rounds"]) == 2
     assert main([*_argv(out, 2), "--resume", "--fit_budget", "3"]) == 2 and "fit_budget" in capsys.readouterr().err
+
+
+def test_improve_trains_every_lineage_and_refits_on_all_their_rollouts(tmp_path, capsys, monkeypatch):
+    import flashnerd.cli.improve as improve
+
+    starts, fits, train = [], [], improve.train_policy
+    monkeypatch.setattr(improve, "train_policy", lambda *a, init=None: (starts.append(init), train(*a, init=init))[1])
+    adapt = improve.adapt_model
+    monkeypatch.setattr(improve, "adapt_model", lambda data, *a: (fits.append(list(data)), adapt(data, *a))[1])
+    first = tmp_path / "first"
+    assert main(_argv(first, 1)) == 0
+    policies = [str(first / "round_0" / "policy.pt"), str(tmp_path / "b.pt")]
+    Path(policies[1]).write_bytes(Path(policies[0]).read_bytes())
+    starts.clear(), fits.clear()
+    out = tmp_path / "two"
+    assert main([*_argv(out, 2), "--policy", *policies]) == 0
+    rounds = json.loads((out / "improve.json").read_text())["rounds"]
+    own = [[str(out / f"round_{r}" / f"lineage_{k}" / "policy.pt") for k in (0, 1)] for r in (0, 1)]
+    assert starts == [*policies, *own[0]]  # each lineage goes on from its own last policy
+    assert [[x["policy"] for x in row["lineages"]] for row in rounds] == own
+    # the 3 s of target time per round are split among the lineages: 1.5 s each, one 20-step trajectory of 4 worlds
+    assert all(x["target_seconds"] == 4 * 20 * 0.02 for row in rounds for x in row["lineages"])
+    data = [[x["data"] for x in row["lineages"]] for row in rounds]
+    assert fits == [data[0], data[0] + data[1]]  # one refit per round, on every lineage's rollouts so far
+    printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert [len(r["lineages"]) for r in printed["rounds"]] == [2, 2]
+    assert main([*_argv(tmp_path / "dup", 1), "--policy", policies[0], policies[0]]) == 2
+    assert "twice" in capsys.readouterr().err
 
 
 def test_improve_refuses_bad_settings_before_any_work(tmp_path, capsys):
@@ -70,11 +107,11 @@ def test_improve_with_shac_starts_each_round_from_the_last_policy(tmp_path, caps
     assert main(argv) == 0
     assert starts == [str(out / "round_0" / "policy.pt")]  # round 0 from scratch, round 1 from round 0's policy
     table = json.loads((out / "improve.json").read_text())
-    assert [r["algo"] for r in table["rounds"]] == ["shac", "shac"]
+    assert [r["lineages"][0]["algo"] for r in table["rounds"]] == ["shac", "shac"]
     rounds = [read_policy_checkpoint(str(out / f"round_{r}" / "policy.pt")) for r in (0, 1)]
     assert all(c["algo"] == "shac" and c["iter"] == 0 for c in rounds)  # one iteration, counted from zero each round
     assert (out / "round_1" / "shac").is_dir() and not (out / "round_1" / "ppo").exists()
-    assert set(table["rounds"][1]["eval"]) == {"model", "target"}
+    assert set(table["rounds"][1]["lineages"][0]["eval"]) == {"model", "target"}
     capsys.readouterr()
     assert main([*_argv(tmp_path / "y", 1), "--shac_horizon", "4"]) == 2
     err = capsys.readouterr().err.strip()

@@ -8,7 +8,7 @@ import json
 import os
 import re
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
 
@@ -135,11 +135,13 @@ def write_json(path: Path, data) -> None:
     os.replace(tmp, path)
 
 
-def run_state(path: Path, settings: dict, resume: bool, fresh: dict, defaults: dict | None = None) -> dict:
+def run_state(path: Path, settings: dict, resume: bool, fresh: dict, defaults: dict | None = None,
+              upgrade: Callable[[dict], dict] | None = None) -> dict:
     """The state of a multi-stage command kept in the JSON `path` (rewritten after every stage): `fresh` with
     `settings` for a new run, or the stopped run's state with --resume. A new run over an existing file, a missing or
     unreadable file to resume, or a resume with other settings is a one-line error; a setting the stopped run's file
-    lacks (it predates it) is read as `defaults` gives it."""
+    lacks (it predates it) is read as `defaults` gives it, and `upgrade` brings a file of an older layout to the
+    current one before the settings are compared."""
     if not resume:
         if path.exists():
             raise CLIError(f"'{path}' exists; add --resume to continue that run, or give a new --out_dir")
@@ -156,6 +158,8 @@ def run_state(path: Path, settings: dict, resume: bool, fresh: dict, defaults: d
     missing = [k for k in fresh if k not in state]
     if missing:
         raise CLIError(f"--resume: '{path}' lacks {', '.join(missing)}; give a new --out_dir")
+    if upgrade is not None:
+        state = upgrade(state)
     defaults = defaults or {}
     changed = sorted(k for k in settings if state["settings"].get(k, defaults.get(k)) != settings[k])
     if changed:

@@ -4,10 +4,16 @@ Round r: PPO (or SHAC, `--algo shac`: gradients through the model) on model r (f
 --policy / scratch in round 0) -> the policy, plus action noise, drives the target system (MuJoCo, or a robot variant
 standing in for the robot) for --target_minutes summed over worlds -> the data joins every earlier round's (and
 --data) -> model r+1 is fitted from model r (`fit --init`: its weights and normalizers, a lower learning rate, early
-stopping on held-out data). Every policy is evaluated on its model and in the target system. Each round's model,
-policy, data and figures stay in `--out_dir/round_<r>/`; `--out_dir/<name>.json` is rewritten after every stage (a
-stopped run continues with `--resume`, from the last finished stage) and `<name>.png` plots the return in the target
-system per round.
+stopping on held-out data). Every policy is evaluated on its model and in the target system.
+
+Several --policy checkpoints are several lineages: each round trains every lineage from its own last policy on the
+same model, and each lineage's rollouts (--target_minutes split evenly among them) go into one refit, so the model
+learns the states of more than one policy's descendants (a model refitted along one lineage is exploited by the
+next policy that fine-tunes on it).
+
+Each round's model, policies, data and figures stay in `--out_dir/round_<r>/` (`lineage_<k>/` under it when there
+are several); `--out_dir/<name>.json` is rewritten after every stage (a stopped run continues with `--resume`, from
+the last finished stage) and `<name>.png` plots the return in the target system per round and lineage.
 """
 
 from __future__ import annotations
@@ -55,7 +61,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dynamics_checkpoint", default=None, help="model of round 0 (default: the shipped one)")
     p.add_argument("--data", nargs="*", default=[],
                    help="datasets kept in every refit beside the rounds' rollouts (e.g. those model 0 was fitted on)")
-    p.add_argument("--policy", default=None, help="policy checkpoint round 0 starts from (default: scratch)")
+    p.add_argument("--policy", nargs="*", default=[],
+                   help="policy checkpoint(s) round 0 starts from, one lineage each (default: one from scratch)")
     p.add_argument("--algo", default="ppo", choices=ALGOS,
                    help="the policy learner of every round: ppo, or shac (short-horizon actor-critic through the "
                         "model's gradients; --policy may then be a PPO policy it starts from)")
@@ -66,7 +73,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--num_envs", type=int, default=None, help="training worlds (default: the task's)")
     p.add_argument("--robot_variant", default=None, help="variant YAML of the target system (default: nominal)")
     p.add_argument("--target_minutes", type=float, default=2.0,
-                   help="minutes of target-system time per round, summed over --target_worlds")
+                   help="minutes of target-system time per round, summed over --target_worlds and split evenly "
+                        "among the lineages")
     p.add_argument("--target_worlds", type=int, default=64, help="worlds rolling the policy out at once")
     p.add_argument("--traj_len", type=int, default=100, help="control steps per recorded trajectory")
     p.add_argument("--action_noise", type=float, default=0.3, help="largest per-world std of noise on the actions")
@@ -106,10 +114,29 @@ def _check(args: argparse.Namespace) -> str:
     kind = backend_info(args.dynamics).model_kind
     init = args.dynamics_checkpoint or str(default_checkpoint(robot, kind))
     read_checkpoint(init, robot)  # a missing or foreign model fails before any training
-    for path in [args.policy, *args.data]:
-        if path and not Path(path).is_file():
+    if len(set(args.policy)) < len(args.policy):
+        raise CLIError("--policy names a checkpoint twice; give each lineage's start once")
+    for path in [*args.policy, *args.data]:
+        if not Path(path).is_file():
             raise CLIError(f"'{path}' does not exist")
     return init
+
+
+def upgrade_state(state: dict) -> dict:
+    """A run written before several lineages existed (one --policy, a round's policy, rollouts and figures flat in
+    its row) in the current form: --policy a list, each round's lineage fields under "lineages"."""
+    settings = state["settings"]
+    if not isinstance(settings.get("policy", []), list):
+        settings["policy"] = [settings["policy"]] if settings["policy"] else []
+    for row in state.get("rounds", []) if isinstance(state.get("rounds"), list) else []:
+        if isinstance(row, dict) and "lineages" not in row:
+            row["lineages"] = [{k: row.pop(k) for k in LINEAGE_FIELDS if k in row}] if "policy" in row else []
+    return state
+
+
+# what each lineage's stages write in a round's row; the refit's fields stay in the row itself
+LINEAGE_FIELDS = ("policy", "algo", "train_wall_s", "iterations", "eval", "data", "target_seconds", "record_wall_s",
+                  "transitions")
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -118,38 +145,51 @@ def run(args: argparse.Namespace) -> dict:
     out = Path(args.out_dir)
     table_path = out / f"{args.name}.json"
     settings = {k: v for k, v in vars(args).items() if k not in ("func", "resume", "rounds", "debug", "command")}
-    state = run_state(table_path, settings, args.resume, {"model_0": model0, "rounds": []}, defaults=SETTING_DEFAULTS)
+    state = run_state(table_path, settings, args.resume, {"model_0": model0, "rounds": []}, defaults=SETTING_DEFAULTS,
+                      upgrade=upgrade_state)
     save = lambda: write_json(table_path, state)  # noqa: E731  after every stage: --resume starts there
+    starts = args.policy or [None]
+    minutes = args.target_minutes / len(starts)
 
     for r in range(args.rounds):
         if r == len(state["rounds"]):
-            state["rounds"].append({"round": r, "model": model0 if r == 0 else state["rounds"][r - 1]["next_model"]})
+            state["rounds"].append({"round": r, "model": model0 if r == 0 else state["rounds"][r - 1]["next_model"],
+                                    "lineages": []})
         row = state["rounds"][r]
-        folder = out / f"round_{r}"
-        if "policy" not in row:
-            start = args.policy if r == 0 else state["rounds"][r - 1]["policy"]
-            row.update(_train(args, row["model"], start, folder))
-            save()
-        if "data" not in row:
-            row.update(_roll_out(args, row["policy"], folder, seed=args.seed + 1000 * (r + 1)))
-            save()
+        for k, first in enumerate(starts):
+            if k == len(row["lineages"]):
+                row["lineages"].append({})
+            lineage = row["lineages"][k]
+            folder = out / f"round_{r}" / (f"lineage_{k}" if len(starts) > 1 else "")
+            if "policy" not in lineage:
+                start = first if r == 0 else state["rounds"][r - 1]["lineages"][k]["policy"]
+                lineage.update(_train(args, row["model"], start, folder, seed=args.seed + k))
+                save()
+            if "data" not in lineage:
+                lineage.update(_roll_out(args, lineage["policy"], folder, minutes,
+                                         seed=args.seed + 1000 * (r + 1) + 100 * k))
+                save()
         if "next_model" not in row:
-            data = [*args.data, *(x["data"] for x in state["rounds"][:r + 1])]
-            row.update(_refit(args, row["model"], data, folder / "model.safetensors"))
+            data = [*args.data, *(x["data"] for done in state["rounds"][:r + 1] for x in done["lineages"])]
+            row.update(_refit(args, row["model"], data, out / f"round_{r}" / "model.safetensors"))
             save()
     state["rounds"] = state["rounds"][:args.rounds]
     save()
     plot_improve(state, out / f"{args.name}.png")
-    print(json.dumps({"rounds": [{"round": x["round"], "return_target": x["eval"]["target"]["mean_return"],
-                                  "falls_target": x["eval"]["target"]["fall_rate"],
-                                  "return_model": x["eval"]["model"]["mean_return"]} for x in state["rounds"]]}))
+    summary = lambda x: {"return_target": x["eval"]["target"]["mean_return"],  # noqa: E731
+                         "falls_target": x["eval"]["target"]["fall_rate"],
+                         "return_model": x["eval"]["model"]["mean_return"],
+                         **({"success_target": x["eval"]["target"]["success_rate"]}
+                            if "success_rate" in x["eval"]["target"] else {})}
+    print(json.dumps({"rounds": [{"round": row["round"], "lineages": [summary(x) for x in row["lineages"]]}
+                                 for row in state["rounds"]]}))
     return state
 
 
-def _train(args: argparse.Namespace, model: str, start: str | None, folder: Path) -> dict:
+def _train(args: argparse.Namespace, model: str, start: str | None, folder: Path, seed: int) -> dict:
     """PPO (or SHAC) on `model` (from the policy `start`, if any), saved as folder/policy.pt, evaluated on the model
     and in the target system."""
-    env_cfg, agent_cfg = task_cfgs(args.task, num_envs=args.num_envs, seed=args.seed, device=args.device,
+    env_cfg, agent_cfg = task_cfgs(args.task, num_envs=args.num_envs, seed=seed, device=args.device,
                                    dynamics=args.dynamics, dynamics_checkpoint=model)
     apply_uncertainty_args(args, env_cfg)
     if args.iterations is not None:
@@ -173,10 +213,10 @@ def _train(args: argparse.Namespace, model: str, start: str | None, folder: Path
             "eval": {"model": on_model[args.dynamics], "target": target[REFERENCE_BACKEND]}}
 
 
-def _roll_out(args: argparse.Namespace, policy: str, folder: Path, seed: int) -> dict:
-    """The policy plus noise in the target system for --target_minutes (summed over worlds), as a dataset."""
+def _roll_out(args: argparse.Namespace, policy: str, folder: Path, minutes: float, seed: int) -> dict:
+    """The policy plus noise in the target system for `minutes` (summed over worlds), as a dataset."""
     robot = variant_robot(task_cfgs(args.task)[0].robot, args.robot_variant, check=False)
-    per_world = args.target_minutes * 60 / robot.control_dt / args.target_worlds
+    per_world = minutes * 60 / robot.control_dt / args.target_worlds
     steps = max(1, math.ceil(per_world / args.traj_len)) * args.traj_len
     start = time.perf_counter()
     recorded, _ = record_policy(args.task, args.robot_variant, policy, args.target_worlds, steps, args.traj_len,

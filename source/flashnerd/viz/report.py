@@ -153,18 +153,26 @@ def plot_reality_gap(summary: dict, path: str | Path) -> None:
 
 
 def plot_improve(state: dict, path: str | Path) -> None:
-    """`flashnerd improve`: each round's policy evaluated on its model and in the target system (return; falls on
-    the labels), against the target-system minutes of data the model had seen when the policy was trained."""
+    """`flashnerd improve`: each round's policies evaluated on their model and in the target system (return; falls
+    on the labels), against the target-system minutes of data the model had seen when they were trained; one colour
+    per lineage."""
     fig, ax = _line_axes()
     rounds = state["rounds"]
-    minutes = [sum(x.get("target_seconds", 0.0) for x in rounds[:i]) / 60 for i in range(len(rounds))]
-    for where, style in (("target", "o-"), ("model", "s--")):
-        returns = [x["eval"][where]["mean_return"] for x in rounds]
-        ax.plot(minutes, returns, style, label=f"on the {where}" + (" system" if where == "target" else ""))
-        if where == "target":
-            for m, x, ret in zip(minutes, rounds, returns):
-                ax.annotate(f"round {x['round']}: {100 * x['eval']['target']['fall_rate']:.0f}% falls", (m, ret),
-                            fontsize=7, textcoords="offset points", xytext=(4, -10))
+    minutes = [sum(x.get("target_seconds", 0.0) for done in rounds[:i] for x in done["lineages"]) / 60
+               for i in range(len(rounds))]
+    for k in range(max((len(row["lineages"]) for row in rounds), default=0)):
+        drawn = [(m, row["round"], row["lineages"][k]) for m, row in zip(minutes, rounds)
+                 if len(row["lineages"]) > k and "eval" in row["lineages"][k]]
+        name = f"lineage {k}, " if len(rounds[0]["lineages"]) > 1 else ""
+        color = f"C{k}"
+        for where, style in (("target", "o-"), ("model", "s--")):
+            returns = [x["eval"][where]["mean_return"] for _, _, x in drawn]
+            ax.plot([m for m, _, _ in drawn], returns, style, color=color,
+                    label=f"{name}on the {where}" + (" system" if where == "target" else ""))
+            if where == "target":
+                for (m, r, x), ret in zip(drawn, returns):
+                    ax.annotate(f"round {r}: {100 * x['eval']['target']['fall_rate']:.0f}% falls", (m, ret),
+                                fontsize=7, textcoords="offset points", xytext=(4, -10))
     variant = state["settings"].get("robot_variant")
     target = f"MuJoCo, {Path(variant).stem}" if variant else "MuJoCo"
     _finish_line_plot(fig, ax, path, "minutes of target-system data in the model", "mean episode return",
