@@ -80,6 +80,29 @@ def test_improve_trains_every_lineage_and_refits_on_all_their_rollouts(tmp_path,
     assert "twice" in capsys.readouterr().err
 
 
+def test_improve_restarts_every_round_from_the_given_policies_when_asked(tmp_path, capsys, monkeypatch):
+    import flashnerd.cli.improve as improve
+
+    starts = []
+    fake_eval = {where: {"mean_return": 1.0, "fall_rate": 0.0} for where in ("model", "target")}
+
+    def fake_train(args, model, start, folder, seed):
+        starts.append(start)
+        return {"policy": str(folder / "policy.pt"), "eval": fake_eval}
+
+    monkeypatch.setattr(improve, "_train", fake_train)
+    monkeypatch.setattr(improve, "_roll_out", lambda args, policy, folder, minutes, seed: {"data": f"{folder}.h5"})
+    monkeypatch.setattr(improve, "_refit", lambda args, model, data, out: {"next_model": str(out)})
+    policies = [str(tmp_path / n) for n in ("a.pt", "b.pt")]
+    for path in policies:
+        Path(path).write_bytes(b"")
+    assert main([*_argv(tmp_path / "r", 3), "--policy", *policies, "--restart_from_policy"]) == 0
+    assert starts == policies * 3
+    assert main([*_argv(tmp_path / "s", 1), "--restart_from_policy"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "give the pretrained checkpoint" in err and len(err.splitlines()) == 1
+
+
 def test_improve_refuses_bad_settings_before_any_work(tmp_path, capsys):
     base = _argv(tmp_path / "x", 1)
     assert main([*base, "--target_minutes", "0"]) == 2 and "--target_minutes" in capsys.readouterr().err

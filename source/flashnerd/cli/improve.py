@@ -6,10 +6,10 @@ standing in for the robot) for --target_minutes summed over worlds -> the data j
 --data) -> model r+1 is fitted from model r (`fit --init`: its weights and normalizers, a lower learning rate, early
 stopping on held-out data). Every policy is evaluated on its model and in the target system.
 
-Several --policy checkpoints are several lineages: each round trains every lineage from its own last policy on the
-same model, and each lineage's rollouts (--target_minutes split evenly among them) go into one refit, so the model
-learns the states of more than one policy's descendants (a model refitted along one lineage is exploited by the
-next policy that fine-tunes on it).
+Several --policy checkpoints are several lineages: each round trains every lineage on the same model from its own
+last policy (or from its --policy again, with --restart_from_policy: fine-tuning studies), and each lineage's
+rollouts (--target_minutes split evenly among them) go into one refit, so the model learns the states of more than
+one policy's descendants (a model refitted along one lineage is exploited by the next policy that fine-tunes on it).
 
 Each round's model, policies, data and figures stay in `--out_dir/round_<r>/` (`lineage_<k>/` under it when there
 are several); `--out_dir/<name>.json` is rewritten after every stage (a stopped run continues with `--resume`, from
@@ -48,7 +48,7 @@ from flashnerd.sim.scene import variant_robot
 from flashnerd.viz.report import plot_improve
 
 # a run stopped before a setting existed holds its default (PPO)
-SETTING_DEFAULTS = {"algo": "ppo", "shac_horizon": None}
+SETTING_DEFAULTS = {"algo": "ppo", "shac_horizon": None, "restart_from_policy": False}
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -63,6 +63,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="datasets kept in every refit beside the rounds' rollouts (e.g. those model 0 was fitted on)")
     p.add_argument("--policy", nargs="*", default=[],
                    help="policy checkpoint(s) round 0 starts from, one lineage each (default: one from scratch)")
+    p.add_argument("--restart_from_policy", action="store_true",
+                   help="every round trains from the --policy checkpoints again instead of from the last round's "
+                        "policy (DAgger for fine-tuning: the rollouts show where fine-tuning a pretrained policy on "
+                        "the current model takes it, not where a policy an earlier model broke goes next)")
     p.add_argument("--algo", default="ppo", choices=ALGOS,
                    help="the policy learner of every round: ppo, or shac (short-horizon actor-critic through the "
                         "model's gradients; --policy may then be a PPO policy it starts from)")
@@ -114,6 +118,8 @@ def _check(args: argparse.Namespace) -> str:
     kind = backend_info(args.dynamics).model_kind
     init = args.dynamics_checkpoint or str(default_checkpoint(robot, kind))
     read_checkpoint(init, robot)  # a missing or foreign model fails before any training
+    if args.restart_from_policy and not args.policy:
+        raise CLIError("--restart_from_policy restarts every round from --policy; give the pretrained checkpoint(s)")
     if len(set(args.policy)) < len(args.policy):
         raise CLIError("--policy names a checkpoint twice; give each lineage's start once")
     for path in [*args.policy, *args.data]:
@@ -162,7 +168,7 @@ def run(args: argparse.Namespace) -> dict:
             lineage = row["lineages"][k]
             folder = out / f"round_{r}" / (f"lineage_{k}" if len(starts) > 1 else "")
             if "policy" not in lineage:
-                start = first if r == 0 else state["rounds"][r - 1]["lineages"][k]["policy"]
+                start = first if r == 0 or args.restart_from_policy else state["rounds"][r - 1]["lineages"][k]["policy"]
                 lineage.update(_train(args, row["model"], start, folder, seed=args.seed + k))
                 save()
             if "data" not in lineage:
