@@ -96,7 +96,10 @@ def test_improve_restarts_every_round_from_the_given_policies_when_asked(tmp_pat
     policies = [str(tmp_path / n) for n in ("a.pt", "b.pt")]
     for path in policies:
         Path(path).write_bytes(b"")
-    assert main([*_argv(tmp_path / "r", 3), "--policy", *policies, "--restart_from_policy"]) == 0
+    monkeypatch.chdir(tmp_path)
+    assert main([*_argv("r", 2), "--policy", *policies, "--restart_from_policy"]) == 0
+    # the same folder spelled as an absolute path resumes the run: one more round, the first two kept
+    assert main([*_argv(tmp_path / "r", 3), "--policy", *policies, "--restart_from_policy", "--resume"]) == 0
     assert starts == policies * 3
     assert main([*_argv(tmp_path / "s", 1), "--restart_from_policy"]) == 2
     err = capsys.readouterr().err.strip()

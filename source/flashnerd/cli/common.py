@@ -135,6 +135,14 @@ def write_json(path: Path, data) -> None:
     os.replace(tmp, path)
 
 
+def _same_setting(name: str, stored, given) -> bool:
+    """Whether a resumed run's setting equals the stopped run's; --out_dir, the folder both name, compares as the
+    resolved path (a run started as `logs/x` resumes as `/abs/logs/x`)."""
+    if name == "out_dir" and isinstance(stored, str) and isinstance(given, str):
+        return Path(stored).resolve() == Path(given).resolve()
+    return stored == given
+
+
 def run_state(path: Path, settings: dict, resume: bool, fresh: dict, defaults: dict | None = None,
               upgrade: Callable[[dict], dict] | None = None) -> dict:
     """The state of a multi-stage command kept in the JSON `path` (rewritten after every stage): `fresh` with
@@ -161,7 +169,8 @@ def run_state(path: Path, settings: dict, resume: bool, fresh: dict, defaults: d
     if upgrade is not None:
         state = upgrade(state)
     defaults = defaults or {}
-    changed = sorted(k for k in settings if state["settings"].get(k, defaults.get(k)) != settings[k])
+    stored = {k: state["settings"].get(k, defaults.get(k)) for k in settings}
+    changed = sorted(k for k in settings if not _same_setting(k, stored[k], settings[k]))
     if changed:
         raise CLIError(f"--resume with other settings than the stopped run ({', '.join(changed)}); give the same "
                        "ones, or a new --out_dir")
