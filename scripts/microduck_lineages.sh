@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Issue 27's generalization check for the Microduck roll: data lineages (roll policies pretrained in MuJoCo from
+# DATA_SEEDS) feed `flashnerd improve --restart_from_policy` from the shipped model; evaluation lineages (EVAL_SEEDS,
+# kept out of every dataset) are fine-tuned 100 iterations on the final model and on mujoco, evaluated in MuJoCo.
+# Usage: scripts/microduck_lineages.sh [ROUNDS] [FIT_SECONDS]   (OUT the data folder, LOGS the run folder)
+# A step whose output exists is skipped, so a stopped run continues where it stopped.
+set -euo pipefail
+ROUNDS=${1:-3}
+FIT=${2:-400}
+DATA_SEEDS=${DATA_SEEDS:-"5 6"}
+EVAL_SEEDS=${EVAL_SEEDS:-"3 4"}
+OUT=${OUT:-data/duck_lineages}
+LOGS=${LOGS:-logs/duck_improve}
+T=FlashNeRD-Roll-Flat-Microduck-v0
+RUNS=logs/rsl_rl/microduck_roll
+mkdir -p "$OUT"
+pretrained() {  # the pretrained policy of seed $1 (trained in MuJoCo when missing)
+  if ! ls -d $RUNS/*_lineage_s$1 >/dev/null 2>&1; then
+    flashnerd train --task $T --dynamics mujoco --max_iterations 400 --seed "$1" --eval_episodes 0 \
+      --run_name lineage_s$1 >/dev/null
+  fi
+  echo "$(ls -d $RUNS/*_lineage_s$1 | tail -n 1)/model_399.pt"
+}
+[[ -f $OUT/explore.h5 ]] || flashnerd record --robot microduck --num_worlds 256 --steps 1000 --traj_len 100 --seed 0 \
+  --out "$OUT/explore.h5"
+KEEP=("$OUT/explore.h5") STARTS=()
+for S in $DATA_SEEDS; do
+  P=$(pretrained "$S")
+  STARTS+=("$P")
+  [[ -f $OUT/policy_s$S.h5 ]] || flashnerd record --task $T --checkpoint "$P" --action_noise 0.5 --num_worlds 256 \
+    --steps 1000 --traj_len 100 --seed 1$S --out "$OUT/policy_s$S.h5"
+  [[ -f $OUT/rolls_s$S.h5 ]] || flashnerd record --task $T --checkpoint "$P" --action_noise 0.5 --num_worlds 2048 \
+    --steps 100 --traj_len 100 --seed 2$S --out "$OUT/rolls_s$S.h5"
+  KEEP+=("$OUT/policy_s$S.h5" "$OUT/rolls_s$S.h5")
+done
+RESUME=(); [[ -f $LOGS/improve.json ]] && RESUME=(--resume)
+# 34.1 minutes of MuJoCo time per lineage and round: 1,024 worlds x one 100-step trajectory each
+N=$(echo $DATA_SEEDS | wc -w)
+flashnerd improve --task $T --policy "${STARTS[@]}" --restart_from_policy \
+  --dynamics_checkpoint checkpoints/microduck/flashnerd.safetensors --data "${KEEP[@]}" --rounds "$ROUNDS" \
+  --iterations 100 --target_minutes "$(awk "BEGIN {print 34.1 * $N}")" --target_worlds 1024 --traj_len 100 --action_noise 0.3 \
+  --fit_budget "$FIT" --out_dir "$LOGS" "${RESUME[@]}" | tail -n 1
+M=$LOGS/round_$((ROUNDS - 1))/model.safetensors
+for S in $EVAL_SEEDS; do
+  [[ -f $LOGS/eval_s$S/finetune.json ]] || flashnerd bench finetune --task $T --pretrained "$(pretrained "$S")" \
+    --dynamics mujoco,flashnerd --dynamics_checkpoint flashnerd="$M" --iterations 100 --seeds 1 \
+    --out_dir "$LOGS/eval_s$S" --name finetune | tail -n 1
+done
