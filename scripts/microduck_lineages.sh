@@ -5,6 +5,7 @@
 # Usage: scripts/microduck_lineages.sh [ROUNDS] [FIT_SECONDS]   (OUT the data folder, LOGS the run folder)
 # A step whose output exists is skipped, so a stopped run continues where it stopped.
 set -euo pipefail
+shopt -s inherit_errexit
 ROUNDS=${1:-3}
 FIT=${2:-400}
 DATA_SEEDS=${DATA_SEEDS:-"5 6"}
@@ -14,12 +15,15 @@ LOGS=${LOGS:-logs/duck_improve}
 T=FlashNeRD-Roll-Flat-Microduck-v0
 RUNS=logs/rsl_rl/microduck_roll
 mkdir -p "$OUT"
-pretrained() {  # the pretrained policy of seed $1 (trained in MuJoCo when missing)
-  if ! ls -d $RUNS/*_lineage_s$1 >/dev/null 2>&1; then
+pretrained() {  # the pretrained policy of seed $1 (trained in MuJoCo when no finished run has it)
+  local found
+  found=$(ls $RUNS/*_lineage_s"$1"/model_399.pt 2>/dev/null | tail -n 1 || true)
+  if [[ -z $found ]]; then
     flashnerd train --task $T --dynamics mujoco --max_iterations 400 --seed "$1" --eval_episodes 0 \
-      --run_name lineage_s$1 >/dev/null
+      --run_name lineage_s"$1" >/dev/null || return 1
+    found=$(ls $RUNS/*_lineage_s"$1"/model_399.pt | tail -n 1) || return 1
   fi
-  echo "$(ls -d $RUNS/*_lineage_s$1 | tail -n 1)/model_399.pt"
+  echo "$found"
 }
 [[ -f $OUT/explore.h5 ]] || flashnerd record --robot microduck --num_worlds 256 --steps 1000 --traj_len 100 --seed 0 \
   --out "$OUT/explore.h5"
@@ -42,7 +46,8 @@ flashnerd improve --task $T --policy "${STARTS[@]}" --restart_from_policy \
   --fit_budget "$FIT" --out_dir "$LOGS" "${RESUME[@]}" | tail -n 1
 M=$LOGS/round_$((ROUNDS - 1))/model.safetensors
 for S in $EVAL_SEEDS; do
-  [[ -f $LOGS/eval_s$S/finetune.json ]] || flashnerd bench finetune --task $T --pretrained "$(pretrained "$S")" \
-    --dynamics mujoco,flashnerd --dynamics_checkpoint flashnerd="$M" --iterations 100 --seeds 1 \
-    --out_dir "$LOGS/eval_s$S" --name finetune | tail -n 1
+  P=$(pretrained "$S")
+  E=$LOGS/eval_round$((ROUNDS - 1))_s$S  # the final model's round in the name: more rounds, a new evaluation
+  [[ -f $E/finetune.json ]] || flashnerd bench finetune --task $T --pretrained "$P" --dynamics mujoco,flashnerd \
+    --dynamics_checkpoint flashnerd="$M" --iterations 100 --seeds 1 --out_dir "$E" --name finetune | tail -n 1
 done

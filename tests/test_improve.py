@@ -101,6 +101,14 @@ def test_improve_restarts_every_round_from_the_given_policies_when_asked(tmp_pat
     # the same folder spelled as an absolute path resumes the run: one more round, the first two kept
     assert main([*_argv(tmp_path / "r", 3), "--policy", *policies, "--restart_from_policy", "--resume"]) == 0
     assert starts == policies * 3
+    state = json.loads((tmp_path / "r" / "improve.json").read_text())
+    rows = state["rounds"]
+    for rounds in ({}, [5], [{**rows[0], "lineages": 3}], [{**rows[0], "round": 1}], [{**rows[0], "lineages": [
+            {**rows[0]["lineages"][0], "eval": {"model": {}}}]}], [{**rows[0], "model": None}]):
+        (tmp_path / "r" / "improve.json").write_text(json.dumps({**state, "rounds": rounds}))
+        assert main([*_argv(tmp_path / "r", 3), "--policy", *policies, "--restart_from_policy", "--resume"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "not those of a `flashnerd improve` run" in err and len(err.splitlines()) == 1, err
     assert main([*_argv(tmp_path / "s", 1), "--restart_from_policy"]) == 2
     err = capsys.readouterr().err.strip()
     assert "give the pretrained checkpoint" in err and len(err.splitlines()) == 1

@@ -129,20 +129,45 @@ def _check(args: argparse.Namespace) -> str:
 
 
 def upgrade_state(state: dict) -> dict:
-    """A run written before several lineages existed (one --policy, a round's policy, rollouts and figures flat in
-    its row) in the current form: --policy a list, each round's lineage fields under "lineages"."""
+    """A stopped run's state in the current form, or a one-line error where its rounds are not what this command
+    writes. A run from before several lineages existed (one --policy, a round's policy, rollouts and figures flat in
+    its row) is rewritten: --policy a list, each round's lineage fields under "lineages"."""
     settings = state["settings"]
     if not isinstance(settings.get("policy", []), list):
         settings["policy"] = [settings["policy"]] if settings["policy"] else []
-    for row in state.get("rounds", []) if isinstance(state.get("rounds"), list) else []:
+    rounds = state["rounds"]
+    for row in rounds if isinstance(rounds, list) else []:
         if isinstance(row, dict) and "lineages" not in row:
             row["lineages"] = [{k: row.pop(k) for k in LINEAGE_FIELDS if k in row}] if "policy" in row else []
+    if not _well_formed(rounds):
+        raise CLIError("--resume: the run file's rounds are not those of a `flashnerd improve` run (edited or "
+                       "damaged); give a new --out_dir")
     return state
 
 
-# what each lineage's stages write in a round's row; the refit's fields stay in the row itself
-LINEAGE_FIELDS = ("policy", "algo", "train_wall_s", "iterations", "eval", "data", "target_seconds", "record_wall_s",
-                  "transitions")
+# what each lineage's stages write in a round's row (ppo_wall_s: runs from before --algo); the refit's fields stay in
+# the row itself
+LINEAGE_FIELDS = ("policy", "algo", "train_wall_s", "ppo_wall_s", "iterations", "eval", "data", "target_seconds",
+                  "record_wall_s", "transitions")
+
+
+def _well_formed(rounds) -> bool:
+    """Whether `rounds` holds what `run` reads back: numbered rows, paths as strings, figures as numbers."""
+    number = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)  # noqa: E731
+    figures = lambda e: isinstance(e, dict) and all(  # noqa: E731
+        isinstance(e.get(w), dict) and number(e[w].get("mean_return")) and number(e[w].get("fall_rate"))
+        for w in ("model", "target"))
+    if not isinstance(rounds, list):
+        return False
+    for r, row in enumerate(rounds):
+        if not (isinstance(row, dict) and row.get("round") == r and isinstance(row.get("model"), str)
+                and isinstance(row.get("next_model", ""), str) and isinstance(row.get("lineages"), list)):
+            return False
+        for x in row["lineages"]:
+            if not (isinstance(x, dict) and all(isinstance(x.get(k, ""), str) for k in ("policy", "data"))
+                    and number(x.get("target_seconds", 0)) and ("policy" not in x or figures(x.get("eval")))):
+                return False
+    return True
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -173,7 +198,7 @@ def run(args: argparse.Namespace) -> dict:
                 save()
             if "data" not in lineage:
                 lineage.update(_roll_out(args, lineage["policy"], folder, minutes,
-                                         seed=args.seed + 1000 * (r + 1) + 100 * k))
+                                         seed=args.seed + 1000 * (r + 1) + 1_000_000 * k))
                 save()
         if "next_model" not in row:
             data = [*args.data, *(x["data"] for done in state["rounds"][:r + 1] for x in done["lineages"])]

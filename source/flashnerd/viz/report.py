@@ -163,16 +163,17 @@ def plot_improve(state: dict, path: str | Path) -> None:
     for k in range(max((len(row["lineages"]) for row in rounds), default=0)):
         drawn = [(m, row["round"], row["lineages"][k]) for m, row in zip(minutes, rounds)
                  if len(row["lineages"]) > k and "eval" in row["lineages"][k]]
-        name = f"lineage {k}, " if len(rounds[0]["lineages"]) > 1 else ""
-        color = f"C{k}"
+        several = len(rounds[0]["lineages"]) > 1
+        name, tag, color = (f"lineage {k}, ", f"L{k} ", {"color": f"C{k}"}) if several else ("", "", {})
         for where, style in (("target", "o-"), ("model", "s--")):
             returns = [x["eval"][where]["mean_return"] for _, _, x in drawn]
-            ax.plot([m for m, _, _ in drawn], returns, style, color=color,
+            ax.plot([m for m, _, _ in drawn], returns, style, **color,
                     label=f"{name}on the {where}" + (" system" if where == "target" else ""))
             if where == "target":
                 for (m, r, x), ret in zip(drawn, returns):
-                    ax.annotate(f"round {r}: {100 * x['eval']['target']['fall_rate']:.0f}% falls", (m, ret),
-                                fontsize=7, textcoords="offset points", xytext=(4, -10))
+                    ax.annotate(f"{tag}round {r}: "
+                                f"{100 * x['eval']['target']['fall_rate']:.0f}% falls", (m, ret),
+                                fontsize=7, textcoords="offset points", xytext=(4, -10 - 9 * k))
     variant = state["settings"].get("robot_variant")
     target = f"MuJoCo, {Path(variant).stem}" if variant else "MuJoCo"
     _finish_line_plot(fig, ax, path, "minutes of target-system data in the model", "mean episode return",
