@@ -4,6 +4,8 @@
 # kept out of every dataset) are fine-tuned 100 iterations on the final model and on mujoco, evaluated in MuJoCo.
 # Usage: scripts/microduck_lineages.sh [ROUNDS] [FIT_SECONDS]   (OUT the data folder, LOGS the run folder)
 # A step whose output exists is skipped, so a stopped run continues where it stopped.
+# Data lineages must roll: PPO seeds differ (5 and 6 pretrained to 0% and 6% success, 3 and 4 to 92%), and a lineage
+# that never rolls shows the model no roll. Check each pretrained policy's MuJoCo success before the loop.
 set -euo pipefail
 shopt -s inherit_errexit
 ROUNDS=${1:-3}
