@@ -160,10 +160,11 @@ def plot_improve(state: dict, path: str | Path) -> None:
     rounds = state["rounds"]
     minutes = [sum(x.get("target_seconds", 0.0) for done in rounds[:i] for x in done["lineages"]) / 60
                for i in range(len(rounds))]
-    for k in range(max((len(row["lineages"]) for row in rounds), default=0)):
+    lineages = max((len(row["lineages"]) for row in rounds), default=0)
+    several = lineages > 1
+    for k in range(lineages):
         drawn = [(m, row["round"], row["lineages"][k]) for m, row in zip(minutes, rounds)
                  if len(row["lineages"]) > k and "eval" in row["lineages"][k]]
-        several = len(rounds[0]["lineages"]) > 1
         name, tag, color = (f"lineage {k}, ", f"L{k} ", {"color": f"C{k}"}) if several else ("", "", {})
         for where, style in (("target", "o-"), ("model", "s--")):
             returns = [x["eval"][where]["mean_return"] for _, _, x in drawn]
