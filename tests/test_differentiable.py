@@ -229,6 +229,20 @@ def test_shac_trains_saves_an_rsl_rl_checkpoint_that_eval_loads_and_resumes(tmp_
     assert "lacks shac_actor_optimizer" in err and len(err.splitlines()) == 1
 
 
+def test_shac_max_seconds_stops_and_saves_after_the_iteration_that_spends_them(tmp_path, capsys):
+    from conftest import TASK
+
+    from flashnerd.cli.main import main
+
+    argv = ["train", "--task", TASK, "--algo", "shac", "--dynamics", "flashnerd", "--num_envs", "4",
+            "--shac_horizon", "2", "--max_iterations", "4", "--seed", "3", "--log_root", str(tmp_path),
+            "--eval_episodes", "0", "--max_seconds", "1e-6"]
+    assert main(argv) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["iterations"] == 1 and summary["stopped_by"] == "max_seconds"
+    assert Path(summary["checkpoint"]).name == "model_0.pt" and Path(summary["checkpoint"]).is_file()
+
+
 def test_shac_starts_from_a_ppo_policy_with_fresh_optimizers(tmp_path):
     """`ShacTrainer.init_from`: the actor and critic of a PPO checkpoint, the target critic equal to the critic, the
     iteration count and optimizers fresh."""

@@ -87,3 +87,13 @@ def test_two_rank_train_writes_one_set_of_logs(tmp_path):
     assert len(runs) == 1, runs  # rank 1 made no folder
     assert len(list(runs[0].glob("events.out.tfevents*"))) == 1 and (runs[0] / "model_1.pt").is_file()
     assert torch.load(runs[0] / "model_1.pt", weights_only=True)["iter"] == 1
+
+
+def test_two_rank_train_stops_together_at_max_seconds(tmp_path):
+    # rank 0's clock decides for both ranks (a rank that stopped alone would leave the other in a collective)
+    proc = torchrun(["train", "--task", TASK, "--num_envs", "8", "--max_iterations", "3", "--max_seconds", "1e-6",
+                     "--seed", "1", "--log_root", str(tmp_path), "--eval_episodes", "0"], cwd=tmp_path, timeout=300)
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert summary["iterations"] == 1 and summary["stopped_by"] == "max_seconds"
+    (run,) = (tmp_path / "anymal_c_flat").iterdir()
+    assert sorted(p.name for p in run.glob("model_*.pt")) == ["model_0.pt"]

@@ -4,6 +4,7 @@ and robots standing on it in MuJoCo."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import mujoco
@@ -255,6 +256,8 @@ def test_the_terrain_curriculum_moves_walkers_up_and_idlers_down():
     assert 0 <= levels.level[4] < LEVELS and before[4] == LEVELS - 1  # past the hardest: a random level
     play = gym.make(ROUGH.replace("-v0", "-Play-v0")).unwrapped.trackers["terrain"]
     assert not play.curriculum
+    # where a run ended: the mean level over every world (what bench ppo reports as a run's terrain level)
+    assert env.tracker_logs() == {"Curriculum/terrain_levels": pytest.approx(levels.level.float().mean().item())}
 
 
 def test_the_rough_task_runs_on_mjwarp_and_on_a_rows_model_fitted_on_rough_terrain(tmp_path):
@@ -281,3 +284,17 @@ def test_the_rough_task_runs_on_mjwarp_and_on_a_rows_model_fitted_on_rough_terra
         assert torch.isfinite(obs["policy"]).all() and torch.isfinite(reward).all(), dynamics
         if dynamics == "flashnerd":
             assert env.dyn.probes.field is not None  # the model's contact rows see the heightfield
+
+
+def test_bench_ppo_on_the_rough_task_ends_at_max_seconds_and_reports_the_terrain_level(tmp_path, capsys):
+    from flashnerd.cli.main import main
+
+    out = tmp_path / "bench"
+    argv = ["bench", "ppo", "--task", ROUGH, "--dynamics", "mujoco", "--num_envs", "4", "--max_iterations", "3",
+            "--max_seconds", "1e-6", "--eval_episodes", "1", "--out_dir", str(out)]
+    assert main(argv) == 0
+    data = json.loads((out / "bench_ppo.json").read_text())
+    run = data["backends"]["mujoco"]
+    assert data["max_seconds"] == 1e-6 and run["iterations"] == len(run["curve"]) == 1
+    assert (out / "mujoco" / "model_0.pt").is_file() and not (out / "mujoco" / "model_2.pt").exists()
+    assert 0.0 <= run["final_logs"]["Curriculum/terrain_levels"] <= LEVELS - 1

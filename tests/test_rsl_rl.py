@@ -142,6 +142,23 @@ def test_resume_ends_at_the_requested_iteration_count(tmp_path, capsys):
     assert main([*argv[:6], "2", *argv[7:]]) == 2, "a run that already has 2 iterations cannot resume to 2"
 
 
+def test_max_seconds_stops_after_the_iteration_that_spends_them(tmp_path, capsys):
+    argv = ["train", "--task", TASK, "--num_envs", "8", "--max_iterations", "5", "--seed", "3",
+            "--log_root", str(tmp_path), "--eval_episodes", "0"]
+    assert main([*argv, "--run_name", "short", "--max_seconds", "1e-6"]) == 0  # spent by the first iteration
+    short = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert short["iterations"] == 1 and short["stopped_by"] == "max_seconds"
+    assert short["checkpoint"].endswith("model_0.pt")
+    assert torch.load(short["checkpoint"], weights_only=True)["iter"] == 0
+    assert list(Path(short["log_dir"]).glob("events.out.tfevents.*"))
+    assert main([*argv, "--run_name", "long", "--max_seconds", "1e6"]) == 0  # never spent: every iteration
+    long = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert long["iterations"] == 5 and long["stopped_by"] == "max_iterations"
+    assert long["checkpoint"].endswith("model_4.pt")
+    assert main([*argv, "--max_seconds", "0"]) == 2
+    assert "--max_seconds must be a positive number of seconds" in capsys.readouterr().err
+
+
 def test_policy_driven_recording_replays_and_drops_interrupted_trajectories(trained_run, tmp_path, capsys):
     """`record --task --checkpoint`: the stored controls are what the backend received (an exact replay), and a
     trajectory whose world was reset by the task (a fall under heavy action noise) is dropped, not stored cut."""

@@ -69,3 +69,17 @@ def test_learned_torque_estimate_matches_what_mujoco_reports(anymal, fresh_data)
     start = anymal.stiffness * (fresh_data.ctrl[:, 5] - q) - anymal.damping * qd
     start_ratio = (start.clamp(-80, 80) ** 2).sum() / (true_torque ** 2).sum()
     assert start_ratio > ratio  # the estimate this replaced
+
+
+def test_the_default_checkpoint_is_the_one_fitted_on_the_terrain_when_shipped(anymal, tmp_path, monkeypatch):
+    from flashnerd.dynamics import learned
+
+    monkeypatch.setattr(learned, "CHECKPOINT_DIR", tmp_path)
+    (tmp_path / "anymal_c").mkdir()
+    for name in ("flashnerd", "flashnerd_rough", "flashnerd_flat"):
+        (tmp_path / "anymal_c" / f"{name}.safetensors").touch()
+    assert default_checkpoint(anymal, "flashnerd", "rough").name == "flashnerd_rough.safetensors"
+    assert default_checkpoint(anymal, "flashnerd").name == "flashnerd.safetensors"
+    assert default_checkpoint(anymal, "flashnerd", "flat").name == "flashnerd.safetensors"
+    assert default_checkpoint(anymal, "flashnerd", "blocks").name == "flashnerd.safetensors"  # none for it: the flat
+    assert default_checkpoint(anymal, "nerd", "rough").name == "nerd.safetensors"

@@ -80,6 +80,12 @@ def check_positive(name: str, value: int | None) -> None:
         raise CLIError(f"--{name} must be a positive integer, got {value}")
 
 
+def check_positive_seconds(name: str, value: float | None) -> None:
+    """One-line error unless `value` (None: not given) is a finite number of seconds above zero."""
+    if value is not None and not (0.0 < value < float("inf")):
+        raise CLIError(f"--{name} must be a positive number of seconds, got {value}")
+
+
 def check_device(device: str) -> None:
     try:
         dev = torch.device(device)

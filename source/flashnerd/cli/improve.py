@@ -116,7 +116,7 @@ def _check(args: argparse.Namespace) -> str:
     env_cfg, _ = task_cfgs(args.task, robot_variant=args.robot_variant)  # unknown task, bad variant: fail now
     robot = variant_robot(env_cfg.robot, None)
     kind = backend_info(args.dynamics).model_kind
-    init = args.dynamics_checkpoint or str(default_checkpoint(robot, kind))
+    init = args.dynamics_checkpoint or str(default_checkpoint(robot, kind, env_cfg.terrain))
     read_checkpoint(init, robot)  # a missing or foreign model fails before any training
     if args.restart_from_policy and not args.policy:
         raise CLIError("--restart_from_policy restarts every round from --policy; give the pretrained checkpoint(s)")

@@ -16,6 +16,7 @@ from flashnerd.cli.common import (
     add_env_args,
     check_plain_name,
     check_positive,
+    check_positive_seconds,
     check_writable,
     dump_yaml,
     load_task_cfgs,
@@ -44,6 +45,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help=f"SHAC: steps per differentiable rollout (default {ShacCfg.horizon})")
     p.add_argument("--max_iterations", type=int, default=None,
                    help="PPO iterations in all, counting those a resumed run already did (default: agent config)")
+    p.add_argument("--max_seconds", type=float, default=None,
+                   help="also stop once this invocation has trained this many seconds (rollouts + updates, summed "
+                        "over iterations; setup and evaluation not counted), after the iteration that reaches it: "
+                        "equal-wall-time comparisons across backends")
     p.add_argument("--save_interval", type=int, default=None,
                    help="iterations between checkpoints (default: agent config)")
     p.add_argument("--run_name", default=None, help="suffix of the run folder name")
@@ -70,6 +75,7 @@ def run(args: argparse.Namespace) -> dict:
     shac_cfg = shac_args(args, env_cfg)
     check_positive("max_iterations", args.max_iterations)
     check_positive("save_interval", args.save_interval)
+    check_positive_seconds("max_seconds", args.max_seconds)
     if args.eval_episodes < 0:
         raise CLIError(f"--eval_episodes must be zero or positive, got {args.eval_episodes}")
     apply_uncertainty_args(args, env_cfg)
@@ -102,7 +108,7 @@ def run(args: argparse.Namespace) -> dict:
     if shac_cfg is not None:
         return run_shac(args, env_cfg, agent_cfg, shac_cfg, log_dir, resume_path)
     env, runner = make_runner(args.task, env_cfg, agent_cfg, str(log_dir) if info.is_main else None,
-                              verbose=info.is_main)
+                              verbose=info.is_main, max_seconds=args.max_seconds)
     if info.is_main:
         dump_yaml(log_dir / "params" / "env.yaml", env_cfg)
         dump_yaml(log_dir / "params" / "agent.yaml", agent_cfg)
@@ -131,7 +137,8 @@ def run(args: argparse.Namespace) -> dict:
         shutdown()
         if not info.is_main:
             return {}
-    summary = finish(args, env_cfg, agent_cfg, runner, log_dir, wall, runner.current_learning_iteration)
+    summary = finish(args, env_cfg, agent_cfg, runner, log_dir, wall, runner.current_learning_iteration,
+                     runner.stopped_by_time)
     summary["processes"] = info.world_size
     print(json.dumps(summary))
     return summary
@@ -151,8 +158,10 @@ def learn_timed(learn, save_last) -> float:
     return time.perf_counter() - start
 
 
-def finish(args: argparse.Namespace, env_cfg, agent_cfg, runner, log_dir, wall: float, last_iteration: int) -> dict:
-    """Evaluate the trained policy on its backend and in MuJoCo (unless --eval_episodes 0); the run's summary."""
+def finish(args: argparse.Namespace, env_cfg, agent_cfg, runner, log_dir, wall: float, last_iteration: int,
+           stopped_by_time: bool = False) -> dict:
+    """Evaluate the trained policy on its backend and in MuJoCo (unless --eval_episodes 0); the run's summary
+    (`iterations`: those the run has completed, fewer than asked when --max_seconds stopped it)."""
     evaluation = {}
     if args.eval_episodes > 0:
         policy = runner.get_inference_policy(device=agent_cfg.device)
@@ -164,7 +173,8 @@ def finish(args: argparse.Namespace, env_cfg, agent_cfg, runner, log_dir, wall: 
         "algo": args.algo,
         "dynamics": env_cfg.dynamics,
         "num_envs": env_cfg.num_envs,
-        "iterations": agent_cfg.max_iterations,
+        "iterations": last_iteration + 1,
+        "stopped_by": "max_seconds" if stopped_by_time else "max_iterations",
         "wall_time_s": round(wall, 2),
         "log_dir": str(log_dir),
         "checkpoint": str(log_dir / f"model_{last_iteration}.pt"),
@@ -213,10 +223,10 @@ def run_shac(args: argparse.Namespace, env_cfg, agent_cfg, shac_cfg: ShacCfg, lo
         trainer.save(str(path))
         return path
 
-    wall = learn_timed(lambda: trainer.learn(agent_cfg.max_iterations - trainer.iteration, agent_cfg.save_interval),
-                       save_last)
+    wall = learn_timed(lambda: trainer.learn(agent_cfg.max_iterations - trainer.iteration, agent_cfg.save_interval,
+                                             max_seconds=args.max_seconds), save_last)
     env.close()
-    summary = finish(args, env_cfg, agent_cfg, runner, log_dir, wall, trainer.iteration - 1)
+    summary = finish(args, env_cfg, agent_cfg, runner, log_dir, wall, trainer.iteration - 1, trainer.stopped_by_time)
     print(json.dumps(summary))
     return summary
 

@@ -33,9 +33,12 @@ MEMBER_MODES = ("mean", "step", "episode")  # how an ensemble's predictions move
 CONTACT_MARGIN = 0.002  # m: a probe this close to the ground counts as touching (MuJoCo's soft contact sinks ~mm)
 
 
-def default_checkpoint(robot: RobotSpec, kind: str) -> Path:
-    """Where the shipped checkpoint of `kind` for `robot` lives: checkpoints/<robot>/<kind>.safetensors."""
-    return CHECKPOINT_DIR / robot.name / f"{kind}{SUFFIX}"
+def default_checkpoint(robot: RobotSpec, kind: str, terrain: str = "flat") -> Path:
+    """Where the shipped checkpoint of `kind` for `robot` lives: checkpoints/<robot>/<kind>_<terrain>.safetensors
+    when one was fitted on that terrain (e.g. `flashnerd_rough`), else checkpoints/<robot>/<kind>.safetensors."""
+    folder = CHECKPOINT_DIR / robot.name
+    on_terrain = folder / f"{kind}_{terrain}{SUFFIX}"
+    return on_terrain if terrain != "flat" and on_terrain.is_file() else folder / f"{kind}{SUFFIX}"
 
 
 def probe_owner(robot: RobotSpec, device: str | torch.device = "cpu") -> torch.Tensor:
@@ -77,7 +80,7 @@ class LearnedDynamics:
         robot = robot.without_ranges()  # a model has no masses to draw: its scene is the variant's fixed robot
         self.robot, self.num_worlds, self.device = robot, num_worlds, torch.device(device)
         self.control_dt = robot.control_dt
-        path = Path(config.checkpoint) if config.checkpoint else default_checkpoint(robot, kind)
+        path = Path(config.checkpoint) if config.checkpoint else default_checkpoint(robot, kind, terrain)
         ckpt = read_checkpoint(path, robot)
         if ckpt["kind"] != kind:
             raise ValueError(f"checkpoint '{path}' holds a '{ckpt['kind']}' model; the '{kind}' backend needs a "

@@ -259,6 +259,12 @@ class FlashNeRDEnv(gym.Env):
         """The observations returned by the last `reset()`/`step()`."""
         return self._obs
 
+    def tracker_logs(self) -> dict[str, float]:
+        """What every tracker logs over all worlds now, as floats (e.g. {"Curriculum/terrain_levels": 2.3}): the
+        state a run ended in, which the per-reset logs only sample."""
+        every = torch.arange(self.num_envs, device=self.device)  # (N,)
+        return {k: float(v) for tracker in self.trackers.values() for k, v in tracker.log(every).items()}
+
     def close(self) -> None:
         """Release the backend's threads and buffers."""
         self.dyn.close()

@@ -88,11 +88,16 @@ def read_policy_checkpoint(path: str, map_location: str | None = None) -> dict:
     return loaded
 
 
-class FlashNeRDRunner(OnPolicyRunner):
-    """rsl_rl's `OnPolicyRunner` whose checkpoints are written to a temporary file and renamed (never torn), and
-    which knows the last iteration it completed (for saving on Ctrl-C and resuming to an exact iteration count)."""
+class _TimeBudgetSpent(Exception):
+    """Raised after the iteration that spent the runner's `max_seconds`; `FlashNeRDRunner.learn` catches it."""
 
-    def __init__(self, *args, verbose: bool = False, **kwargs) -> None:
+
+class FlashNeRDRunner(OnPolicyRunner):
+    """rsl_rl's `OnPolicyRunner` whose checkpoints are written to a temporary file and renamed (never torn), which
+    knows the last iteration it completed (for saving on Ctrl-C and resuming to an exact iteration count), and which
+    stops early once `max_seconds` of training (collect + update, summed over iterations) are spent."""
+
+    def __init__(self, *args, verbose: bool = False, max_seconds: float | None = None, **kwargs) -> None:
         # rsl_rl prints the networks on construction: to stderr when `verbose` (training), else nowhere, because
         # stdout carries our JSON and a user error must stay one line on stderr.
         with contextlib.redirect_stdout(sys.stderr if verbose else io.StringIO()):
@@ -102,6 +107,10 @@ class FlashNeRDRunner(OnPolicyRunner):
         self.iteration_curve: list[tuple[float, float]] = []
         # the two halves of those seconds: rollouts in the env (policy inference included), and the PPO update
         self.collect_seconds = self.learn_seconds = 0.0
+        # a training-time budget (equal-wall-time comparisons, "train for 30 minutes"); None: iterations only
+        self.max_seconds = max_seconds
+        self.stopped_by_time = False
+        self.final_logs: dict[str, float] = {}  # the env's trackers at the end of training (`train_policy`)
         log = self.logger.log
 
         def log_and_record(**kw) -> None:  # rsl_rl logs once per iteration, after the policy update
@@ -113,8 +122,30 @@ class FlashNeRDRunner(OnPolicyRunner):
             self.iteration_curve.append((elapsed + kw["collect_time"] + kw["learn_time"],
                                          statistics.mean(returns) if len(returns) else float("nan")))
             log(**kw)
+            if self.max_seconds is not None and self._budget_spent(self.iteration_curve[-1][0]):
+                raise _TimeBudgetSpent
 
         self.logger.log = log_and_record
+
+    def _budget_spent(self, seconds: float) -> bool:
+        """Whether `seconds` of training reach `max_seconds`; under torchrun rank 0's clock decides for every rank
+        (ranks whose clocks disagree would otherwise stop at different iterations and hang in the collectives)."""
+        spent = torch.tensor([float(seconds >= self.max_seconds)])  # (1,)
+        if self.is_distributed:
+            torch.distributed.broadcast(spent, src=0)
+        return bool(spent.item())
+
+    def learn(self, num_learning_iterations: int, init_at_random_ep_len: bool = False) -> None:
+        """rsl_rl's loop; when `max_seconds` runs out it stops after that iteration and, as rsl_rl does at the end,
+        saves `model_<it>.pt` and closes the log writer (`stopped_by_time` says it did)."""
+        self.stopped_by_time = False
+        try:
+            super().learn(num_learning_iterations, init_at_random_ep_len)
+        except _TimeBudgetSpent:
+            self.stopped_by_time = True
+            if self.logger.writer is not None:
+                self.save(os.path.join(self.logger.log_dir, f"model_{self.current_learning_iteration}.pt"))
+                self.logger.stop_logging_writer()
 
     def _configure_multi_gpu(self) -> None:
         """rsl_rl's multi-process PPO needs CUDA and nccl; on the CPU the same collectives run over gloo."""
@@ -149,28 +180,31 @@ class FlashNeRDRunner(OnPolicyRunner):
         os.replace(tmp, path)
 
 
-def make_runner(task: str, env_cfg, agent_cfg, log_dir: str | None = None,
-                verbose: bool = False) -> tuple[RslRlVecEnvWrapper, FlashNeRDRunner]:
+def make_runner(task: str, env_cfg, agent_cfg, log_dir: str | None = None, verbose: bool = False,
+                max_seconds: float | None = None) -> tuple[RslRlVecEnvWrapper, FlashNeRDRunner]:
     """The wrapped env of `task` on `env_cfg` and a PPO runner with `agent_cfg` that logs to `log_dir` (None: no
-    logs), as `flashnerd train`, `eval`, `play` and the benchmarks build them. A world count that would not fit in
-    memory is a one-line error before anything is built."""
+    logs) and stops after `max_seconds` of training (None: no limit), as `flashnerd train`, `eval`, `play` and the
+    benchmarks build them. A world count that would not fit in memory is a one-line error before anything is built."""
     check_env_memory(task, env_cfg, agent_cfg)
     env = RslRlVecEnvWrapper(gym.make(task, cfg=env_cfg), clip_actions=agent_cfg.clip_actions)
-    runner = FlashNeRDRunner(env, agent_cfg.to_rsl_rl_dict(), log_dir, device=agent_cfg.device, verbose=verbose)
+    runner = FlashNeRDRunner(env, agent_cfg.to_rsl_rl_dict(), log_dir, device=agent_cfg.device, verbose=verbose,
+                             max_seconds=max_seconds)
     return env, runner
 
 
 def train_policy(task: str, env_cfg, agent_cfg, log_dir: str | None, iterations: int,
-                 init: str | None = None) -> tuple[FlashNeRDRunner, float]:
+                 init: str | None = None, max_seconds: float | None = None) -> tuple[FlashNeRDRunner, float]:
     """Seeded PPO on `task`: `iterations` iterations of `agent_cfg` (from the policy checkpoint `init`, counted from
-    zero, when given). Returns the runner (its env closed) and the wall time of the iterations in seconds."""
+    zero, when given), fewer when `max_seconds` of training run out first. Returns the runner (its env closed; its
+    `final_logs` hold the env's trackers, e.g. the terrain level, at the end) and the wall time in seconds."""
     seed_everything(agent_cfg.seed)
-    env, runner = make_runner(task, env_cfg, agent_cfg, log_dir)
+    env, runner = make_runner(task, env_cfg, agent_cfg, log_dir, max_seconds=max_seconds)
     if init is not None:
         runner.load(init, map_location=agent_cfg.device)
         runner.current_learning_iteration = 0
     start = time.perf_counter()
     runner.learn(num_learning_iterations=iterations, init_at_random_ep_len=True)
     wall = time.perf_counter() - start
+    runner.final_logs = env.unwrapped.tracker_logs()
     env.close()
     return runner, wall

@@ -90,6 +90,7 @@ class ShacTrainer:
         self.returns: deque[float] = deque(maxlen=100)  # finished episodes, as rsl_rl's reward buffer
         self.lengths: deque[float] = deque(maxlen=100)
         self.total_time = 0.0
+        self.stopped_by_time = False  # the last `learn` ended on its `max_seconds`
         # (accumulated iteration seconds, mean episode return) after each iteration of this process, as the PPO
         # runner's `iteration_curve`
         self.iteration_curve: list[tuple[float, float]] = []
@@ -198,9 +199,12 @@ class ShacTrainer:
                 group["lr"] = lr * frac
         return frac
 
-    def learn(self, iterations: int, save_interval: int = 50) -> None:
-        """Run `iterations` SHAC iterations (from `self.iteration`), logging and saving every `save_interval`."""
+    def learn(self, iterations: int, save_interval: int = 50, max_seconds: float | None = None) -> None:
+        """Run `iterations` SHAC iterations (from `self.iteration`), logging and saving every `save_interval`; with
+        `max_seconds`, stop (and save) after the iteration that brings this call's training time to it."""
         end = self.iteration + iterations
+        spent_before = self.total_time
+        self.stopped_by_time = False
         self.runner.alg.train_mode()  # an evaluation in between leaves eval mode, which freezes obs normalization
         while self.iteration < end:
             start = time.perf_counter()
@@ -222,8 +226,12 @@ class ShacTrainer:
                                          statistics.fmean(self.returns) if self.returns else float("nan")))
             self._log(loss.item(), value_loss, float(grad_norm), frac, elapsed, skipped)
             self.iteration += 1
-            if self.log_dir is not None and (self.iteration % save_interval == 0 or self.iteration == end):
+            self.stopped_by_time = max_seconds is not None and self.total_time - spent_before >= max_seconds
+            if self.log_dir is not None and (self.iteration % save_interval == 0 or self.iteration == end
+                                             or self.stopped_by_time):
                 self.save(str(Path(self.log_dir) / f"model_{self.iteration - 1}.pt"))
+            if self.stopped_by_time:
+                break
 
     def _log(self, actor_loss: float, value_loss: float, grad_norm: float, lr_frac: float, elapsed: float,
              skipped: bool) -> None:

@@ -21,6 +21,7 @@ from flashnerd.cli.common import (
     check_device,
     check_file_stem,
     check_positive,
+    check_positive_seconds,
     check_writable,
     checkpoints_by_kind,
     write_json,
@@ -50,6 +51,9 @@ def add_parser(bsub: argparse._SubParsersAction) -> None:
                         "backend, e.g. flashnerd:shac)")
     p.add_argument("--num_envs", type=int, default=1024, help="parallel worlds per PPO run")
     p.add_argument("--max_iterations", type=int, default=100, help="PPO iterations per run")
+    p.add_argument("--max_seconds", type=float, default=None,
+                   help="also end each run once it has trained this many seconds (after the iteration that reaches "
+                        "them): runs of equal training time, whatever each backend's speed")
     p.add_argument("--shac_num_envs", type=int, default=64, help="parallel worlds per SHAC run")
     p.add_argument("--shac_iterations", type=int, default=None,
                    help="SHAC iterations per run (default: --max_iterations); with --eval_every its policy is "
@@ -80,6 +84,7 @@ def run(args: argparse.Namespace) -> dict:
     and the targets-over-time curve of that evaluation (cf. Fig. 8)."""
     for name in ("num_envs", "max_iterations", "eval_episodes", "shac_num_envs"):
         check_positive(name, getattr(args, name))
+    check_positive_seconds("max_seconds", args.max_seconds)
     runs = parse_runs(args.dynamics)
     shac = any(algo == "shac" for _, algo in runs.values())
     for name in ("shac_iterations", "shac_horizon"):
@@ -102,7 +107,8 @@ def run(args: argparse.Namespace) -> dict:
                        f"({', '.join(runs)}); name one of them")
     checkpoints = checkpoints_by_kind(args.dynamics_checkpoint, list(dict.fromkeys(b for b, _ in runs.values())))
     settings = {"task": args.task, "num_envs": args.num_envs, "iterations": args.max_iterations,
-                "device": args.device, "eval_every": args.eval_every, "eval_episodes": args.eval_episodes,
+                "max_seconds": args.max_seconds, "device": args.device, "eval_every": args.eval_every,
+                "eval_episodes": args.eval_episodes,
                 "robot_variant": args.robot_variant, "dynamics_checkpoint": checkpoints}
     if shac:
         settings["shac"] = {"num_envs": args.shac_num_envs, "iterations": args.shac_iterations or args.max_iterations,
@@ -226,11 +232,14 @@ def train_and_time(args: argparse.Namespace, backend: str, seed: int, run_dir: P
     agent_cfg.max_iterations = args.max_iterations
     if args.eval_every:
         agent_cfg.save_interval = args.eval_every
-    runner, _ = train_policy(args.task, env_cfg, agent_cfg, str(run_dir), agent_cfg.max_iterations)
+    runner, _ = train_policy(args.task, env_cfg, agent_cfg, str(run_dir), agent_cfg.max_iterations,
+                             max_seconds=args.max_seconds)
     curve = runner.iteration_curve
     evaluate = _reference_evaluator(args, env_cfg)
     evaluation = evaluate(runner.get_inference_policy(device=agent_cfg.device))
     out = _run_result(backend, "ppo", seed, curve, evaluation)
+    if runner.final_logs:  # the trackers where training ended, e.g. the mean terrain level the curriculum reached
+        out["final_logs"] = runner.final_logs
     # its halves: collecting rollouts (env steps and policy inference) and rsl_rl's PPO update
     out["collect_seconds_per_iteration"] = runner.collect_seconds / len(curve)
     out["learn_seconds_per_iteration"] = runner.learn_seconds / len(curve)
@@ -263,7 +272,10 @@ def shac_and_time(args: argparse.Namespace, backend: str, seed: int, run_dir: Pa
     save_every = max(1, round(args.eval_every * iterations / args.max_iterations)) if args.eval_every else iterations
     points = []
     for mark in [*marks, iterations]:
-        trainer.learn(mark - trainer.iteration, save_interval=save_every)
+        budget = None if args.max_seconds is None else args.max_seconds - trainer.total_time
+        trainer.learn(mark - trainer.iteration, save_interval=save_every, max_seconds=budget)
+        if trainer.stopped_by_time:
+            break
         if mark < iterations:
             # building an env seeds torch's global generator: the next iterations must not see that
             with torch.random.fork_rng(devices=_cuda_index(args.device)):
@@ -296,6 +308,7 @@ def _run_result(backend: str, algo: str, seed: int, curve: list[tuple[float, flo
         "backend": backend,
         "algo": algo,
         "seed": seed,
+        "iterations": len(curve),
         "seconds_per_iteration": curve[-1][0] / len(curve),
         "total_seconds": curve[-1][0],
         "final_train_reward": curve[-1][1],

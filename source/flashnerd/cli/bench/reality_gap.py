@@ -123,7 +123,7 @@ def run(args: argparse.Namespace) -> dict:
     kind = backend_info(args.model).model_kind
     if kind is None:
         raise CLIError(f"--model '{args.model}' is no learned backend; give one such as flashnerd")
-    init = args.dynamics_checkpoint or str(default_checkpoint(robot, kind))
+    init = args.dynamics_checkpoint or str(default_checkpoint(robot, kind, env_cfg.terrain))
     # a missing, foreign or other-kind model fails now, not after the baselines' PPO runs
     if (held := read_checkpoint(init, robot)["kind"]) != kind:
         raise CLIError(f"--dynamics_checkpoint '{init}' holds a {held} model, --model {args.model} needs {kind}")
