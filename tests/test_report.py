@@ -92,3 +92,22 @@ def test_a_goal_task_over_seeds_gets_its_spread(tmp_path):
     assert "| `mujoco` | 2 | 3.00 (2.00 - 4.00) | 100% (67% - 133%) | 25% (0% - 50%) |" in text
     assert "| `coupled` | 2 | 3.00 (1.50 - 4.50) | 100% (50% - 150%) | 12% (0% - 25%) |" in text
     assert (folder / "cube_reorient_seeds.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_time_budgeted_run_shows_its_iterations_time_and_terrain_level(tmp_path):
+    """Runs of equal training time (bench ppo --max_seconds): each row gains the iterations it got, its training
+    seconds and what the env's trackers showed at the end; a run without those logs shows a dash."""
+    from flashnerd.viz.report import render_block
+
+    folder = tmp_path / "results"
+    folder.mkdir()
+    data = json.loads((ROOT / "docs" / "results" / "bench_ppo_4096.json").read_text())
+    data["max_seconds"] = 900.0
+    data["backends"]["flashnerd"]["final_logs"] = {"Curriculum/terrain_levels": 2.375}
+    (folder / "bench_ppo_rough.json").write_text(json.dumps(data))
+    text = render_block("bench_ppo_rough", folder)
+    flash, mujoco = data["backends"]["flashnerd"], data["backends"]["mujoco"]
+    assert "or 900 s of training, whichever ends first" in text and "terrain levels at the end |" in text
+    assert f"| `flashnerd` | {len(flash['curve'])} | {flash['total_seconds']:.0f} |" in text
+    assert text.split("| `flashnerd` |")[1].split("\n")[0].endswith(" 2.38 |")
+    assert text.split("| `mujoco` |")[1].split("\n")[0].endswith(f"{mujoco['eval_mujoco']['fall_rate']:.2f} | - |")

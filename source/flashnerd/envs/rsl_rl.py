@@ -130,7 +130,7 @@ class FlashNeRDRunner(OnPolicyRunner):
     def _budget_spent(self, seconds: float) -> bool:
         """Whether `seconds` of training reach `max_seconds`; under torchrun rank 0's clock decides for every rank
         (ranks whose clocks disagree would otherwise stop at different iterations and hang in the collectives)."""
-        spent = torch.tensor([float(seconds >= self.max_seconds)])  # (1,)
+        spent = torch.tensor([float(seconds >= self.max_seconds)], device=self.device)  # (1,) nccl needs CUDA
         if self.is_distributed:
             torch.distributed.broadcast(spent, src=0)
         return bool(spent.item())

@@ -187,20 +187,29 @@ def _bench_ppo(data: dict, name: str, folder: Path) -> str:
     fastest = min((r["seconds_per_iteration"] for r in data["backends"].values() if r.get("algo", "ppo") == "ppo"),
                   default=None)
     shac = data.get("shac")
-    rows = [f"{data['num_envs']} envs, {data['iterations']} iterations per backend, device `{data['device']}`"
+    budget = data.get("max_seconds")
+    # what the env's trackers showed at the end of training (e.g. the terrain curriculum's mean level), by log name
+    logs = sorted({k for r in data["backends"].values() for k in r.get("final_logs", {})})
+    rows = [f"{data['num_envs']} envs, {data['iterations']} iterations per backend"
+            + (f" or {budget:.0f} s of training, whichever ends first" if budget else "")
+            + f", device `{data['device']}`"
             + (f"; SHAC runs (`backend:shac`): {shac['num_envs']} envs, {shac['iterations']} iterations of "
                f"{shac['horizon']} steps." if shac else "."), "",
-            "| training run | s / iteration | collecting / updating | vs fastest | return in MuJoCo | "
-            "MuJoCo lin-vel RMS | MuJoCo fall rate |", "|---|---|---|---|---|---|---|"]
+            "| training run | " + ("iterations | training s | " if budget else "") + "s / iteration | "
+            "collecting / updating | vs fastest | return in MuJoCo | MuJoCo lin-vel RMS | MuJoCo fall rate |"
+            + "".join(f" {k.split('/')[-1].replace('_', ' ')} at the end |" for k in logs),
+            "|---" * (7 + 2 * bool(budget) + len(logs)) + "|"]
     vs_fastest = lambda r: (f"{r['seconds_per_iteration'] / fastest:.2f}x"  # noqa: E731
                             if fastest and r.get("algo", "ppo") == "ppo" else "-")
     for backend, r in sorted(data["backends"].items(), key=lambda kv: kv[1]["seconds_per_iteration"]):
         e = r["eval_mujoco"]
         halves = (f"{r['collect_seconds_per_iteration']:.2f} / {r['learn_seconds_per_iteration']:.2f}"
                   if "collect_seconds_per_iteration" in r else "-")  # runs written before the halves were kept
-        rows.append(f"| `{backend}` | {r['seconds_per_iteration']:.2f} | {halves} | "
+        spent = f"{len(r['curve'])} | {r['total_seconds']:.0f} | " if budget else ""
+        ends = "".join(f" {r['final_logs'][k]:.2f} |" if k in r.get("final_logs", {}) else " - |" for k in logs)
+        rows.append(f"| `{backend}` | {spent}{r['seconds_per_iteration']:.2f} | {halves} | "
                     f"{vs_fastest(r)} | {e['mean_return']:.1f} | {e['lin_vel_rms']:.3f} | "
-                    f"{e['fall_rate']:.2f} |")
+                    f"{e['fall_rate']:.2f} |{ends}")
     tt = data.get("time_to_target")
     if tt and tt["target_return"] is None:
         rows += ["", f"No time to target: {tt['reference']}'s final MuJoCo return ({tt['reference_return']:.1f}) "
