@@ -257,7 +257,7 @@ def test_the_terrain_curriculum_moves_walkers_up_and_idlers_down():
     play = gym.make(ROUGH.replace("-v0", "-Play-v0")).unwrapped.trackers["terrain"]
     assert not play.curriculum
     # where a run ended: the mean level over every world (what bench ppo reports as a run's terrain level)
-    assert env.tracker_logs() == {"Curriculum/terrain_levels": pytest.approx(levels.level.float().mean().item())}
+    assert env.tracker_state() == {"Curriculum/terrain_levels": pytest.approx(levels.level.float().mean().item())}
 
 
 def test_the_rough_task_runs_on_mjwarp_and_on_a_rows_model_fitted_on_rough_terrain(tmp_path):
@@ -297,4 +297,4 @@ def test_bench_ppo_on_the_rough_task_ends_at_max_seconds_and_reports_the_terrain
     run = data["backends"]["mujoco"]
     assert data["max_seconds"] == 1e-6 and run["iterations"] == len(run["curve"]) == 1
     assert (out / "mujoco" / "model_0.pt").is_file() and not (out / "mujoco" / "model_2.pt").exists()
-    assert 0.0 <= run["final_logs"]["Curriculum/terrain_levels"] <= LEVELS - 1
+    assert 0.0 <= run["tracker_state"]["Curriculum/terrain_levels"] <= LEVELS - 1

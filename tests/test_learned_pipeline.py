@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import h5py
 import pytest
@@ -225,6 +226,8 @@ def test_bench_ppo_writes_json_and_plot(tiny_ckpt, tmp_path, capsys):
     assert main(argv) == 0
     data = json.loads((out / "bench_ppo.json").read_text())
     assert set(data["backends"]) == {"mujoco", "flashnerd"}
+    assert data["backends"]["flashnerd"]["dynamics_checkpoint"] == str(Path(tiny_ckpt).resolve())
+    assert "dynamics_checkpoint" not in data["backends"]["mujoco"]
     for r in data["backends"].values():
         assert r["seconds_per_iteration"] > 0 and len(r["curve"]) == 2 and "mean_return" in r["eval_mujoco"]
         halves = r["collect_seconds_per_iteration"] + r["learn_seconds_per_iteration"]

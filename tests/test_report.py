@@ -103,7 +103,7 @@ def test_a_time_budgeted_run_shows_its_iterations_time_and_terrain_level(tmp_pat
     folder.mkdir()
     data = json.loads((ROOT / "docs" / "results" / "bench_ppo_4096.json").read_text())
     data["max_seconds"] = 900.0
-    data["backends"]["flashnerd"]["final_logs"] = {"Curriculum/terrain_levels": 2.375}
+    data["backends"]["flashnerd"]["tracker_state"] = {"Curriculum/terrain_levels": 2.375}
     (folder / "bench_ppo_rough.json").write_text(json.dumps(data))
     text = render_block("bench_ppo_rough", folder)
     flash, mujoco = data["backends"]["flashnerd"], data["backends"]["mujoco"]

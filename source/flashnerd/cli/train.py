@@ -174,7 +174,8 @@ def finish(args: argparse.Namespace, env_cfg, agent_cfg, runner, log_dir, wall: 
         "dynamics": env_cfg.dynamics,
         "num_envs": env_cfg.num_envs,
         "iterations": last_iteration + 1,
-        "stopped_by": "max_seconds" if stopped_by_time else "max_iterations",
+        "stopped_by": "max_seconds" if stopped_by_time and last_iteration + 1 < agent_cfg.max_iterations
+        else "max_iterations",
         "wall_time_s": round(wall, 2),
         "log_dir": str(log_dir),
         "checkpoint": str(log_dir / f"model_{last_iteration}.pt"),

@@ -56,7 +56,8 @@ def probe_owner(robot: RobotSpec, device: str | torch.device = "cpu") -> torch.T
 class LearnedConfig:
     """Options of the learned backends (`flashnerd`, `nerd`, `rwm`)."""
 
-    checkpoint: str | Path | None = None  # a `flashnerd fit` checkpoint (default: the shipped one of the robot)
+    # a `flashnerd fit` checkpoint (default: the robot's shipped one, the one fitted on the scene's terrain if any)
+    checkpoint: str | Path | None = None
     compile: bool = False  # torch.compile the contact features (planning: many steps at one batch size)
     # With an ensemble checkpoint, which prediction moves each world: "mean" of the members, a random member per
     # world redrawn every "step", or one per world kept for its "episode" (redrawn at reset), as PETS samples.

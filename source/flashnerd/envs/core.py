@@ -259,11 +259,11 @@ class FlashNeRDEnv(gym.Env):
         """The observations returned by the last `reset()`/`step()`."""
         return self._obs
 
-    def tracker_logs(self) -> dict[str, float]:
-        """What every tracker logs over all worlds now, as floats (e.g. {"Curriculum/terrain_levels": 2.3}): the
-        state a run ended in, which the per-reset logs only sample."""
-        every = torch.arange(self.num_envs, device=self.device)  # (N,)
-        return {k: float(v) for tracker in self.trackers.values() for k, v in tracker.log(every).items()}
+    def tracker_state(self) -> dict[str, float]:
+        """The state of every tracker that holds one across episodes (its `state()`, e.g. the terrain curriculum's
+        {"Curriculum/terrain_levels": 2.3}): where a run ended. Trackers of episode statistics have none."""
+        return {k: v for tracker in self.trackers.values() if hasattr(tracker, "state")
+                for k, v in tracker.state().items()}
 
     def close(self) -> None:
         """Release the backend's threads and buffers."""

@@ -8,6 +8,7 @@ import os
 import statistics
 import sys
 import time
+from pathlib import Path
 
 import gymnasium as gym
 import torch
@@ -110,7 +111,9 @@ class FlashNeRDRunner(OnPolicyRunner):
         # a training-time budget (equal-wall-time comparisons, "train for 30 minutes"); None: iterations only
         self.max_seconds = max_seconds
         self.stopped_by_time = False
-        self.final_logs: dict[str, float] = {}  # the env's trackers at the end of training (`train_policy`)
+        self._spent_before = 0.0  # training seconds before the current `learn` call
+        self.tracker_state: dict[str, float] = {}  # the env's trackers at the end of training (`train_policy`)
+        self.dynamics_checkpoint: str | None = None  # the learned model it trained on (`train_policy`), if any
         log = self.logger.log
 
         def log_and_record(**kw) -> None:  # rsl_rl logs once per iteration, after the policy update
@@ -122,7 +125,7 @@ class FlashNeRDRunner(OnPolicyRunner):
             self.iteration_curve.append((elapsed + kw["collect_time"] + kw["learn_time"],
                                          statistics.mean(returns) if len(returns) else float("nan")))
             log(**kw)
-            if self.max_seconds is not None and self._budget_spent(self.iteration_curve[-1][0]):
+            if self.max_seconds is not None and self._budget_spent(self.iteration_curve[-1][0] - self._spent_before):
                 raise _TimeBudgetSpent
 
         self.logger.log = log_and_record
@@ -137,8 +140,10 @@ class FlashNeRDRunner(OnPolicyRunner):
 
     def learn(self, num_learning_iterations: int, init_at_random_ep_len: bool = False) -> None:
         """rsl_rl's loop; when `max_seconds` runs out it stops after that iteration and, as rsl_rl does at the end,
-        saves `model_<it>.pt` and closes the log writer (`stopped_by_time` says it did)."""
+        saves `model_<it>.pt` and closes the log writer (`stopped_by_time` says it did). The budget counts this
+        call's iterations, as SHAC's `learn` does."""
         self.stopped_by_time = False
+        self._spent_before = self.iteration_curve[-1][0] if self.iteration_curve else 0.0
         try:
             super().learn(num_learning_iterations, init_at_random_ep_len)
         except _TimeBudgetSpent:
@@ -196,7 +201,8 @@ def train_policy(task: str, env_cfg, agent_cfg, log_dir: str | None, iterations:
                  init: str | None = None, max_seconds: float | None = None) -> tuple[FlashNeRDRunner, float]:
     """Seeded PPO on `task`: `iterations` iterations of `agent_cfg` (from the policy checkpoint `init`, counted from
     zero, when given), fewer when `max_seconds` of training run out first. Returns the runner (its env closed; its
-    `final_logs` hold the env's trackers, e.g. the terrain level, at the end) and the wall time in seconds."""
+    `tracker_state` holds the env's trackers at the end, e.g. the terrain level, and `dynamics_checkpoint` the learned
+    model's file, the shipped default included) and the wall time in seconds."""
     seed_everything(agent_cfg.seed)
     env, runner = make_runner(task, env_cfg, agent_cfg, log_dir, max_seconds=max_seconds)
     if init is not None:
@@ -205,6 +211,8 @@ def train_policy(task: str, env_cfg, agent_cfg, log_dir: str | None, iterations:
     start = time.perf_counter()
     runner.learn(num_learning_iterations=iterations, init_at_random_ep_len=True)
     wall = time.perf_counter() - start
-    runner.final_logs = env.unwrapped.tracker_logs()
+    runner.tracker_state = env.unwrapped.tracker_state()
+    path = getattr(env.unwrapped.dyn, "checkpoint_path", None)
+    runner.dynamics_checkpoint = None if path is None else str(Path(path).resolve())
     env.close()
     return runner, wall

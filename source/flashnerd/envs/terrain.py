@@ -69,6 +69,10 @@ class TerrainLevels:
     def log(self, env_ids: torch.Tensor) -> dict[str, torch.Tensor]:
         return {"Curriculum/terrain_levels": self.level.float().mean()}
 
+    def state(self) -> dict[str, float]:
+        """Where the curriculum stands now: the mean level over every world."""
+        return {"Curriculum/terrain_levels": float(self.level.float().mean())}
+
 
 def place_on_terrain(env: FlashNeRDEnv, env_ids: torch.Tensor, qpos: torch.Tensor, qvel: torch.Tensor) -> None:
     """Reset event, after the base pose offsets: move each robot to its world's tile (`TerrainLevels`, tracker

@@ -189,7 +189,7 @@ def _bench_ppo(data: dict, name: str, folder: Path) -> str:
     shac = data.get("shac")
     budget = data.get("max_seconds")
     # what the env's trackers showed at the end of training (e.g. the terrain curriculum's mean level), by log name
-    logs = sorted({k for r in data["backends"].values() for k in r.get("final_logs", {})})
+    logs = sorted({k for r in data["backends"].values() for k in r.get("tracker_state", {})})
     rows = [f"{data['num_envs']} envs, {data['iterations']} iterations per backend"
             + (f" or {budget:.0f} s of training, whichever ends first" if budget else "")
             + f", device `{data['device']}`"
@@ -206,7 +206,7 @@ def _bench_ppo(data: dict, name: str, folder: Path) -> str:
         halves = (f"{r['collect_seconds_per_iteration']:.2f} / {r['learn_seconds_per_iteration']:.2f}"
                   if "collect_seconds_per_iteration" in r else "-")  # runs written before the halves were kept
         spent = f"{len(r['curve'])} | {r['total_seconds']:.0f} | " if budget else ""
-        ends = "".join(f" {r['final_logs'][k]:.2f} |" if k in r.get("final_logs", {}) else " - |" for k in logs)
+        ends = "".join(f" {r['tracker_state'][k]:.2f} |" if k in r.get("tracker_state", {}) else " - |" for k in logs)
         rows.append(f"| `{backend}` | {spent}{r['seconds_per_iteration']:.2f} | {halves} | "
                     f"{vs_fastest(r)} | {e['mean_return']:.1f} | {e['lin_vel_rms']:.3f} | "
                     f"{e['fall_rate']:.2f} |{ends}")

@@ -238,8 +238,10 @@ def train_and_time(args: argparse.Namespace, backend: str, seed: int, run_dir: P
     evaluate = _reference_evaluator(args, env_cfg)
     evaluation = evaluate(runner.get_inference_policy(device=agent_cfg.device))
     out = _run_result(backend, "ppo", seed, curve, evaluation)
-    if runner.final_logs:  # the trackers where training ended, e.g. the mean terrain level the curriculum reached
-        out["final_logs"] = runner.final_logs
+    if runner.tracker_state:  # the trackers where training ended, e.g. the mean terrain level the curriculum reached
+        out["tracker_state"] = runner.tracker_state
+    if runner.dynamics_checkpoint:  # the file it trained on, also when that was the shipped default
+        out["dynamics_checkpoint"] = runner.dynamics_checkpoint
     # its halves: collecting rollouts (env steps and policy inference) and rsl_rl's PPO update
     out["collect_seconds_per_iteration"] = runner.collect_seconds / len(curve)
     out["learn_seconds_per_iteration"] = runner.learn_seconds / len(curve)
