@@ -42,6 +42,26 @@ def test_shipped_model_reproduces_mujoco_over_15_steps(anymal, fresh_data, kind)
     assert measured < 0.5 * hold, (measured, hold)
 
 
+def test_shipped_rough_terrain_model_reproduces_mujoco_on_the_rough_field(anymal, tmp_path):
+    """The rough task's default model (fitted on the rough field, contact rows against the heightfield) on fresh
+    rough-field trajectories: near its card's NRMSE@15, and far better than the flat model, whose rows see the same
+    heightfield but which never saw stairs or slopes."""
+    path = default_checkpoint(anymal, "flashnerd", "rough")
+    assert path.name == "flashnerd_rough.safetensors"
+    ckpt = read_checkpoint(path, anymal)
+    assert ckpt["representation"]["contact"] == "rows" and path.stat().st_size < 10 * 2**20
+    data_path = tmp_path / "rough.h5"
+    record(anymal, num_worlds=48, steps=15, out=data_path, traj_len=15, seed=4321, progress=False, terrain="rough")
+    data = load_dataset(data_path)
+    measured = {}
+    for name, checkpoint in (("rough", None), ("flat", default_checkpoint(anymal, "flashnerd"))):
+        dyn = make_dynamics("flashnerd", anymal, data.num_trajectories, terrain="rough", checkpoint=checkpoint)
+        measured[name] = rollout_errors(dyn, data, horizons=(15,))[15]["nrmse"]
+    card = ckpt["metrics"]["nrmse"]["15"]
+    assert measured["rough"] <= 1.5 * card + 0.02, (measured, card)
+    assert measured["rough"] < measured["flat"], measured
+
+
 def test_shipped_checkpoints_are_small_and_carry_their_provenance(anymal):
     for kind in ("flashnerd", "nerd"):
         path = default_checkpoint(anymal, kind)
