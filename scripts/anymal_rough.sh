@@ -8,8 +8,8 @@
 # Starts from scripts/rough_models.sh's data and its 600 s FlashNeRD fit (run first when missing). A step whose output
 # exists is skipped, and the benchmark resumes, so a stopped run continues where it stopped.
 set -euo pipefail
-REFIT=${1:-1200}
-PPO=${2:-1200}
+REFIT=${1:-900}
+PPO=${2:-900}
 OUT=${OUT:-data/rough}
 LOGS=${LOGS:-logs/rough_ppo}
 WORLDS=${WORLDS:-256}

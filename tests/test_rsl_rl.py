@@ -156,7 +156,7 @@ def test_max_seconds_stops_after_the_iteration_that_spends_them(tmp_path, capsys
     assert long["iterations"] == 5 and long["stopped_by"] == "max_iterations"
     assert long["checkpoint"].endswith("model_4.pt")
     assert main([*argv, "--max_seconds", "0"]) == 2
-    assert "--max_seconds must be a positive number of seconds" in capsys.readouterr().err
+    assert "--max_seconds must be a finite number > 0, got 0.0" in capsys.readouterr().err
 
 
 def test_policy_driven_recording_replays_and_drops_interrupted_trajectories(trained_run, tmp_path, capsys):

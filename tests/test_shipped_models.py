@@ -44,7 +44,7 @@ def test_shipped_model_reproduces_mujoco_over_15_steps(anymal, fresh_data, kind)
 
 def test_shipped_rough_terrain_model_reproduces_mujoco_on_the_rough_field(anymal, tmp_path):
     """The rough task's default model (fitted on the rough field, contact rows against the heightfield) on fresh
-    rough-field trajectories: near its card's NRMSE@15, and far better than the flat model, whose rows see the same
+    rough-field trajectories: near its card's NRMSE@15, and better than the flat model, whose rows see the same
     heightfield but which never saw stairs or slopes."""
     path = default_checkpoint(anymal, "flashnerd", "rough")
     assert path.name == "flashnerd_rough.safetensors"

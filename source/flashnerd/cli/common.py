@@ -80,10 +80,10 @@ def check_positive(name: str, value: int | None) -> None:
         raise CLIError(f"--{name} must be a positive integer, got {value}")
 
 
-def check_positive_seconds(name: str, value: float | None) -> None:
-    """One-line error unless `value` (None: not given) is a finite number of seconds above zero."""
+def check_positive_number(name: str, value: float | None) -> None:
+    """One-line error unless `value` (None: not given) is a finite number above zero (seconds, minutes, ...)."""
     if value is not None and not (0.0 < value < float("inf")):
-        raise CLIError(f"--{name} must be a positive number of seconds, got {value}")
+        raise CLIError(f"--{name} must be a finite number > 0, got {value}")
 
 
 def check_device(device: str) -> None:

@@ -30,6 +30,7 @@ from flashnerd.cli.common import (
     check_device,
     check_file_stem,
     check_positive,
+    check_positive_number,
     check_writable,
     run_state,
     write_json,
@@ -106,8 +107,7 @@ def _check(args: argparse.Namespace) -> str:
         check_positive("shac_horizon", args.shac_horizon)
     check_positive("num_envs", args.num_envs)
     for name in ("target_minutes", "fit_budget"):
-        if not (math.isfinite(getattr(args, name)) and getattr(args, name) > 0):
-            raise CLIError(f"--{name} must be a finite number > 0, got {getattr(args, name)}")
+        check_positive_number(name, getattr(args, name))
     if not (math.isfinite(args.action_noise) and args.action_noise >= 0):
         raise CLIError(f"--action_noise must be a finite number >= 0, got {args.action_noise}")
     check_file_stem(args.name)

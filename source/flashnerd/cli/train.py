@@ -16,7 +16,7 @@ from flashnerd.cli.common import (
     add_env_args,
     check_plain_name,
     check_positive,
-    check_positive_seconds,
+    check_positive_number,
     check_writable,
     dump_yaml,
     load_task_cfgs,
@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> dict:
     shac_cfg = shac_args(args, env_cfg)
     check_positive("max_iterations", args.max_iterations)
     check_positive("save_interval", args.save_interval)
-    check_positive_seconds("max_seconds", args.max_seconds)
+    check_positive_number("max_seconds", args.max_seconds)
     if args.eval_episodes < 0:
         raise CLIError(f"--eval_episodes must be zero or positive, got {args.eval_episodes}")
     apply_uncertainty_args(args, env_cfg)

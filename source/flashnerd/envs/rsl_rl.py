@@ -133,10 +133,12 @@ class FlashNeRDRunner(OnPolicyRunner):
     def _budget_spent(self, seconds: float) -> bool:
         """Whether `seconds` of training reach `max_seconds`; under torchrun rank 0's clock decides for every rank
         (ranks whose clocks disagree would otherwise stop at different iterations and hang in the collectives)."""
-        spent = torch.tensor([float(seconds >= self.max_seconds)], device=self.device)  # (1,) nccl needs CUDA
+        spent = seconds >= self.max_seconds
         if self.is_distributed:
-            torch.distributed.broadcast(spent, src=0)
-        return bool(spent.item())
+            flag = torch.tensor([float(spent)], device=self.device)  # (1,) on the runner's device: nccl needs CUDA
+            torch.distributed.broadcast(flag, src=0)
+            spent = bool(flag.item())
+        return spent
 
     def learn(self, num_learning_iterations: int, init_at_random_ep_len: bool = False) -> None:
         """rsl_rl's loop; when `max_seconds` runs out it stops after that iteration and, as rsl_rl does at the end,

@@ -188,8 +188,8 @@ def _bench_ppo(data: dict, name: str, folder: Path) -> str:
                   default=None)
     shac = data.get("shac")
     budget = data.get("max_seconds")
-    # what the env's trackers showed at the end of training (e.g. the terrain curriculum's mean level), by log name
-    logs = sorted({k for r in data["backends"].values() for k in r.get("tracker_state", {})})
+    # the env trackers' state at the end of training (e.g. the terrain curriculum's mean level), by name
+    states = sorted({k for r in data["backends"].values() for k in r.get("tracker_state", {})})
     rows = [f"{data['num_envs']} envs, {data['iterations']} iterations per backend"
             + (f" or {budget:.0f} s of training, whichever ends first" if budget else "")
             + f", device `{data['device']}`"
@@ -197,8 +197,8 @@ def _bench_ppo(data: dict, name: str, folder: Path) -> str:
                f"{shac['horizon']} steps." if shac else "."), "",
             "| training run | " + ("iterations | training s | " if budget else "") + "s / iteration | "
             "collecting / updating | vs fastest | return in MuJoCo | MuJoCo lin-vel RMS | MuJoCo fall rate |"
-            + "".join(f" {k.split('/')[-1].replace('_', ' ')} at the end |" for k in logs),
-            "|---" * (7 + 2 * bool(budget) + len(logs)) + "|"]
+            + "".join(f" {k.split('/')[-1].replace('_', ' ')} at the end |" for k in states),
+            "|---" * (7 + 2 * bool(budget) + len(states)) + "|"]
     vs_fastest = lambda r: (f"{r['seconds_per_iteration'] / fastest:.2f}x"  # noqa: E731
                             if fastest and r.get("algo", "ppo") == "ppo" else "-")
     for backend, r in sorted(data["backends"].items(), key=lambda kv: kv[1]["seconds_per_iteration"]):
@@ -206,7 +206,7 @@ def _bench_ppo(data: dict, name: str, folder: Path) -> str:
         halves = (f"{r['collect_seconds_per_iteration']:.2f} / {r['learn_seconds_per_iteration']:.2f}"
                   if "collect_seconds_per_iteration" in r else "-")  # runs written before the halves were kept
         spent = f"{len(r['curve'])} | {r['total_seconds']:.0f} | " if budget else ""
-        ends = "".join(f" {r['tracker_state'][k]:.2f} |" if k in r.get("tracker_state", {}) else " - |" for k in logs)
+        ends = "".join(f" {r['tracker_state'][k]:.2f} |" if k in r.get("tracker_state", {}) else " - |" for k in states)
         rows.append(f"| `{backend}` | {spent}{r['seconds_per_iteration']:.2f} | {halves} | "
                     f"{vs_fastest(r)} | {e['mean_return']:.1f} | {e['lin_vel_rms']:.3f} | "
                     f"{e['fall_rate']:.2f} |{ends}")

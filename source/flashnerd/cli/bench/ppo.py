@@ -21,7 +21,7 @@ from flashnerd.cli.common import (
     check_device,
     check_file_stem,
     check_positive,
-    check_positive_seconds,
+    check_positive_number,
     check_writable,
     checkpoints_by_kind,
     write_json,
@@ -84,7 +84,7 @@ def run(args: argparse.Namespace) -> dict:
     and the targets-over-time curve of that evaluation (cf. Fig. 8)."""
     for name in ("num_envs", "max_iterations", "eval_episodes", "shac_num_envs"):
         check_positive(name, getattr(args, name))
-    check_positive_seconds("max_seconds", args.max_seconds)
+    check_positive_number("max_seconds", args.max_seconds)
     runs = parse_runs(args.dynamics)
     shac = any(algo == "shac" for _, algo in runs.values())
     for name in ("shac_iterations", "shac_horizon"):

@@ -30,6 +30,7 @@ from flashnerd.cli.common import (
     check_device,
     check_file_stem,
     check_positive,
+    check_positive_number,
     check_writable,
     run_state,
     write_json,
@@ -118,8 +119,7 @@ def run(args: argparse.Namespace) -> dict:
     env_cfg, agent_cfg = task_cfgs(args.task, robot_variant=args.robot_variant)  # a bad variant fails here
     robot = variant_robot(env_cfg.robot, args.robot_variant)
     for name in ("fit_budget", "refit_budget", "sim_minutes"):
-        if not math.isfinite(getattr(args, name)) or getattr(args, name) <= 0:
-            raise CLIError(f"--{name} must be a finite number > 0, got {getattr(args, name)}")
+        check_positive_number(name, getattr(args, name))
     kind = backend_info(args.model).model_kind
     if kind is None:
         raise CLIError(f"--model '{args.model}' is no learned backend; give one such as flashnerd")
