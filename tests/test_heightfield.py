@@ -77,16 +77,16 @@ def test_the_surface_is_mujocos(rough_scene):
             assert mine[i] == pytest.approx(surface, abs=5e-5)
 
 
-def _nearest_on_surface(field, point: np.ndarray) -> float:
-    """Distance from `point` to the field's triangles within two cells, by another method than the detector's: the
+def _nearest_on_surface(field, point: np.ndarray, cells: int = 2) -> float:
+    """Distance from `point` to the field's triangles within `cells` cells, by another method than the detector's: the
     projection onto each triangle's plane when it falls inside (solved barycentric coordinates), else the nearest
     of the three clamped edge points."""
     h, cell = field.heights, field.cell
     nrow, ncol = h.shape
     c0, r0 = int((point[0] - field.x0) // cell), int((point[1] - field.y0) // cell)
     best = math.inf
-    for r in range(max(r0 - 2, 0), min(r0 + 3, nrow - 1)):
-        for c in range(max(c0 - 2, 0), min(c0 + 3, ncol - 1)):
+    for r in range(max(r0 - cells, 0), min(r0 + cells + 1, nrow - 1)):
+        for c in range(max(c0 - cells, 0), min(c0 + cells + 1, ncol - 1)):
             x, y = field.x0 + c * cell, field.y0 + r * cell
             v = {(dr, dc): np.array([x + dc * cell, y + dr * cell, h[r + dr, c + dc]])
                  for dr in (0, 1) for dc in (0, 1)}
@@ -120,6 +120,31 @@ def test_sphere_rows_against_the_heightfield_are_exact(rough_scene):
         assert gap.norm().item() == pytest.approx(ref, abs=2e-5)  # the row's point is a nearest surface point
         assert normal[i, 0].norm().item() == pytest.approx(1.0, abs=1e-5)
         assert float(normal[i, 0, 2]) > -1e-6 or not below  # above the surface the normal points out of it
+
+
+def test_points_far_above_the_field_skip_the_search_with_a_lower_bound(rough_scene):
+    """A probe higher than the reach above every grid point near it gets the height above them, which cannot exceed
+    its true distance (brute force over six cells, farther than any point here is from the surface), and no row;
+    every other point gets exactly what the full search gives it."""
+    robot, model = rough_scene
+    det = ContactRowDetector(robot, model)
+    field = rough_heightfield()
+    gen = np.random.default_rng(3)
+    xy = gen.uniform([-17.5, -14.5], [17.5, 14.5], size=(400, 2))
+    z = field.height_at(xy) + gen.uniform(-0.05, 0.55, size=len(xy))
+    points = torch.tensor(np.c_[xy, z], dtype=torch.float32)
+    dist, point, normal = (t[:, 0] for t in det._field_pairs(points[:, None]))  # (n,), (n, 3) x2
+    full, full_point, full_normal = det._field_search(points, points)  # every point searched
+    searched = (dist - full).abs() < 1e-7
+    skipped = ~searched
+    assert skipped.sum() > 100 and searched.sum() > 100
+    assert torch.equal(point[searched], full_point[searched]) and torch.equal(normal[searched], full_normal[searched])
+    assert (full[skipped] > det.field_reach).all() and (dist[skipped] > det.field_reach).all()
+    assert torch.equal(normal[skipped], torch.tensor([0.0, 0.0, 1.0]).expand(int(skipped.sum()), 3))
+    assert torch.isfinite(point).all()
+    for i in skipped.nonzero()[:40, 0].tolist():
+        assert dist[i].item() <= _nearest_on_surface(field, points[i].double().numpy(), cells=6) + 1e-6
+    assert (dist[skipped] - det.radius.max() > det.cutoff).all()  # beyond the cutoff: no row
 
 
 def test_rows_above_flat_patches_match_mujocos_surface(rough_scene):

@@ -70,18 +70,23 @@ class HeightMap:
                  dtype: torch.dtype = torch.float32) -> None:
         self.field, self.outside = field, outside
         self.table = torch.tensor(field.heights, dtype=dtype, device=torch.device(device))  # (nrow, ncol)
+        h = self.table
+        h00, h01, h10, h11 = h[:-1, :-1], h[:-1, 1:], h[1:, :-1], h[1:, 1:]  # (nrow - 1, ncol - 1) per cell
+        # per cell, the two triangles as h00 + fu * a + fv * b, one row per cell: a lookup is one gather
+        self._cells = torch.stack((h00, h01 - h00, h11 - h01, h11 - h10, h10 - h00), dim=-1).flatten(0, 1)  # (cells, 5)
 
     def __call__(self, points: torch.Tensor) -> torch.Tensor:
-        h, f = self.table, self.field
-        nrow, ncol = h.shape
+        f = self.field
+        nrow, ncol = self.table.shape
         u, v = (points[..., 0] - f.x0) / f.cell, (points[..., 1] - f.y0) / f.cell
         inside = (u >= 0) & (u <= ncol - 1) & (v >= 0) & (v <= nrow - 1)
-        c, r = u.floor().long().clamp(0, ncol - 2), v.floor().long().clamp(0, nrow - 2)
+        c, r = u.floor().clamp(0, ncol - 2), v.floor().clamp(0, nrow - 2)
         fu, fv = (u - c).clamp(0, 1), (v - r).clamp(0, 1)
-        h00, h01, h10, h11 = h[r, c], h[r, c + 1], h[r + 1, c], h[r + 1, c + 1]
-        lower = h00 + fu * (h01 - h00) + fv * (h11 - h01)  # triangle (r,c), (r,c+1), (r+1,c+1), where fu >= fv
-        upper = h00 + fv * (h10 - h00) + fu * (h11 - h10)  # triangle (r,c), (r+1,c+1), (r+1,c)
-        return torch.where(inside, torch.where(fu >= fv, lower, upper), self.outside)
+        h00, du_low, dv_low, du_up, dv_up = self._cells[(r * (ncol - 1) + c).long()].unbind(-1)  # (...) x5
+        # triangle (r,c), (r,c+1), (r+1,c+1) where fu >= fv; (r,c), (r+1,c+1), (r+1,c) where fu < fv
+        lower = fu >= fv
+        height = h00 + fu * torch.where(lower, du_low, du_up) + fv * torch.where(lower, dv_low, dv_up)
+        return torch.where(inside, height, self.outside)
 
 
 def _tile(kind: str, difficulty: float, u: np.ndarray, v: np.ndarray, rng: np.random.Generator) -> np.ndarray:
