@@ -42,6 +42,13 @@ done
 for D in mujoco flashnerd; do
   run bench env --task $TASK --dynamics $D --num_envs "$CPU_N" --steps "$STEPS" --device cpu > "$OUT/env_cpu_$D.json"
 done
+# the rough task: heightfield contact rows of every probe on the GPU (the CPU skips probes far above the field) and
+# MuJoCo Warp's heightfield collisions, against MuJoCo's threaded step on the CPU cores
+ROUGH=FlashNeRD-Velocity-Rough-Anymal-C-v0
+run bench env --task $ROUGH --dynamics mujoco --num_envs "$CPU_N" --steps "$STEPS" --device cpu > "$OUT/rough_mujoco.json"
+for D in mjwarp flashnerd; do
+  run bench env --task $ROUGH --dynamics $D --num_envs "$N" --steps "$STEPS" --device "$DEV" > "$OUT/rough_$D.json"
+done
 # the two-way coupled step (Allegro + cube) against MuJoCo on the same scene, CPU threads
 run bench coupled "${COUPLED[@]}" > "$OUT/coupled.json"
 # the model suite with the shipped checkpoints (held-out sets recorded on the CPU into $OUT/suite_data)
@@ -66,6 +73,8 @@ result = {
     "model_ratio": load("model.json").get("ratio"),
     "env_steps_per_s": {d: load(f"env_{d}.json")["env_steps_per_s"] for d in ("mujoco", "mjwarp", "nerd", "flashnerd")},
     "env_steps_per_s_cpu": {d: load(f"env_cpu_{d}.json")["env_steps_per_s"] for d in ("mujoco", "flashnerd")},
+    "rough_env_steps_per_s": {d: load(f"rough_{d}.json")["env_steps_per_s"]
+                              for d in ("mujoco", "mjwarp", "flashnerd")},
     "coupled": load("coupled.json"),
     "ppo_seconds_per_iteration": {d: r["seconds_per_iteration"] for d, r in load("ppo.json").items()
                                   if r.get("algo", "ppo") == "ppo"},

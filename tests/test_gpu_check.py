@@ -25,6 +25,8 @@ def test_gpu_check_dry_run(tmp_path):
     assert all(0 < collect[d] < t for d, t in result["ppo_seconds_per_iteration"].items())
     shac = result["shac_env_steps_per_s"]
     assert set(shac) == {"flashnerd:shac"} and shac["flashnerd:shac"] > 0
+    assert set(result["rough_env_steps_per_s"]) == {"mujoco", "mjwarp", "flashnerd"}
+    assert all(v > 0 for v in result["rough_env_steps_per_s"].values())
     assert set(result["env_steps_per_s_cpu"]) == {"mujoco", "flashnerd"} and result["coupled"]["coupled_vs_mujoco"] > 0
     assert result["model_ratio"]["64"] > 0
     assert set(result["plan_median_ms"]) == {"mjwarp", "flashnerd"}
