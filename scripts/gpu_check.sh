@@ -45,7 +45,8 @@ done
 # the rough task: heightfield contact rows of every probe on the GPU (the CPU skips probes far above the field) and
 # MuJoCo Warp's heightfield collisions, against MuJoCo's threaded step on the CPU cores
 ROUGH=FlashNeRD-Velocity-Rough-Anymal-C-v0
-run bench env --task $ROUGH --dynamics mujoco --num_envs "$CPU_N" --steps "$STEPS" --device cpu > "$OUT/rough_mujoco.json"
+run bench env --task $ROUGH --dynamics mujoco --num_envs "$CPU_N" --steps "$STEPS" --device cpu \
+  > "$OUT/rough_mujoco.json"
 for D in mjwarp flashnerd; do
   run bench env --task $ROUGH --dynamics $D --num_envs "$N" --steps "$STEPS" --device "$DEV" > "$OUT/rough_$D.json"
 done
