@@ -122,29 +122,68 @@ def test_sphere_rows_against_the_heightfield_are_exact(rough_scene):
         assert float(normal[i, 0, 2]) > -1e-6 or not below  # above the surface the normal points out of it
 
 
-def test_points_far_above_the_field_skip_the_search_with_a_lower_bound(rough_scene):
-    """A probe higher than the reach above every grid point near it gets the height above them, which cannot exceed
-    its true distance (brute force over six cells, farther than any point here is from the surface), and no row;
-    every other point gets exactly what the full search gives it."""
+def _top_within(field, point: np.ndarray, reach: float) -> float:
+    """The highest grid point of every cell within `reach` (horizontally) of `point`, by slicing the height grid."""
+    h, cell = field.heights, field.cell
+    k = math.ceil(reach / cell)
+    r = min(max(math.floor((point[1] - field.y0) / cell), 0), h.shape[0] - 1)
+    c = min(max(math.floor((point[0] - field.x0) / cell), 0), h.shape[1] - 1)
+    return float(h[max(r - k, 0):r + k + 2, max(c - k, 0):c + k + 2].max())
+
+
+def test_probes_far_above_the_field_skip_the_search_and_get_no_row(rough_scene):
+    """A probe higher than the reach above every grid point near it (the rule recomputed here by slicing the grid)
+    is farther than the reach from the surface (brute force over six cells, farther than any point here is from
+    it), gets its height above them, an upward normal and no row; every other probe gets exactly what the full
+    search gives it. On and off the grid."""
     robot, model = rough_scene
     det = ContactRowDetector(robot, model)
     field = rough_heightfield()
     gen = np.random.default_rng(3)
-    xy = gen.uniform([-17.5, -14.5], [17.5, 14.5], size=(400, 2))
+    xy = gen.uniform([-18.5, -15.5], [18.5, 15.5], size=(400, 2))  # a metre past the grid's border too
     z = field.height_at(xy) + gen.uniform(-0.05, 0.55, size=len(xy))
     points = torch.tensor(np.c_[xy, z], dtype=torch.float32)
     dist, point, normal = (t[:, 0] for t in det._field_pairs(points[:, None]))  # (n,), (n, 3) x2
     full, full_point, full_normal = det._field_search(points, points)  # every point searched
-    searched = (dist - full).abs() < 1e-7
-    skipped = ~searched
+    top = np.array([_top_within(field, p, det.field_reach) for p in points.double().numpy()])
+    skipped = torch.as_tensor(points[:, 2].double().numpy() - top > det.field_reach)
+    searched = ~skipped
     assert skipped.sum() > 100 and searched.sum() > 100
-    assert torch.equal(point[searched], full_point[searched]) and torch.equal(normal[searched], full_normal[searched])
-    assert (full[skipped] > det.field_reach).all() and (dist[skipped] > det.field_reach).all()
+    assert torch.equal(dist[searched], full[searched]) and torch.equal(point[searched], full_point[searched])
+    assert torch.equal(normal[searched], full_normal[searched])
+    torch.testing.assert_close(dist[skipped].double(), torch.as_tensor(points[skipped, 2].double().numpy()
+                                                                       - top[skipped.numpy()]), atol=1e-6, rtol=0)
     assert torch.equal(normal[skipped], torch.tensor([0.0, 0.0, 1.0]).expand(int(skipped.sum()), 3))
-    assert torch.isfinite(point).all()
+    assert torch.isfinite(point).all() and (full[skipped] > det.field_reach).all()
     for i in skipped.nonzero()[:40, 0].tolist():
-        assert dist[i].item() <= _nearest_on_surface(field, points[i].double().numpy(), cells=6) + 1e-6
+        assert _nearest_on_surface(field, points[i].double().numpy(), cells=6) > det.field_reach
     assert (dist[skipped] - det.radius.max() > det.cutoff).all()  # beyond the cutoff: no row
+
+
+def test_grids_narrower_than_the_window_and_nan_points(rough_scene):
+    """A heightfield of 3 x 40 grid points (and 40 x 3): the search window is cut to the grid on the narrow axis only,
+    and rows stay exact (against the independent closest point); a NaN probe does not stop the others' rows."""
+    from flashnerd.sim.heightfield import HeightField
+
+    robot, model = rough_scene
+    det = ContactRowDetector(robot, model)
+    gen = np.random.default_rng(4)
+    for shape in ((3, 40), (40, 3)):
+        field = HeightField(gen.uniform(0.0, 0.3, size=shape), 0.1, -1.0, -1.0)
+        det._search_field(field, det.cutoff)
+        lo, hi = np.array([field.x0, field.y0]), np.array([field.x0, field.y0]) + 0.1 * (np.array(shape[::-1]) - 1)
+        xy = gen.uniform(lo - 0.2, hi + 0.2, size=(150, 2))
+        z = field.height_at(xy) + gen.uniform(0.0, 0.1, size=len(xy))
+        points = torch.tensor(np.c_[xy, z], dtype=torch.float32)
+        dist = det._field_pairs(points[:, None])[0][:, 0]
+        ref = np.array([_nearest_on_surface(field, p, cells=6) for p in points.double().numpy()])
+        near = ref < det.field_reach
+        assert near.sum() > 50
+        np.testing.assert_allclose(dist.numpy()[near], ref[near], atol=2e-5)
+    points[0] = float("nan")
+    dist, point, normal = det._field_pairs(points[:, None])
+    assert torch.isfinite(dist[1:]).all() and torch.isfinite(point[1:]).all()
+    assert torch.isnan(det._field_height(points[:1])).all() or torch.isinf(det._field_height(points[:1])).all()
 
 
 def test_rows_above_flat_patches_match_mujocos_surface(rough_scene):

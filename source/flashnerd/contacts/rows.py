@@ -31,7 +31,7 @@ import torch
 from flashnerd.contacts.probes import probe_segment_ends, probe_spheres, segment_ends
 from flashnerd.robots import RobotSpec
 from flashnerd.robots.kinematics import TorchKinematics
-from flashnerd.sim.heightfield import HeightMap, read_heightfield
+from flashnerd.sim.heightfield import HeightField, HeightMap, read_heightfield
 from flashnerd.utils.math import quat_apply_inverse, quat_mul, rotvec_to_quat
 
 POINT_SCALE = 0.5  # m
@@ -86,21 +86,7 @@ class ContactRowDetector:
         self.box_reach = (self.box_rot.abs() @ self.box_half[..., None])[..., 0]  # (B, 3) world-aligned half extents
         self.field = read_heightfield(model)  # the scene's heightfield (the `rough` terrain), or None
         if self.field is not None:
-            self.field_map = HeightMap(self.field, dev, outside=float("-inf"))
-            self.field_heights = self.field_map.table  # (nrow, ncol)
-            half_len = 0.0 if self.local_to is None else float((self.local_to - self.local).norm(dim=-1).max()) / 2
-            # every surface point within the cutoff of a sphere (or of a segment) lies within `field_reach`,
-            # horizontally, of its center (the segment's middle): in a window of w x w cells from the cell that
-            # holds the center minus the reach (a span of 2 * reach meets at most floor(2 * reach / cell) + 2 cells)
-            self.field_reach = half_len + float(self.radius.max()) + cutoff
-            nrow, ncol = self.field_heights.shape
-            w = min(math.floor(2 * self.field_reach / self.field.cell) + 2, nrow - 1, ncol - 1)
-            self.field_steps = torch.arange(w + 1, device=dev)  # (w + 1,) the window's grid points from its corner
-            # the highest grid point within the reach of any point of each cell (a cell's corners, dilated by the
-            # cells the reach spans): a point farther than the reach above it has no surface within the reach
-            k = math.ceil(self.field_reach / self.field.cell)
-            padded = torch.nn.functional.pad(self.field_heights[None, None], (k, k + 1, k, k + 1), value=-math.inf)
-            self.field_top = torch.nn.functional.max_pool2d(padded, 2 * k + 2, stride=1)[0, 0]  # (nrow, ncol)
+            self._search_field(self.field, cutoff)
         self.num_probes, self.num_geoms = len(robot.probes), 1 + len(world_boxes) + (self.field is not None)
         self.max_rows, self.cutoff = max_rows, cutoff
         self.row_dim = len(bodies) + 11  # F
@@ -111,6 +97,27 @@ class ContactRowDetector:
         if compile:
             self._motion = torch.compile(self._motion, dynamic=False)
             self._rows = torch.compile(self._rows, dynamic=False)
+
+    def _search_field(self, field: HeightField, cutoff: float) -> None:
+        """Tables and window sizes of the search of `field` (the scene's heightfield) for rows within `cutoff`."""
+        dev = self.radius.device
+        self.field = field
+        self.field_map = HeightMap(field, dev, outside=float("-inf"))
+        self.field_heights = self.field_map.table  # (nrow, ncol)
+        half_len = 0.0 if self.local_to is None else float((self.local_to - self.local).norm(dim=-1).max()) / 2
+        # every surface point within the cutoff of a sphere (or of a segment) lies within `field_reach`, horizontally,
+        # of its center (the segment's middle): in a window of w cells per axis from the cell that holds the center
+        # minus the reach (a span of 2 * reach meets at most floor(2 * reach / cell) + 2 cells)
+        self.field_reach = half_len + float(self.radius.max()) + cutoff
+        nrow, ncol = self.field_heights.shape
+        w = math.floor(2 * self.field_reach / field.cell) + 2  # per axis, at most the grid's cells
+        self.field_rows = torch.arange(min(w, nrow - 1) + 1, device=dev)  # (wr + 1,) grid points from the corner
+        self.field_cols = torch.arange(min(w, ncol - 1) + 1, device=dev)  # (wc + 1,)
+        # the highest grid point within the reach of any point of each cell (a cell's corners, dilated by the cells
+        # the reach spans): a point farther than the reach above it has no surface within the reach
+        k = math.ceil(self.field_reach / field.cell)
+        padded = torch.nn.functional.pad(self.field_heights[None, None], (k, k + 1, k, k + 1), value=-math.inf)
+        self.field_top = torch.nn.functional.max_pool2d(padded, 2 * k + 2, stride=1)[0, 0]  # (nrow, ncol)
 
     # --- geometry -------------------------------------------------------------------------------------------------
     def _ends(self, qpos: torch.Tensor) -> torch.Tensor:
@@ -190,30 +197,32 @@ class ContactRowDetector:
 
     def _field_window(self, ax: torch.Tensor, ay: torch.Tensor
                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The window of grid points around anchors at x `ax`, y `ay` (...): row (w + 1, ...) and column (w + 1, ...)
+        """The window of grid points around anchors at x `ax`, y `ay` (...): row (wr + 1, ...) and column (wc + 1, ...)
         indices and their y and x coordinates; the window lies inside the grid (moved in at its borders, which keeps
         every cell within the reach that the grid has)."""
-        f, steps = self.field, self.field_steps.view(-1, *(1,) * ax.dim())  # (w + 1, 1...)
+        f, shape = self.field, (-1, *(1,) * ax.dim())
+        rows, cols = self.field_rows.view(shape), self.field_cols.view(shape)  # (wr + 1, 1...), (wc + 1, 1...)
         nrow, ncol = self.field_heights.shape
-        w = len(steps) - 1
-        r0 = torch.floor((ay - self.field_reach - f.y0) / f.cell).long().clamp(0, nrow - 1 - w)  # (...)
-        c0 = torch.floor((ax - self.field_reach - f.x0) / f.cell).long().clamp(0, ncol - 1 - w)
-        rows, cols = r0 + steps, c0 + steps  # (w + 1, ...) x2
+        r0 = torch.floor((ay - self.field_reach - f.y0) / f.cell).long().clamp(0, nrow - len(rows))  # (...)
+        c0 = torch.floor((ax - self.field_reach - f.x0) / f.cell).long().clamp(0, ncol - len(cols))
+        rows, cols = r0 + rows, c0 + cols  # (wr + 1, ...), (wc + 1, ...)
         return rows, cols, f.y0 + rows * f.cell, f.x0 + cols * f.cell
 
     def _window_heights(self, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
-        """Heights (w + 1, w + 1, ...) [row, column] of a window's grid points (rows, cols (w + 1, ...)); one gather."""
-        flat = rows[:, None] * self.field_heights.shape[1] + cols[None, :]  # (w + 1, w + 1, ...)
+        """Heights (wr + 1, wc + 1, ...) [row, column] of a window's grid points (rows (wr + 1, ...), cols
+        (wc + 1, ...)); one gather."""
+        flat = rows[:, None] * self.field_heights.shape[1] + cols[None, :]  # (wr + 1, wc + 1, ...)
         return self.field_heights.view(-1)[flat]
 
     def _field_triangles(self, anchor: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Corners (N, P, T, 3) x3 of the heightfield's triangles in the window of cells around points (N, P, 3):
         per cell (v00, v01, v11) and (v00, v11, v10), MuJoCo's split."""
-        rows, cols, y, x = (t.movedim(0, -1) for t in self._field_window(anchor[..., 0], anchor[..., 1]))  # (N,P,w+1)
-        h = self._window_heights(rows.movedim(-1, 0), cols.movedim(-1, 0)).movedim((0, 1), (-2, -1))  # (N,P,w+1,w+1)
-        shape = h.shape[:-2] + (h.shape[-1] - 1,) * 2  # (N, P, w, w)
+        rows, cols, y, x = self._field_window(anchor[..., 0], anchor[..., 1])  # (wr + 1, N, P), (wc + 1, N, P) x2
+        h = self._window_heights(rows, cols).movedim((0, 1), (-2, -1))  # (N, P, wr + 1, wc + 1)
+        y, x = y.movedim(0, -1), x.movedim(0, -1)  # (N, P, wr + 1), (N, P, wc + 1)
+        shape = h.shape[:-2] + (h.shape[-2] - 1, h.shape[-1] - 1)  # (N, P, wr, wc)
 
-        def corner(dr: int, dc: int) -> torch.Tensor:  # (N, P, w * w, 3)
+        def corner(dr: int, dc: int) -> torch.Tensor:  # (N, P, wr * wc, 3)
             xs, ys = x[..., None, dc:dc + shape[-1]], y[..., dr:dr + shape[-2], None]
             zs = h[..., dr:dr + shape[-2], dc:dc + shape[-1]]
             return torch.stack((xs.expand(shape), ys.expand(shape), zs), dim=-1).flatten(-3, -2)
@@ -226,10 +235,11 @@ class ContactRowDetector:
         """Signed distance (N, P), nearest surface point (N, P, 3) and unit normal (N, P, 3) of points (N, P, 3) to
         the heightfield's triangles in the window around `anchor` (default: the points); negative below the surface.
 
-        Exact within `field_reach`. A point higher than that above every grid point within its reach (most of a
-        robot's body, most of the time) gets the lower bound `height above those points`, the point below it at
-        their top height and an upward normal: on the CPU it skips the search (a GPU, and a compiled graph, search
-        every point, with no host sync)."""
+        Exact within `field_reach`; beyond it no value is exact. A point higher than the reach above every grid point
+        within its reach (most of a robot's body, most of the time) has no surface within the reach and gets its
+        height above those points (a lower bound of its distance to the surface within the reach, not to all of
+        it), the point below it at their top height and an upward normal: on the CPU it skips the search (a GPU,
+        and a compiled graph, search every point, with no host sync; their values beyond the reach differ)."""
         lead = points.shape[:-1]
         flat = points.reshape(-1, 3)  # (M, 3)
         f = self.field
@@ -265,10 +275,10 @@ class ContactRowDetector:
         cell = self.field.cell
         px, py, pz = points.t().contiguous()  # (M,) x3
         wx, wy = anchor[:, 0], anchor[:, 1]
-        rows, cols, y, x = self._field_window(wx, wy)  # (w + 1, M) x4
-        h = self._window_heights(rows, cols)  # (w + 1, w + 1, M) [row i, column j]
-        dx, dy, dz = px - x, py - y, pz - h  # (w + 1, M) per column, (w + 1, M) per row, (w + 1, w + 1, M)
-        dxj, dyi = dx[None], dy[:, None]  # (1, w + 1, M), (w + 1, 1, M)
+        rows, cols, y, x = self._field_window(wx, wy)  # (wr + 1, M), (wc + 1, M), (wr + 1, M), (wc + 1, M)
+        h = self._window_heights(rows, cols)  # (wr + 1, wc + 1, M) [row i, column j]
+        dx, dy, dz = px - x, py - y, pz - h  # (wc + 1, M) per column, (wr + 1, M) per row, (wr + 1, wc + 1, M)
+        dxj, dyi = dx[None], dy[:, None]  # (1, wc + 1, M), (wr + 1, 1, M)
 
         def axis_edge(ax, ay, az, ez):  # edges a -> a + (cell, 0, ez): clamped projections' residuals and |r|^2
             t = ((ax * cell + az * ez) / (cell * cell + ez * ez)).clamp(0.0, 1.0)
@@ -276,20 +286,20 @@ class ContactRowDetector:
             ry = ay.expand_as(rx)
             return rx, ry, rz, rx * rx + ry * ry + rz * rz
 
-        ax, ay, az = dxj[:, :-1], dyi[:-1], dz[:-1, :-1]  # (1, w, M), (w, 1, M), (w, w, M): the cells' v00
-        h00, h01, h10, h11 = h[:-1, :-1], h[:-1, 1:], h[1:, :-1], h[1:, 1:]  # (w, w, M)
-        along_y = axis_edge(dyi[:-1], dxj, dz[:-1], h[1:] - h[:-1])  # in (y, x, z) order, (w, w + 1, M)
+        ax, ay, az = dxj[:, :-1], dyi[:-1], dz[:-1, :-1]  # (1, wc, M), (wr, 1, M), (wr, wc, M): the cells' v00
+        h00, h01, h10, h11 = h[:-1, :-1], h[:-1, 1:], h[1:, :-1], h[1:, 1:]  # (wr, wc, M)
+        along_y = axis_edge(dyi[:-1], dxj, dz[:-1], h[1:] - h[:-1])  # in (y, x, z) order, (wr, wc + 1, M)
         dh = h11 - h00
         t = (((ax + ay) * cell + az * dh) / (2 * cell * cell + dh * dh)).clamp(0.0, 1.0)  # the diagonal v00 -> v11
         rx, ry, rz = ax - t * cell, ay - t * cell, az - t * dh
-        candidates = [axis_edge(ax, dyi, dz[:, :-1], h[:, 1:] - h[:, :-1]),  # along x (w + 1, w, M)
+        candidates = [axis_edge(ax, dyi, dz[:, :-1], h[:, 1:] - h[:, :-1]),  # along x (wr + 1, wc, M)
                       (along_y[1], along_y[0], along_y[2], along_y[3]),
-                      (rx, ry, rz, rx * rx + ry * ry + rz * rz)]  # (w, w, M)
+                      (rx, ry, rz, rx * rx + ry * ry + rz * rz)]  # (wr, wc, M)
         normals = []  # per cell (v00, v01, v11), where the cell's u >= v, and (v00, v11, v10), where u <= v
         for nx, ny, lower in ((h00 - h01, h01 - h11, True), (h10 - h11, h00 - h10, False)):
             norm = torch.sqrt(nx * nx + ny * ny + cell * cell)
-            nx, ny, nz = nx / norm, ny / norm, cell / norm  # (w, w, M) the unit normal, upward
-            s = nx * ax + ny * ay + nz * az  # (w, w, M) signed distance to the plane
+            nx, ny, nz = nx / norm, ny / norm, cell / norm  # (wr, wc, M) the unit normal, upward
+            s = nx * ax + ny * ay + nz * az  # (wr, wc, M) signed distance to the plane
             u, v = (ax - s * nx) / cell, (ay - s * ny) / cell  # the projection, in the cell's unit square
             inside = (v >= 0) & (u <= 1) & (v <= u) if lower else (u >= 0) & (v <= 1) & (u <= v)
             candidates.append((s * nx, s * ny, s * nz, torch.where(inside, s * s, torch.inf)))
@@ -300,10 +310,10 @@ class ContactRowDetector:
         residual = torch.stack([r.gather(0, best)[0] for r in (rx, ry, rz)], dim=-1)  # (M, 3) point - nearest
         sign = torch.where(pz < self._field_height(points), -1.0, 1.0)  # (M,) inside the terrain: -1
         # on the surface itself the residual has no direction: the normal of the face under the point
-        w = h.shape[0] - 1
+        wr, wc = h.shape[0] - 1, h.shape[1] - 1
         u, v = dx[0] / cell, dy[0] / cell  # (M,) the point in cells from the window's corner
-        j, i = u.floor().clamp(0, w - 1), v.floor().clamp(0, w - 1)
-        face = ((u - j < v - i).long() * w * w + i.long() * w + j.long())[None]  # (1, M)
+        j, i = u.floor().long().clamp(0, wc - 1), v.floor().long().clamp(0, wr - 1)  # a NaN point: cell 0
+        face = ((u - j < v - i).long() * wr * wc + i * wc + j)[None]  # (1, M)
         up = torch.stack([torch.cat([n[k].flatten(0, 1) for n in normals]).gather(0, face)[0] for k in range(3)],
                          dim=-1)  # (M, 3)
         normal = torch.where((gap > 1e-9)[:, None], residual / gap.clamp_min(1e-9)[:, None] * sign[:, None], up)
@@ -360,7 +370,7 @@ class ContactRowDetector:
 
     def signed_distance(self, qpos: torch.Tensor) -> torch.Tensor:
         """Signed distance (N, P) of every probe to the nearest scene surface (negative = penetration); exact within
-        the cutoff (beyond it, a heightfield's is a lower bound: see `_field_nearest`)."""
+        the cutoff (beyond it, a heightfield's may be too small or too large: see `_field_nearest`)."""
         return self._pairs(self._ends(qpos))[0].amin(dim=2)
 
     def _advance(self, qpos: torch.Tensor, qvel: torch.Tensor, dt: float) -> torch.Tensor:
@@ -378,8 +388,8 @@ class ContactRowDetector:
 
     def features_and_distance(self, qpos: torch.Tensor, qvel: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Packed rows (N, R * (F + 1)) and each probe's signed distance to the nearest surface (N, P), one pass;
-        a distance beyond the cutoff may be to a farther surface than the nearest (only boxes near the batch count),
-        or a lower bound (a heightfield far below)."""
+        a distance beyond the cutoff is not exact (only boxes near the batch count; a heightfield is searched within
+        the reach of each probe only)."""
         rows, dist = self._detect(qpos, qvel)
         return rows.packed(), dist
 

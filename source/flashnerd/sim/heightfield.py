@@ -80,9 +80,9 @@ class HeightMap:
         nrow, ncol = self.table.shape
         u, v = (points[..., 0] - f.x0) / f.cell, (points[..., 1] - f.y0) / f.cell
         inside = (u >= 0) & (u <= ncol - 1) & (v >= 0) & (v <= nrow - 1)
-        c, r = u.floor().clamp(0, ncol - 2), v.floor().clamp(0, nrow - 2)
+        c, r = u.floor().long().clamp(0, ncol - 2), v.floor().long().clamp(0, nrow - 2)  # a NaN point: cell 0
         fu, fv = (u - c).clamp(0, 1), (v - r).clamp(0, 1)
-        h00, du_low, dv_low, du_up, dv_up = self._cells[(r * (ncol - 1) + c).long()].unbind(-1)  # (...) x5
+        h00, du_low, dv_low, du_up, dv_up = self._cells[r * (ncol - 1) + c].unbind(-1)  # (...) x5
         # triangle (r,c), (r,c+1), (r+1,c+1) where fu >= fv; (r,c), (r+1,c+1), (r+1,c) where fu < fv
         lower = fu >= fv
         height = h00 + fu * torch.where(lower, du_low, du_up) + fv * torch.where(lower, dv_low, dv_up)
