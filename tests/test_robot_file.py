@@ -327,3 +327,70 @@ def test_a_dataset_naming_a_hostile_spec_path_is_a_one_line_error(tmp_path):
         with pytest.raises(ValueError, match=match) as err:
             robot_of_record("someone_elses_robot", spec)
         assert "\n" not in str(err.value)
+
+
+def test_the_feet_are_what_the_robot_stands_on(tmp_path, hound_dir):
+    """A head welded to the base, an IMU mount, a foot in a leaf body of its own on one leg and a shin capsule in an
+    unnamed welded body beside it: the derived feet are still one body per leg, the lowest in the home pose."""
+    xml = (hound_dir / "hound.xml").read_text().replace('model="hound"', 'model="headed"')
+    xml = xml.replace('<body name="FL_hip"', '<body name="head" pos="0.24 0 0.03"><geom class="collision" '
+                      'type="sphere" size="0.04"/></body><body name="imu" pos="0 0 0.05"><site/></body>'
+                      '<body name="FL_hip"', 1)
+    shin = '<geom class="collision" type="capsule" size="0.015" fromto="0 0 -0.02 0 0 -0.18"/>'
+    xml = xml.replace(shin, f'<body pos="0.01 0 0" euler="0 0.3 0">{shin}</body>', 1)  # FL's shin, unnamed
+    xml = xml.replace('<geom name="FL" class="foot" pos="0 0 -0.2"/>',
+                      '<body name="FL_foot" pos="0 0 -0.2"><geom name="FL" class="foot"/></body>')
+    shutil.copytree(hound_dir / "meshes", tmp_path / "h" / "meshes")
+    robot = get_robot(str(_write_spec(tmp_path / "h", "mjcf: robot.xml\n", xml)))
+    assert robot.contact_bodies["feet"] == ("FL_foot", "FR_calf", "RL_calf", "RR_calf")
+    # the unnamed body's capsule rides on FL_calf, where MuJoCo puts the geom
+    model = mujoco.MjModel.from_xml_path(str(tmp_path / "h" / "robot.xml"))
+    data = mujoco.MjData(model)
+    data.qpos[:] = model.key("home").qpos
+    mujoco.mj_kinematics(model, data)
+    g = next(g for g in range(model.ngeom) if model.geom_bodyid[g] > 0 and not model.body(model.geom_bodyid[g]).name)
+    (probe,) = [p for p in robot.probes if p.body == "FL_calf" and p.to is not None]
+    calf = model.body("FL_calf").id
+    ends = [data.xpos[calf] + data.xmat[calf].reshape(3, 3) @ np.asarray(e) for e in (probe.pos, probe.to)]
+    axis = data.geom_xmat[g].reshape(3, 3)[:, 2] * model.geom_size[g][1]
+    assert np.allclose(ends, [data.geom_xpos[g] + axis, data.geom_xpos[g] - axis], atol=1e-9)
+
+
+@pytest.mark.parametrize("name", ["anymal_c", "g1", "microduck"])
+def test_the_feet_derived_from_the_packages_own_mjcfs_are_the_hand_written_ones(tmp_path, monkeypatch, name):
+    """The humanoid's hands and head, ANYmal-C's shanks and the duck's head are no feet."""
+    monkeypatch.setattr(robots, "_FROM_FILES", dict(robots._FROM_FILES))
+    monkeypatch.setattr(robots, "_BY_PATH", dict(robots._BY_PATH))
+    mjcf = get_robot(name).mjcf_path
+    spec = _write_spec(tmp_path, f"mjcf: {mjcf}\nname: derived_{name}\nunsupported_geoms: bounding_box\n")
+    assert get_robot(str(spec)).contact_bodies["feet"] == get_robot(name).contact_bodies["feet"]
+
+
+def test_an_unnamed_body_on_its_own_joint_with_collision_geometry_is_a_one_line_error(tmp_path, hound_dir):
+    xml = (hound_dir / "hound.xml").read_text().replace('model="hound"', 'model="nameless"')
+    xml = xml.replace('<geom name="FL" class="foot" pos="0 0 -0.2"/>',
+                      '<body pos="0 0 -0.2"><joint axis="0 1 0"/><geom name="FL" class="foot"/></body>')
+    xml = xml.replace('qpos="0 0 0.33 1 0 0 0  0 0.8 -1.5', 'qpos="0 0 0.33 1 0 0 0  0 0.8 -1.5 0', 1)  # its angle
+    shutil.copytree(hound_dir / "meshes", tmp_path / "n" / "meshes")
+    with pytest.raises(RobotFileError, match="is on an unnamed body that moves on a joint of its own") as err:
+        get_robot(str(_write_spec(tmp_path / "n", "mjcf: robot.xml\n", xml)))
+    assert "\n" not in str(err.value)
+
+
+def test_a_users_texture_material_light_and_sky_named_like_the_scenes_own_are_kept(tmp_path, hound_dir):
+    xml = (hound_dir / "hound.xml").read_text().replace('model="hound"', 'model="decorated"')
+    xml = xml.replace("<asset>", '<asset><texture name="grid" type="2d" builtin="checker" width="8" height="8"/>'
+                      '<material name="grid" texture="grid"/><texture name="sky" type="skybox" builtin="gradient" '
+                      'width="8" height="8"/>')
+    xml = xml.replace("<worldbody>", '<worldbody><light name="sun" pos="0 0 3"/><geom name="floor" type="box" '
+                      'size="0.1 0.1 0.1" pos="3 3 0.1" material="grid"/>')
+    shutil.copytree(hound_dir / "meshes", tmp_path / "d" / "meshes")
+    robot = get_robot(str(_write_spec(tmp_path / "d", "mjcf: robot.xml\n", xml)))
+    model = build_scene(robot)
+    assert model.light("sun").pos[2] == pytest.approx(3.0) and model.texture("grid").width == 8  # the user's
+    planes = [g for g in range(model.ngeom) if model.geom_type[g] == mujoco.mjtGeom.mjGEOM_PLANE]
+    assert [model.geom(g).name for g in planes] == ["floor_1"]  # the scene's floor, beside the user's box "floor"
+    assert model.mat_texid[model.geom_matid[planes[0]], mujoco.mjtTextureRole.mjTEXROLE_RGB] == model.texture(
+        "grid_1").id  # its own checker
+    skies = [t for t in range(model.ntex) if model.tex_type[t] == mujoco.mjtTexture.mjTEXTURE_SKYBOX]
+    assert len(skies) == 1

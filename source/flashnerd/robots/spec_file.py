@@ -21,8 +21,8 @@
 Derived from the compiled model: the joints (the actuated ones, in actuator order; every actuator must be a position
 actuator on one hinge or slide joint, as the tasks send joint targets), a floating or fixed base (a free joint on
 the first body), the PD gains and torque limit (reported; the per-actuator values stay in the MJCF), the contact
-groups `base` (the floating body) and `feet` (the bodies at the ends of the kinematic tree, or their nearest ancestors
-with collision geometry) unless given, and the
+groups `base` (the floating body) and `feet` (what the robot stands on in its default pose: on each leg, the body
+with the lowest collision geometry, where it reaches near the ground; see `_standing_feet`) unless given, and the
 contact probes. Collision geoms (contype or conaffinity nonzero) become probes whose distance to a plane or a box is
 exactly the geom's (contacts/rows.py): a sphere and a capsule are themselves (a capsule probe is a segment and a
 radius), a box is its eight corners (radius 0; exact against a plane).
@@ -53,6 +53,7 @@ UNSUPPORTED = ("error", "bounding_box", "skip")
 CONTROL_DT = 0.02  # s: the default control step (50 Hz, Isaac Lab's locomotion rate)
 MAX_SPEC_BYTES = 1 << 20  # a spec file is a few lines; a record naming a huge file is refused before it is read
 SPAWN_CLEARANCE = 0.01  # m: a derived spawn height puts the lowest collision point this far above the floor
+FOOT_TOLERANCE = 0.15  # a leg's lowest point within this share of the standing height of the ground: a foot
 _NAME = re.compile(r"[A-Za-z0-9_\-]+")
 _GEOM = mujoco.mjtGeom
 
@@ -168,16 +169,29 @@ def _collision_geoms(model: mujoco.MjModel) -> list[int]:
             and (model.geom_contype[g] != 0 or model.geom_conaffinity[g] != 0)]
 
 
+def _rotation(quat: np.ndarray) -> np.ndarray:
+    """Rotation matrix (3, 3) of a unit quaternion (w, x, y, z)."""
+    rot = np.zeros(9)
+    mujoco.mju_quat2Mat(rot, quat)
+    return rot.reshape(3, 3)
+
+
 def geom_probes(model: mujoco.MjModel, g: int, unsupported: str = "error") -> list[Probe]:
     """Probes of collision geom `g` in its body's frame that meet a plane or a box where the geom does: a sphere
     itself, a capsule itself (a segment and a radius), a box's eight corners; other types by `unsupported` (see the
     module doc)."""
     kind, size = int(model.geom_type[g]), model.geom_size[g]
-    pos, rot = model.geom_pos[g], np.zeros(9)
-    mujoco.mju_quat2Mat(rot, model.geom_quat[g])
-    rot = rot.reshape(3, 3)  # geom frame -> body frame
+    pos, rot = model.geom_pos[g], _rotation(model.geom_quat[g])  # geom frame -> body frame
+    b = int(model.geom_bodyid[g])
+    while not model.body(b).name and model.body_jntnum[b] == 0 and model.body_parentid[b] > 0:
+        # an unnamed body welded to its parent (a user's grouping): the probe rides on the nearest named ancestor
+        pos, rot = model.body_pos[b] + _rotation(model.body_quat[b]) @ pos, _rotation(model.body_quat[b]) @ rot
+        b = int(model.body_parentid[b])
+    body = model.body(b).name
+    if not body:
+        raise RobotFileError(f"collision geom #{g} is on an unnamed body that moves on a joint of its own; name the "
+                             "body in the MJCF")
     signs = np.array([[sx, sy, sz] for sx in (1, -1) for sy in (1, -1) for sz in (1, -1)], dtype=float)  # (8, 3)
-    body = model.body(model.geom_bodyid[g]).name
     in_body = lambda c: tuple(float(x) for x in pos + rot @ c)  # noqa: E731  geom frame -> body frame
     if kind == int(_GEOM.mjGEOM_CAPSULE):  # the segment along the geom's z axis
         return [Probe(body, in_body(np.array([0.0, 0.0, size[1]])), float(size[0]),
@@ -193,7 +207,7 @@ def geom_probes(model: mujoco.MjModel, g: int, unsupported: str = "error") -> li
         local = []
     else:
         kind_name = mujoco.mjtGeom(kind).name.removeprefix("mjGEOM_").lower()
-        label = model.geom(g).name or f"#{g} of body '{model.body(model.geom_bodyid[g]).name}'"
+        label = model.geom(g).name or f"#{g} of body '{body}'"
         raise RobotFileError(f"collision geom '{label}' is a {kind_name}, which contact rows do not take exactly; set "
                              "'unsupported_geoms: bounding_box' (its bounding-box corners) or 'skip', or list probes")
     return [Probe(body, in_body(c), r) for c, r in local]
@@ -224,8 +238,9 @@ def _listed_probes(where: str, value: Any, bodies: list[str]) -> tuple[Probe, ..
     return tuple(out)
 
 
-def _contact_groups(data: dict, model: mujoco.MjModel, floating: bool, where: str) -> dict[str, tuple[str, ...]]:
-    """Group -> bodies: the file's groups, with `base` (the floating body) and `feet` (the leaf bodies) added."""
+def _contact_groups(data: dict, model: mujoco.MjModel, floating: bool, qpos: np.ndarray,
+                    where: str) -> dict[str, tuple[str, ...]]:
+    """Group -> bodies: the file's groups, with `base` (the floating body) and `feet` (what it stands on) added."""
     bodies = [model.body(b).name for b in range(1, model.nbody)]
     given = data.get("contact_bodies", {})
     if not isinstance(given, dict):
@@ -239,18 +254,13 @@ def _contact_groups(data: dict, model: mujoco.MjModel, floating: bool, where: st
         patterns = patterns if isinstance(patterns, list) else [patterns]
         hits = [b for p in patterns for b in _regex_matches(f"{where}: contact_bodies['{group}']", p, bodies)]
         groups[group] = tuple(dict.fromkeys(hits))
-    if floating and "feet" not in given:  # the ends of the legs: each leaf body, or its nearest ancestor with collision
-        children = set(int(p) for p in model.body_parentid[1:])
-        colliding = {int(model.geom_bodyid[g]) for g in _collision_geoms(model)}
-        feet = []
-        for leaf in (b for b in range(2, model.nbody) if b not in children):
-            b = leaf
-            while b > 1 and b not in colliding:  # a site-only or sensor body at the end: its parent touches
-                b = int(model.body_parentid[b])
-            if b > 1 and model.body(b).name not in feet:
-                feet.append(model.body(b).name)
+    if floating and "feet" not in given:
+        try:
+            feet = _standing_feet(model, qpos)
+        except RobotFileError as err:
+            raise RobotFileError(f"{where}: {err}") from err
         if feet:
-            groups["feet"] = tuple(feet)
+            groups["feet"] = feet
     seen: dict[str, str] = {}
     for group, members in groups.items():
         for b in members:
@@ -261,6 +271,40 @@ def _contact_groups(data: dict, model: mujoco.MjModel, floating: bool, where: st
                                      "body in one group")
             seen[b] = group
     return groups
+
+
+def _standing_feet(model: mujoco.MjModel, qpos: np.ndarray) -> tuple[str, ...]:
+    """The bodies a floating robot stands on in its default pose `qpos`: on each leg (a branch of the kinematic tree
+    that starts with a joint below the base), the body with the lowest collision point, where that point is within
+    FOOT_TOLERANCE of the standing height from the robot's lowest point. A head or sensor mount welded to the base is
+    no leg; an arm or a tail held above the ground has no foot; a shin's capsule beside the foot sphere is no foot."""
+    data = mujoco.MjData(model)
+    data.qpos[:] = qpos
+    data.qpos[0:7] = (0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0)  # the base at the origin: heights are relative to it
+    mujoco.mj_kinematics(model, data)
+    low: dict[int, float] = {}  # body -> height of its lowest collision point
+    for g in _collision_geoms(model):
+        for p in geom_probes(model, g, "bounding_box"):  # a box reaches at least as far as an unsupported geom
+            b = model.body(p.body).id
+            rot = data.xmat[b].reshape(3, 3)
+            for end in (p.pos, p.to if p.to is not None else p.pos):
+                z = float((data.xpos[b] + rot @ np.asarray(end))[2]) - p.radius
+                low[b] = min(low.get(b, math.inf), z)
+    legs: dict[int, list[int]] = {}  # the topmost jointed body of a branch -> the colliding bodies below it
+    for b in low:
+        root, c = None, b
+        while c > 1:
+            if model.body_jntnum[c] > 0:
+                root = c
+            c = int(model.body_parentid[c])
+        if root is not None:
+            legs.setdefault(root, []).append(b)
+    ends = [min(members, key=lambda b: (low[b], -b)) for _, members in sorted(legs.items())]
+    if not ends:
+        return ()
+    ground = min(low[b] for b in ends)
+    reach = FOOT_TOLERANCE * max(-ground, 0.0)
+    return tuple(model.body(b).name for b in ends if low[b] <= ground + reach)
 
 
 def _lowest_point(model: mujoco.MjModel, qpos: np.ndarray, probes: tuple[Probe, ...]) -> float:
@@ -295,7 +339,7 @@ def parse_robot_file(data: Any, path: Path) -> RobotSpec:
     joints = _joints(model, where)
     floating = _floating(model, where)
     qpos, from_key = _default_pose(data, model, joints, where)
-    groups = _contact_groups(data, model, floating, where)
+    groups = _contact_groups(data, model, floating, qpos, where)
     undesired = data.get("undesired_contacts", [])
     if not isinstance(undesired, list) or any(not isinstance(g, str) or g not in groups for g in undesired):
         raise RobotFileError(f"{where}: undesired_contacts must list contact groups ({', '.join(groups) or 'none'}), "
@@ -349,7 +393,7 @@ def parse_robot_file(data: Any, path: Path) -> RobotSpec:
     adr = [int(model.jnt_qposadr[model.joint(j).id]) for j in joints]
     return RobotSpec(
         name=name, mjcf=str(mjcf), joint_names=joints, default_joint_pos=tuple(float(qpos[a]) for a in adr),
-        stiffness=float(kp.max()), damping=float(-model.actuator_biasprm[:, 2].min()), effort_limit=effort,
+        stiffness=float(kp.max()), damping=float(max(0.0, -model.actuator_biasprm[:, 2].min())), effort_limit=effort,
         init_base_height=height, floating_base=floating, sim_dt=sim_dt, decimation=decimation,
         contact_bodies=groups, probes=probes, undesired_contacts=tuple(undesired), source=str(path), **extra,
     )

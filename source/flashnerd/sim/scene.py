@@ -44,21 +44,34 @@ def build_scene_spec(robot: RobotSpec, terrain: str = "flat", objects: tuple[str
     add_robot_sensors(spec, robot)
     if robot.variant is not None:  # before terrain and objects, so its regexes see the robot alone
         apply_variant(spec, robot.variant)
+    # a user's MJCF may already name its own texture "grid" or light "sun" (scene files often do): take free names
     tex = spec.add_texture(
-        name="grid", type=mujoco.mjtTexture.mjTEXTURE_2D, builtin=mujoco.mjtBuiltin.mjBUILTIN_CHECKER,
-        rgb1=[0.22, 0.27, 0.32], rgb2=[0.15, 0.19, 0.23], width=256, height=256,
+        name=unused_name(spec.textures, "grid"), type=mujoco.mjtTexture.mjTEXTURE_2D,
+        builtin=mujoco.mjtBuiltin.mjBUILTIN_CHECKER, rgb1=[0.22, 0.27, 0.32], rgb2=[0.15, 0.19, 0.23], width=256,
+        height=256,
     )
-    mat = spec.add_material(name="grid", texrepeat=[8, 8], reflectance=0.1)
+    mat = spec.add_material(name=unused_name(spec.materials, "grid"), texrepeat=[8, 8], reflectance=0.1)
     mat.textures[mujoco.mjtTextureRole.mjTEXROLE_RGB] = tex.name
-    spec.worldbody.add_light(name="sun", pos=[0, 0, 4], dir=[0, 0, -1], type=mujoco.mjtLightType.mjLIGHT_DIRECTIONAL)
+    spec.worldbody.add_light(name=unused_name(spec.lights, "sun"), pos=[0, 0, 4], dir=[0, 0, -1],
+                             type=mujoco.mjtLightType.mjLIGHT_DIRECTIONAL)
     spec.worldbody.add_geom(
-        name="floor", type=mujoco.mjtGeom.mjGEOM_PLANE, size=[0, 0, 0.05], material="grid",
-        contype=1, conaffinity=1, condim=3, friction=[1.0, 0.005, 0.0001],
+        name=unused_name(spec.geoms, "floor"), type=mujoco.mjtGeom.mjGEOM_PLANE, size=[0, 0, 0.05],
+        material=mat.name, contype=1, conaffinity=1, condim=3, friction=[1.0, 0.005, 0.0001],
     )
     add_terrain(spec, terrain)
     if "cube" in objects:
         add_cube(spec, robot.object_spawn, mass=cube_mass)
     return spec
+
+
+def unused_name(elements, base: str) -> str:
+    """`base`, or `base_<k>` with the smallest k >= 1 that none of `elements` (a spec's textures, lights, ...) is
+    named."""
+    taken = {e.name for e in elements}
+    k = 0
+    while (name := base if k == 0 else f"{base}_{k}") in taken:
+        k += 1
+    return name
 
 
 def add_robot_sensors(spec: mujoco.MjSpec, robot: RobotSpec) -> None:

@@ -14,7 +14,7 @@ import numpy as np
 from PIL import Image, ImageDraw
 
 from flashnerd.robots import RobotSpec
-from flashnerd.sim.scene import build_scene_spec
+from flashnerd.sim.scene import build_scene_spec, unused_name
 
 
 class RobotRenderer:
@@ -23,9 +23,10 @@ class RobotRenderer:
     def __init__(self, robot: RobotSpec, width: int = 640, height: int = 480, terrain: str = "flat",
                  distance: float = 2.5, elevation: float = -20.0, azimuth: float = 135.0) -> None:
         spec = build_scene_spec(robot, terrain)
-        spec.add_texture(name="sky", type=mujoco.mjtTexture.mjTEXTURE_SKYBOX,
-                         builtin=mujoco.mjtBuiltin.mjBUILTIN_GRADIENT, rgb1=[0.55, 0.65, 0.8], rgb2=[0.1, 0.12, 0.18],
-                         width=256, height=256)
+        if not any(t.type == mujoco.mjtTexture.mjTEXTURE_SKYBOX for t in spec.textures):  # a user's MJCF may have one
+            spec.add_texture(name=unused_name(spec.textures, "sky"), type=mujoco.mjtTexture.mjTEXTURE_SKYBOX,
+                             builtin=mujoco.mjtBuiltin.mjBUILTIN_GRADIENT, rgb1=[0.55, 0.65, 0.8],
+                             rgb2=[0.1, 0.12, 0.18], width=256, height=256)
         self.model = spec.compile()  # the physics scene plus a sky: rendering only, never simulated
         self.model.vis.headlight.ambient[:] = 0.35
         self.model.vis.headlight.diffuse[:] = 0.7
