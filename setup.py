@@ -34,7 +34,7 @@ setup(
         "flashnerd_tasks.velocity",
         "flashnerd_agents",
     ],
-    package_data={"flashnerd.robots": ["assets/*.xml"]},
+    package_data={"flashnerd.robots": ["assets/*.xml", "assets/*.yaml"]},
     install_requires=[
         "torch>=2.4,<3",
         "mujoco>=4.0",  # mujoco.batch steps the coupled worlds

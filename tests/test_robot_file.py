@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from flashnerd.envs import DoneTerm, mdp
 from flashnerd.envs.registry import task_cfgs, with_robot
 from flashnerd.robots import RobotFileError, get_robot
 from flashnerd.robots.spec_file import collision_probes
+from flashnerd.robots.variant import load_variant
 from flashnerd.sim.scene import build_scene
 
 HOUND = Path(__file__).parent / "assets" / "hound"
@@ -225,6 +227,8 @@ def test_a_robot_without_what_the_task_needs_is_refused(hound_dir):
      "actuator 'FL_hip' is not a position actuator"),
     ("mjcf: robot.xml\n", ("<freejoint", "<joint type='ball'/><freejoint"), "failed to load"),
     ("- just\n- a list\n", None, "must be a YAML mapping with an 'mjcf' key"),
+    ("mjcf: robot.xml\ninit_joint_noise: [0.1, 0.2]\n", None, "lists 2 values for the 12 joint positions of qpos"),
+    ("mjcf: robot.xml\nobject_spawn: [0.0, 0.0]\n", None, r"object_spawn must be \[x, y, z\]"),
 ])
 def test_bad_spec_files_are_one_line_errors(tmp_path, hound_dir, text, xml_edit, match):
     xml = (hound_dir / "hound.xml").read_text().replace('model="hound"', 'model="other"')
@@ -394,3 +398,36 @@ def test_a_users_texture_material_light_and_sky_named_like_the_scenes_own_are_ke
         "grid_1").id  # its own checker
     skies = [t for t in range(model.ntex) if model.tex_type[t] == mujoco.mjtTexture.mjTEXTURE_SKYBOX]
     assert len(skies) == 1
+
+
+def test_a_group_holding_the_floating_body_replaces_the_derived_base_group(tmp_path, hound_dir):
+    """As the shipped humanoid's `pelvis` group does; per-position joint noise and an object spawn are read."""
+    xml = (hound_dir / "hound.xml").read_text().replace('model="hound"', 'model="trunked"')
+    shutil.copytree(hound_dir / "meshes", tmp_path / "t" / "meshes")
+    noise = [0.1 * k for k in range(12)]
+    robot = get_robot(str(_write_spec(tmp_path / "t", f"mjcf: robot.xml\ncontact_bodies: {{trunk: base}}\n"
+                                      f"init_joint_noise: {noise}\nobject_spawn: [0.1, 0.2, 0.3]\n", xml)))
+    assert list(robot.contact_bodies) == ["trunk", "feet"] and robot.contact_bodies["trunk"] == ("base",)
+    assert robot.init_joint_noise == pytest.approx(tuple(noise)) and robot.object_spawn == (0.1, 0.2, 0.3)
+
+
+def test_a_learned_backend_without_a_model_of_the_robot_says_how_to_get_one(hound):
+    with pytest.raises(FileNotFoundError, match="no 'nerd' model of robot 'hound' is shipped .*--dynamics_checkpoint PATH"):
+        make_dynamics("nerd", hound, num_worlds=2)
+
+
+def test_a_variant_of_a_robot_from_a_spec_file_is_checked_with_its_spec(tmp_path, hound_dir, hound, capsys):
+    variant = tmp_path / "heavy_hound.yaml"
+    variant.write_text("robot: hound\npayload: {body: FL_thigh, mass: 0.5, pos: [0.0, 0.0, -0.1]}\n"
+                       "actuators: {'FL_.*': {kp_scale: 0.8, delay_s: 0.01}}\nrandomize: {payload.mass: [0.0, 1.0]}\n")
+    assert main(["variant", str(variant), "--robot", str(hound_dir / "hound.yaml")]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["robot"] == "hound"
+    scene = build_scene(hound.with_variant(load_variant(variant)))
+    assert scene.body_mass.sum() == pytest.approx(build_scene(hound).body_mass.sum() + 0.5)
+    other = tmp_path / "other.yaml"
+    other.write_text(variant.read_text().replace("robot: hound", "robot: hound_mk2"))
+    for argv, message in (([str(other), "--robot", str(hound_dir / "hound.yaml")], "--robot .* is robot 'hound'"),
+                          ([str(other)], "is for robot 'hound_mk2', which is not built in; pass its spec file")):
+        assert main(["variant", *argv]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and re.search(message, err), err

@@ -8,6 +8,7 @@ import argparse
 import json
 
 from flashnerd.cli.common import CLIError, check_writable
+from flashnerd.robots import ROBOTS, get_robot
 from flashnerd.robots.variant import load_variant
 from flashnerd.sim.scene import variant_robot
 
@@ -15,6 +16,8 @@ from flashnerd.sim.scene import variant_robot
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("variant", help="check a robot variant file; write its fixed robot or its ranges alone")
     p.add_argument("file", help="robot variant YAML (see variants/)")
+    p.add_argument("--robot", default=None,
+                   help="the robot's spec file, for a variant of a robot from outside the package (bring your robot)")
     p.add_argument("--fixed", default=None, help="write the variant without its randomize ranges to this file")
     p.add_argument("--ranges_only", default=None,
                    help="write the nominal robot with the variant's randomize ranges alone to this file")
@@ -24,6 +27,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> dict:
     """Check the file (every regex, the actuation and the ranges against the compiled robot); print it as JSON."""
     variant = load_variant(args.file)
+    if args.robot is not None:
+        if get_robot(args.robot).name != variant.robot:
+            raise CLIError(f"robot variant '{args.file}' is for robot '{variant.robot}'; --robot {args.robot} is robot "
+                           f"'{get_robot(args.robot).name}'")
+    elif variant.robot not in ROBOTS:
+        raise CLIError(f"robot variant '{args.file}' is for robot '{variant.robot}', which is not built in; pass its "
+                       "spec file (--robot path/to/robot.yaml)")
     variant_robot(variant.robot, args.file)  # compiles the scene: what matches nothing fails here, in one line
     outputs = {"fixed": variant.fixed, "ranges_only": variant.ranges_only}
     for flag in outputs:

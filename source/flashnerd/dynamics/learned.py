@@ -82,6 +82,10 @@ class LearnedDynamics:
         self.robot, self.num_worlds, self.device = robot, num_worlds, torch.device(device)
         self.control_dt = robot.control_dt
         path = Path(config.checkpoint) if config.checkpoint else default_checkpoint(robot, kind, terrain)
+        if not config.checkpoint and not path.is_file():  # a user's robot, or a kind the package ships none of
+            raise FileNotFoundError(f"no '{kind}' model of robot '{robot.name}' is shipped (looked for '{path}'); fit "
+                                    f"one (flashnerd record --robot ... then flashnerd fit --model {kind} ...) and "
+                                    "pass its checkpoint (--dynamics_checkpoint PATH)")
         ckpt = read_checkpoint(path, robot)
         if ckpt["kind"] != kind:
             raise ValueError(f"checkpoint '{path}' holds a '{ckpt['kind']}' model; the '{kind}' backend needs a "

@@ -1,20 +1,27 @@
-"""Robots: those authored by this project, looked up by name, and any robot from a spec file next to its MJCF."""
+"""Robots: those shipped with the package (a spec file next to each MJCF in `assets/`, read as a user's robot is),
+looked up by name, and any robot from a spec file next to its MJCF."""
 
 from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
 
-from flashnerd.robots.allegro import ALLEGRO
-from flashnerd.robots.anymal_c import ANYMAL_C
-from flashnerd.robots.cartpole import CARTPOLE
-from flashnerd.robots.franka import FRANKA
-from flashnerd.robots.g1 import G1
-from flashnerd.robots.microduck import MICRODUCK
-from flashnerd.robots.spec import Probe, RobotSpec
+from flashnerd.robots.spec import ASSET_DIR, Probe, RobotSpec
 from flashnerd.robots.spec_file import RobotFileError, load_robot_file
 
-ROBOTS: dict[str, RobotSpec] = {r.name: r for r in (ALLEGRO, ANYMAL_C, CARTPOLE, FRANKA, G1, MICRODUCK)}
+BUILT_IN = ("allegro", "anymal_c", "cartpole", "franka", "g1", "microduck")  # assets/<name>.yaml and <name>.xml
+
+
+def _built_in(name: str) -> RobotSpec:
+    """A shipped robot: its spec file read by the same parser as a user's, known by name (no `source`: datasets
+    and checkpoints of it name the robot, not a path) with its MJCF under assets/."""
+    robot = load_robot_file(ASSET_DIR / f"{name}.yaml")
+    if robot.name != name:
+        raise RobotFileError(f"assets/{name}.yaml names robot '{robot.name}'; a shipped robot's file is its name")
+    return dataclasses.replace(robot, mjcf=Path(robot.mjcf).name, source="")
+
+
+ROBOTS: dict[str, RobotSpec] = {name: _built_in(name) for name in BUILT_IN}
 _FROM_FILES: dict[str, RobotSpec] = {}  # robots read from spec files in this process, by name
 _BY_PATH: dict[str, tuple[tuple, RobotSpec]] = {}  # resolved spec path -> (file stamps, robot)
 

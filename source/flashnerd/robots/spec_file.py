@@ -13,23 +13,25 @@
                                        # {body, pos, radius} (and `to: [x, y, z]` for a capsule)
     unsupported_geoms: error           # collision geoms without an exact sphere form: error | bounding_box | skip
     explore_amplitude: 0.5             # exploration and spawn ranges of `flashnerd record` (see RobotSpec)
-    init_joint_noise: 0.3
+    init_joint_noise: 0.3              # or one value per joint position of qpos (unactuated joints included)
     init_vel_noise: 0.5
     init_height_range: [-0.05, 0.05]   # default: -25% to +8% of the spawn height
     init_tilt: 0.3
+    object_spawn: [0.0, 0.0, 0.5]      # where a manipulated object (the cube) starts, world frame (default: none)
 
 Derived from the compiled model: the joints (the actuated ones, in actuator order; every actuator must be a position
 actuator on one hinge or slide joint, as the tasks send joint targets), a floating or fixed base (a free joint on
 the first body), the PD gains and torque limit (reported; the per-actuator values stay in the MJCF), the contact
-groups `base` (the floating body) and `feet` (what the robot stands on in its default pose: on each leg, the body
-with the lowest collision geometry, where it reaches near the ground; see `_standing_feet`) unless given, and the
-contact probes. Collision geoms (contype or conaffinity nonzero) become probes whose distance to a plane or a box is
-exactly the geom's (contacts/rows.py): a sphere and a capsule are themselves (a capsule probe is a segment and a
-radius), a box is its eight corners (radius 0; exact against a plane).
+groups `base` (the floating body, unless a group of the file holds it) and `feet` (what the robot stands on in its
+default pose: on each leg, the body with the lowest collision geometry, where it reaches near the ground; see
+`_standing_feet`) unless given, and the contact probes. Collision geoms (contype or conaffinity nonzero) become
+probes whose distance to a plane or a box is exactly the geom's (contacts/rows.py): a sphere and a capsule are
+themselves (a capsule probe is a segment and a radius), a box is its eight corners (radius 0; exact against a plane);
+a geom on an unnamed body welded to its parent rides on the nearest named ancestor.
 Cylinders, ellipsoids and meshes have no such form: `unsupported_geoms` names what happens (`bounding_box`: the
 corners of the geom's bounding box, which reach at least as far as the geom; `skip`: no spheres).
 The backends add the sensors they need (contact per contact body, torque per actuator) through `MjSpec` when the
-MJCF lacks them (sim/scene.py). The file is read with `yaml.safe_load` (it runs no code).
+MJCF lacks them (sim/scene.py). The file is read with YAML's safe loader (it runs no code).
 """
 
 from __future__ import annotations
@@ -48,12 +50,13 @@ from flashnerd.robots.variant import number_in_range
 
 KEYS = ("mjcf", "name", "keyframe", "default_joint_pos", "init_base_height", "sim_dt", "decimation", "contact_bodies",
         "undesired_contacts", "probes", "unsupported_geoms", "explore_amplitude", "init_joint_noise",
-        "init_vel_noise", "init_height_range", "init_tilt")
+        "init_vel_noise", "init_height_range", "init_tilt", "object_spawn")
 UNSUPPORTED = ("error", "bounding_box", "skip")
 CONTROL_DT = 0.02  # s: the default control step (50 Hz, Isaac Lab's locomotion rate)
 MAX_SPEC_BYTES = 1 << 20  # a spec file is a few lines; a record naming a huge file is refused before it is read
 SPAWN_CLEARANCE = 0.01  # m: a derived spawn height puts the lowest collision point this far above the floor
 FOOT_TOLERANCE = 0.15  # a leg's lowest point within this share of the standing height of the ground: a foot
+SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's when built with it: the same rules
 _NAME = re.compile(r"[A-Za-z0-9_\-]+")
 _GEOM = mujoco.mjtGeom
 
@@ -246,14 +249,15 @@ def _contact_groups(data: dict, model: mujoco.MjModel, floating: bool, qpos: np.
     if not isinstance(given, dict):
         raise RobotFileError(f"{where}: contact_bodies must map group names to body-name regexes")
     groups: dict[str, tuple[str, ...]] = {}
-    if floating and "base" not in given:
-        groups["base"] = (model.body(1).name,)
     for group, patterns in given.items():
         if not isinstance(group, str) or not _NAME.fullmatch(group):
             raise RobotFileError(f"{where}: contact group name {group!r} must be letters, digits, _ or -")
         patterns = patterns if isinstance(patterns, list) else [patterns]
         hits = [b for p in patterns for b in _regex_matches(f"{where}: contact_bodies['{group}']", p, bodies)]
         groups[group] = tuple(dict.fromkeys(hits))
+    base = model.body(1).name
+    if floating and "base" not in given and not any(base in members for members in groups.values()):
+        groups = {"base": (base,), **groups}  # first, as the velocity task's termination reads it
     if floating and "feet" not in given:
         try:
             feet = _standing_feet(model, qpos)
@@ -379,9 +383,24 @@ def parse_robot_file(data: Any, path: Path) -> RobotSpec:
     # spawn heights for exploration scale with the robot, as ANYmal-C's (-0.15, 0.05) m do around its 0.6 m
     extra: dict[str, Any] = {"init_height_range": (-0.25 * height, 0.08 * height)} if floating else {}
     for key, low, high in (("explore_amplitude", 0.0, 10.0), ("init_vel_noise", 0.0, 100.0),
-                           ("init_tilt", 0.0, math.pi + 1e-6), ("init_joint_noise", 0.0, 10.0)):
+                           ("init_tilt", 0.0, math.pi + 1e-6)):
         if key in data:
             extra[key] = _number(f"{where}: {key}", data[key], low, high)
+    noise = data.get("init_joint_noise")
+    joint_qpos = model.nq - (7 if floating else 0)  # the robot's own joints in qpos, unactuated ones included
+    if isinstance(noise, list):
+        if len(noise) != joint_qpos:
+            raise RobotFileError(f"{where}: init_joint_noise lists {len(noise)} values for the {joint_qpos} joint "
+                                 "positions of qpos (one number for all, or one per position)")
+        extra["init_joint_noise"] = tuple(_number(f"{where}: init_joint_noise[{i}]", v, 0.0, 10.0)
+                                          for i, v in enumerate(noise))
+    elif noise is not None:
+        extra["init_joint_noise"] = _number(f"{where}: init_joint_noise", noise, 0.0, 10.0)
+    if "object_spawn" in data:
+        xyz = data["object_spawn"]
+        if not isinstance(xyz, list) or len(xyz) != 3:
+            raise RobotFileError(f"{where}: object_spawn must be [x, y, z] (m, world frame), got {xyz!r}")
+        extra["object_spawn"] = tuple(_number(f"{where}: object_spawn", x, -100.0, 100.0) for x in xyz)
     if "init_height_range" in data:
         r = data["init_height_range"]
         if not isinstance(r, list) or len(r) != 2:
@@ -408,7 +427,7 @@ def load_robot_file(path: str | Path) -> RobotSpec:
         if path.stat().st_size > MAX_SPEC_BYTES:
             raise RobotFileError(f"robot spec '{path}' is {path.stat().st_size} bytes; a spec file is a few lines of "
                                  "YAML")
-        data = yaml.safe_load(path.read_text())
+        data = yaml.load(path.read_text(), Loader=SAFE_LOADER)
     except OSError as err:
         raise RobotFileError(f"robot spec '{path}' cannot be read ({err.strerror or type(err).__name__})") from err
     except (yaml.YAMLError, UnicodeDecodeError, RecursionError) as err:
