@@ -272,6 +272,11 @@ def test_record_fit_bench_train_eval_a_robot_from_outside_the_package(hound_dir,
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert result["checkpoint"] == trained["checkpoint"]  # the newest run of the hound's experiment
     assert result["episodes"] == 2 and np.isfinite(result["mean_return"])
+    main(["bench", "ppo", "--task", TASK, "--robot", spec, "--dynamics", "flashnerd", "--dynamics_checkpoint",
+          f"flashnerd={ckpt}", "--num_envs", "4", "--max_iterations", "1", "--eval_episodes", "1", "--out_dir", "bp"])
+    bench = json.loads((tmp_path / "bp" / "bench_ppo.json").read_text())
+    assert bench["robot"] == spec and np.isfinite(bench["backends"]["flashnerd"]["eval_mujoco"]["mean_return"])
+    assert bench["backends"]["flashnerd"]["dynamics_checkpoint"] == str(ckpt)  # the hound's model: loads on no other
 
 
 def test_mjwarp_steps_a_robot_from_outside_the_package_as_mujoco_does(hound):
@@ -412,7 +417,7 @@ def test_a_group_holding_the_floating_body_replaces_the_derived_base_group(tmp_p
 
 
 def test_a_learned_backend_without_a_model_of_the_robot_says_how_to_get_one(hound):
-    with pytest.raises(FileNotFoundError, match="no 'nerd' model of robot 'hound' is shipped .*--dynamics_checkpoint PATH"):
+    with pytest.raises(FileNotFoundError, match="no 'nerd' model of robot 'hound' is shipped .*--dynamics_checkpoint"):
         make_dynamics("nerd", hound, num_worlds=2)
 
 

@@ -72,6 +72,9 @@ def add_parser(bsub: argparse._SubParsersAction) -> None:
                    help="the run (as named in --dynamics) whose final MuJoCo return, mean over seeds, sets the target")
     p.add_argument("--resume", action="store_true",
                    help="keep the runs already in the JSON of --out_dir/--name (same settings) and run the rest")
+    p.add_argument("--robot", default=None,
+                   help="another robot for a task that takes any (the velocity tasks): a name or a spec file "
+                        "(docs/howto/bring_your_robot.md); every policy is evaluated in MuJoCo on it")
     add_training_bench_args(p, "logs/bench_ppo", "bench_ppo", "the JSON and the plot")
     p.set_defaults(func=run)
 
@@ -109,7 +112,8 @@ def run(args: argparse.Namespace) -> dict:
     settings = {"task": args.task, "num_envs": args.num_envs, "iterations": args.max_iterations,
                 "max_seconds": args.max_seconds, "device": args.device, "eval_every": args.eval_every,
                 "eval_episodes": args.eval_episodes,
-                "robot_variant": args.robot_variant, "dynamics_checkpoint": checkpoints}
+                "robot_variant": args.robot_variant, "dynamics_checkpoint": checkpoints,
+                **({"robot": args.robot} if args.robot is not None else {})}
     if shac:
         settings["shac"] = {"num_envs": args.shac_num_envs, "iterations": args.shac_iterations or args.max_iterations,
                             "horizon": args.shac_horizon or ShacCfg.horizon}
@@ -228,7 +232,8 @@ def train_and_time(args: argparse.Namespace, backend: str, seed: int, run_dir: P
     """One PPO run on `backend`: accumulated iteration time, reward curve, evaluation of the final policy (and with
     --eval_every of the policies saved along the way) in the reference simulator."""
     env_cfg, agent_cfg = task_cfgs(args.task, num_envs=args.num_envs, seed=seed, device=args.device,
-                                   dynamics=backend, dynamics_checkpoint=checkpoint, robot_variant=args.robot_variant)
+                                   dynamics=backend, dynamics_checkpoint=checkpoint, robot_variant=args.robot_variant,
+                                   robot=args.robot)
     agent_cfg.max_iterations = args.max_iterations
     if args.eval_every:
         agent_cfg.save_interval = args.eval_every
@@ -263,7 +268,8 @@ def shac_and_time(args: argparse.Namespace, backend: str, seed: int, run_dir: Pa
     iterations; the evaluations neither count as training time nor move the random streams training draws from."""
     iterations = args.shac_iterations or args.max_iterations
     env_cfg, agent_cfg = task_cfgs(args.task, num_envs=args.shac_num_envs, seed=seed, device=args.device,
-                                   dynamics=backend, dynamics_checkpoint=checkpoint, robot_variant=args.robot_variant)
+                                   dynamics=backend, dynamics_checkpoint=checkpoint, robot_variant=args.robot_variant,
+                                   robot=args.robot)
     agent_cfg.max_iterations = iterations
     seed_everything(agent_cfg.seed)
     env, _, trainer = make_shac(args.task, env_cfg, agent_cfg, ShacCfg(horizon=args.shac_horizon or ShacCfg.horizon),
