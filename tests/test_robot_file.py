@@ -401,8 +401,14 @@ def test_a_users_texture_material_light_and_sky_named_like_the_scenes_own_are_ke
     assert [model.geom(g).name for g in planes] == ["floor_1"]  # the scene's floor, beside the user's box "floor"
     assert model.mat_texid[model.geom_matid[planes[0]], mujoco.mjtTextureRole.mjTEXROLE_RGB] == model.texture(
         "grid_1").id  # its own checker
-    skies = [t for t in range(model.ntex) if model.tex_type[t] == mujoco.mjtTexture.mjTEXTURE_SKYBOX]
-    assert len(skies) == 1
+    from flashnerd.viz.video import RobotRenderer
+
+    renderer = RobotRenderer(robot, width=32, height=24)  # the video's scene: a sky only when the MJCF has none
+    frame = renderer.render(renderer.model.qpos0.copy())
+    skies = [t for t in range(renderer.model.ntex) if renderer.model.tex_type[t] == mujoco.mjtTexture.mjTEXTURE_SKYBOX]
+    renderer.close()
+    assert [renderer.model.texture(t).name for t in skies] == ["sky"] and frame.shape == (24, 32, 3)
+    assert renderer.model.texture("sky").width == 8  # the user's
 
 
 def test_a_group_holding_the_floating_body_replaces_the_derived_base_group(tmp_path, hound_dir):
@@ -436,3 +442,44 @@ def test_a_variant_of_a_robot_from_a_spec_file_is_checked_with_its_spec(tmp_path
         assert main(["variant", *argv]) == 2
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and re.search(message, err), err
+
+
+WAISTED = """<mujoco model="waisted"><compiler angle="radian"/><worldbody>
+  <body name="torso" pos="0 0 1.0"><freejoint/><geom type="box" size="0.1 0.15 0.2"/>
+    <body name="waist" pos="0 0 -0.25"><joint name="waist_joint" axis="0 0 1"/><geom type="sphere" size="0.08"/>
+      <body name="l_thigh" pos="0 0.1 -0.05"><joint name="l_hip" axis="0 1 0"/>
+        <geom type="capsule" size="0.05" fromto="0 0 0 0 0 -0.3"/>
+        <body name="l_foot" pos="0 0 -0.6"><joint name="l_knee" axis="0 1 0"/><geom type="sphere" size="0.04"/></body>
+      </body>
+      <body name="r_thigh" pos="0 -0.1 -0.05"><joint name="r_hip" axis="0 1 0"/>
+        <geom type="capsule" size="0.05" fromto="0 0 0 0 0 -0.3"/>
+        <body name="r_foot" pos="0 0 -0.6"><joint name="r_knee" axis="0 1 0"/><geom type="sphere" size="0.04"/></body>
+      </body>
+      <body name="l_arm" pos="0 0.25 0.3"><joint name="l_shoulder" axis="0 1 0"/>
+        <geom type="capsule" size="0.03" fromto="0 0 0 0 0 -0.4"/></body>
+    </body>
+  </body></worldbody>
+  <actuator><position joint="waist_joint" kp="50"/><position joint="l_hip" kp="50"/><position joint="l_knee" kp="50"/>
+    <position joint="r_hip" kp="50"/><position joint="r_knee" kp="50"/><position joint="l_shoulder" kp="50"/></actuator>
+</mujoco>"""
+
+
+def test_feet_on_legs_that_hang_from_one_jointed_waist_are_each_kept(tmp_path):
+    """Both legs start below the waist joint; the arm, also below it, hangs far above the ground."""
+    robot = get_robot(str(_write_spec(tmp_path / "w", "mjcf: robot.xml\n", WAISTED)))
+    assert robot.contact_bodies["feet"] == ("l_foot", "r_foot")
+
+
+@pytest.mark.parametrize("edit, match", [
+    (('<geom name="FL" class="foot" pos="0 0 -0.2"/>', '<body pos="0 0 -0.2"><geom name="FL" class="foot"/></body>'),
+     "sits on an unnamed body welded to 'FL_calf' .* whose contact sensor would not see it"),
+    (("</worldbody>", '<body pos="2 0 0.1"><geom type="box" size="0.1 0.1 0.1"/></body></worldbody>'),
+     "is on an unnamed body fixed to the world; the MJCF holds the robot alone"),
+])
+def test_collision_geometry_on_unnamed_bodies_that_cannot_be_placed_is_a_one_line_error(tmp_path, hound_dir, edit,
+                                                                                        match):
+    xml = (hound_dir / "hound.xml").read_text().replace('model="hound"', 'model="hidden"').replace(*edit)
+    shutil.copytree(hound_dir / "meshes", tmp_path / "u" / "meshes")
+    with pytest.raises(RobotFileError, match=match) as err:
+        get_robot(str(_write_spec(tmp_path / "u", "mjcf: robot.xml\n", xml)))
+    assert "\n" not in str(err.value)

@@ -55,7 +55,8 @@ UNSUPPORTED = ("error", "bounding_box", "skip")
 CONTROL_DT = 0.02  # s: the default control step (50 Hz, Isaac Lab's locomotion rate)
 MAX_SPEC_BYTES = 1 << 20  # a spec file is a few lines; a record naming a huge file is refused before it is read
 SPAWN_CLEARANCE = 0.01  # m: a derived spawn height puts the lowest collision point this far above the floor
-FOOT_TOLERANCE = 0.15  # a leg's lowest point within this share of the standing height of the ground: a foot
+FOOT_TOLERANCE = 0.15  # a foot reaches within this share of the robot's collision height of its lowest point
+FOOT_MIN_REACH = 0.01  # m: and at least within this
 SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's when built with it: the same rules
 _NAME = re.compile(r"[A-Za-z0-9_\-]+")
 _GEOM = mujoco.mjtGeom
@@ -191,6 +192,9 @@ def geom_probes(model: mujoco.MjModel, g: int, unsupported: str = "error") -> li
         pos, rot = model.body_pos[b] + _rotation(model.body_quat[b]) @ pos, _rotation(model.body_quat[b]) @ rot
         b = int(model.body_parentid[b])
     body = model.body(b).name
+    if not body and model.body_jntnum[b] == 0:
+        raise RobotFileError(f"collision geom #{g} is on an unnamed body fixed to the world; the MJCF holds the robot "
+                             "alone (remove it)")
     if not body:
         raise RobotFileError(f"collision geom #{g} is on an unnamed body that moves on a joint of its own; name the "
                              "body in the MJCF")
@@ -257,7 +261,7 @@ def _contact_groups(data: dict, model: mujoco.MjModel, floating: bool, qpos: np.
         groups[group] = tuple(dict.fromkeys(hits))
     base = model.body(1).name
     if floating and "base" not in given and not any(base in members for members in groups.values()):
-        groups = {"base": (base,), **groups}  # first, as the velocity task's termination reads it
+        groups = {"base": (base,), **groups}  # first in the contact summary, as the shipped robots have it
     if floating and "feet" not in given:
         try:
             feet = _standing_feet(model, qpos)
@@ -274,41 +278,61 @@ def _contact_groups(data: dict, model: mujoco.MjModel, floating: bool, qpos: np.
                 raise RobotFileError(f"{where}: body '{b}' is in contact groups '{seen[b]}' and '{group}'; put each "
                                      "body in one group")
             seen[b] = group
+    for g in _collision_geoms(model):  # a body's contact sensor sees its own geoms only, not a welded child's
+        b = int(model.geom_bodyid[g])
+        while not model.body(b).name and model.body_jntnum[b] == 0 and model.body_parentid[b] > 0:
+            b = int(model.body_parentid[b])
+        owner = model.body(b).name
+        if owner in seen and b != model.geom_bodyid[g]:
+            raise RobotFileError(f"{where}: collision geom #{g} sits on an unnamed body welded to '{owner}' (contact "
+                                 f"group '{seen[owner]}'), whose contact sensor would not see it; name that body and "
+                                 f"add it to the group, or move the geom into '{owner}'")
     return groups
 
 
+def _ancestors(model: mujoco.MjModel, body: int) -> list[int]:
+    """The bodies above `body` up to, not including, the world."""
+    out = []
+    while model.body_parentid[body] > 0:
+        body = int(model.body_parentid[body])
+        out.append(body)
+    return out
+
+
 def _standing_feet(model: mujoco.MjModel, qpos: np.ndarray) -> tuple[str, ...]:
-    """The bodies a floating robot stands on in its default pose `qpos`: on each leg (a branch of the kinematic tree
-    that starts with a joint below the base), the body with the lowest collision point, where that point is within
-    FOOT_TOLERANCE of the standing height from the robot's lowest point. A head or sensor mount welded to the base is
-    no leg; an arm or a tail held above the ground has no foot; a shin's capsule beside the foot sphere is no foot."""
+    """The bodies a floating robot stands on in its default pose `qpos`: the colliding bodies below a joint (on a leg,
+    not welded to the base) whose lowest collision point is within FOOT_TOLERANCE of the robot's collision height
+    above its lowest point, and lowest along their own line of the tree (no body above or below them on it reaches
+    lower; of two that reach as low, the lower in the tree). A head or sensor mount welded to the base is no foot,
+    nor an arm or a tail held above the ground, nor a shin's capsule above its foot; feet on legs that hang from one
+    jointed waist or spine are each kept."""
     data = mujoco.MjData(model)
     data.qpos[:] = qpos
     data.qpos[0:7] = (0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0)  # the base at the origin: heights are relative to it
     mujoco.mj_kinematics(model, data)
     low: dict[int, float] = {}  # body -> height of its lowest collision point
+    top = -math.inf  # height of the robot's highest collision point
     for g in _collision_geoms(model):
         for p in geom_probes(model, g, "bounding_box"):  # a box reaches at least as far as an unsupported geom
             b = model.body(p.body).id
             rot = data.xmat[b].reshape(3, 3)
             for end in (p.pos, p.to if p.to is not None else p.pos):
-                z = float((data.xpos[b] + rot @ np.asarray(end))[2]) - p.radius
-                low[b] = min(low.get(b, math.inf), z)
-    legs: dict[int, list[int]] = {}  # the topmost jointed body of a branch -> the colliding bodies below it
-    for b in low:
-        root, c = None, b
-        while c > 1:
-            if model.body_jntnum[c] > 0:
-                root = c
-            c = int(model.body_parentid[c])
-        if root is not None:
-            legs.setdefault(root, []).append(b)
-    ends = [min(members, key=lambda b: (low[b], -b)) for _, members in sorted(legs.items())]
-    if not ends:
+                z = float((data.xpos[b] + rot @ np.asarray(end))[2])
+                low[b] = min(low.get(b, math.inf), z - p.radius)
+                top = max(top, z + p.radius)
+    lines = {b: _ancestors(model, b) for b in low}
+    legs = [b for b in low if any(model.body_jntnum[c] > 0 for c in [b, *lines[b]] if c > 1)]
+    if not legs:
         return ()
-    ground = min(low[b] for b in ends)
-    reach = FOOT_TOLERANCE * max(-ground, 0.0)
-    return tuple(model.body(b).name for b in ends if low[b] <= ground + reach)
+    ground = min(low[b] for b in legs)
+    reach = max(FOOT_TOLERANCE * (top - ground), FOOT_MIN_REACH)
+    feet = []
+    for b in sorted(legs):
+        above = [a for a in lines[b] if a in low]
+        below = [d for d in legs if b in lines[d]]
+        if low[b] <= ground + reach and all(low[a] > low[b] for a in above) and all(low[d] > low[b] for d in below):
+            feet.append(model.body(b).name)
+    return tuple(feet)
 
 
 def _lowest_point(model: mujoco.MjModel, qpos: np.ndarray, probes: tuple[Probe, ...]) -> float:

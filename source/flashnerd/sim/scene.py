@@ -31,7 +31,8 @@ def build_scene_spec(robot: RobotSpec, terrain: str = "flat", objects: tuple[str
     if unknown:
         raise ValueError(f"unknown scene object '{unknown[0]}'; choose from: {', '.join(OBJECTS)}")
     if objects and robot.object_spawn is None:
-        raise ValueError(f"robot '{robot.name}' has no object_spawn; objects need one in its RobotSpec")
+        raise ValueError(f"robot '{robot.name}' has no object_spawn; objects need one ('object_spawn:' in its spec "
+                         "file)")
     try:
         spec = mujoco.MjSpec.from_file(str(robot.mjcf_path))
     except Exception as err:  # MuJoCo raises ValueError with a multi-line message
