@@ -180,6 +180,16 @@ def _rotation(quat: np.ndarray) -> np.ndarray:
     return rot.reshape(3, 3)
 
 
+def _welded_unnamed(model: mujoco.MjModel, body: int) -> list[int]:
+    """`body` and the ancestors above it that are unnamed and welded to their parent (a user's grouping), up to the
+    nearest named or jointed one; empty when `body` is named, moves on a joint or is the world's child."""
+    chain = []
+    while not model.body(body).name and model.body_jntnum[body] == 0 and model.body_parentid[body] > 0:
+        chain.append(body)
+        body = int(model.body_parentid[body])
+    return chain
+
+
 def geom_probes(model: mujoco.MjModel, g: int, unsupported: str = "error") -> list[Probe]:
     """Probes of collision geom `g` in its body's frame that meet a plane or a box where the geom does: a sphere
     itself, a capsule itself (a segment and a radius), a box's eight corners; other types by `unsupported` (see the
@@ -187,10 +197,9 @@ def geom_probes(model: mujoco.MjModel, g: int, unsupported: str = "error") -> li
     kind, size = int(model.geom_type[g]), model.geom_size[g]
     pos, rot = model.geom_pos[g], _rotation(model.geom_quat[g])  # geom frame -> body frame
     b = int(model.geom_bodyid[g])
-    while not model.body(b).name and model.body_jntnum[b] == 0 and model.body_parentid[b] > 0:
-        # an unnamed body welded to its parent (a user's grouping): the probe rides on the nearest named ancestor
-        pos, rot = model.body_pos[b] + _rotation(model.body_quat[b]) @ pos, _rotation(model.body_quat[b]) @ rot
-        b = int(model.body_parentid[b])
+    for c in _welded_unnamed(model, b):  # the probe rides on the nearest named ancestor, in its frame
+        pos, rot = model.body_pos[c] + _rotation(model.body_quat[c]) @ pos, _rotation(model.body_quat[c]) @ rot
+        b = int(model.body_parentid[c])
     body = model.body(b).name
     if not body and model.body_jntnum[b] == 0:
         raise RobotFileError(f"collision geom #{g} is on an unnamed body fixed to the world; the MJCF holds the robot "
@@ -279,11 +288,9 @@ def _contact_groups(data: dict, model: mujoco.MjModel, floating: bool, qpos: np.
                                      "body in one group")
             seen[b] = group
     for g in _collision_geoms(model):  # a body's contact sensor sees its own geoms only, not a welded child's
-        b = int(model.geom_bodyid[g])
-        while not model.body(b).name and model.body_jntnum[b] == 0 and model.body_parentid[b] > 0:
-            b = int(model.body_parentid[b])
-        owner = model.body(b).name
-        if owner in seen and b != model.geom_bodyid[g]:
+        chain = _welded_unnamed(model, int(model.geom_bodyid[g]))
+        owner = model.body(int(model.body_parentid[chain[-1]])).name if chain else ""
+        if owner in seen:
             raise RobotFileError(f"{where}: collision geom #{g} sits on an unnamed body welded to '{owner}' (contact "
                                  f"group '{seen[owner]}'), whose contact sensor would not see it; name that body and "
                                  f"add it to the group, or move the geom into '{owner}'")
