@@ -31,7 +31,7 @@ a geom on an unnamed body welded to its parent rides on the nearest named ancest
 Cylinders, ellipsoids and meshes have no such form: `unsupported_geoms` names what happens (`bounding_box`: the
 corners of the geom's bounding box, which reach at least as far as the geom; `skip`: no spheres).
 The backends add the sensors they need (contact per contact body, torque per actuator) through `MjSpec` when the
-MJCF lacks them (sim/scene.py). The file is read with YAML's safe loader (it runs no code).
+MJCF lacks them (sim/scene.py). The file is read with `yaml.safe_load` (it runs no code).
 """
 
 from __future__ import annotations
@@ -57,7 +57,6 @@ MAX_SPEC_BYTES = 1 << 20  # a spec file is a few lines; a record naming a huge f
 SPAWN_CLEARANCE = 0.01  # m: a derived spawn height puts the lowest collision point this far above the floor
 FOOT_TOLERANCE = 0.15  # a foot reaches within this share of the robot's collision height of its lowest point
 FOOT_MIN_REACH = 0.01  # m: and at least within this
-SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's when built with it: the same rules
 _NAME = re.compile(r"[A-Za-z0-9_\-]+")
 _GEOM = mujoco.mjtGeom
 
@@ -458,7 +457,7 @@ def load_robot_file(path: str | Path) -> RobotSpec:
         if path.stat().st_size > MAX_SPEC_BYTES:
             raise RobotFileError(f"robot spec '{path}' is {path.stat().st_size} bytes; a spec file is a few lines of "
                                  "YAML")
-        data = yaml.load(path.read_text(), Loader=SAFE_LOADER)
+        data = yaml.safe_load(path.read_text())
     except OSError as err:
         raise RobotFileError(f"robot spec '{path}' cannot be read ({err.strerror or type(err).__name__})") from err
     except (yaml.YAMLError, UnicodeDecodeError, RecursionError) as err:
