@@ -3,11 +3,12 @@
 #   bash scripts/gpu_check.sh            # on a CUDA machine: 16,384 worlds, batches up to 512,000, 30 PPO iterations
 #   bash scripts/gpu_check.sh --dry-run  # tiny sizes on the CPU (CI runs this)
 # The lent GPU machines have torch but not mujoco, gymnasium, rsl-rl-lib or tensordict: put their wheels (Python 3.12,
-# manylinux x86-64, including mujoco-warp and warp-lang) in .whl/ of the checkout and they are installed into
-# /tmp/site first. Warp's compiled kernels are cached in .warp_cache/ of the working tree (WARP_CACHE_PATH).
+# manylinux x86-64; mujoco-warp and warp-lang where they fit) in .whl/ of the checkout and they are installed into
+# /tmp/site first. Without mujoco_warp the mjwarp figures are skipped and planning is timed against MuJoCo's threads.
+# Every measurement runs even when one fails; the JSON lists the failures and the exit status is then 1.
+# Warp's compiled kernels go to its own cache (~/.cache/warp, or $WARP_CACHE_PATH), shared with every other run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export WARP_CACHE_PATH=${WARP_CACHE_PATH:-$PWD/.warp_cache}
 DRY=0
 [[ "${1:-}" == "--dry-run" ]] && DRY=1
 PY=${PYTHON:-python3}
@@ -30,65 +31,97 @@ else
 fi
 OUT=${OUT_DIR:-logs/gpu_check}
 mkdir -p "$OUT"
+: > "$OUT/stderr.log"
 TASK=FlashNeRD-Velocity-Flat-Anymal-C-v0
-run() { "$PY" -m flashnerd.cli.main "$@" 2>>"$OUT/stderr.log" | tail -n 1; }
+# MuJoCo Warp is optional here: a machine that cannot take warp-lang's wheel (~150 MB) still measures the rest
+WARP=""
+if "$PY" -c "import mujoco_warp" 2>/dev/null; then WARP=mjwarp; else echo "gpu_check: no mujoco_warp, mjwarp skipped" >&2; fi
+# every measurement runs even when one fails (a lent GPU is measured once); failures are listed and the exit is 1
+FAILED=()
+run() {  # run NAME ARGS...: the last stdout line of `flashnerd ARGS...` into $OUT/NAME.json
+  local name=$1; shift
+  echo "gpu_check: $name $(date +%T)" >> "$OUT/stderr.log"
+  if ! "$PY" -m flashnerd.cli.main "$@" > "$OUT/$name.out" 2>>"$OUT/stderr.log"; then FAILED+=("$name"); fi
+  tail -n 1 "$OUT/$name.out" > "$OUT/$name.json"
+  rm -f "$OUT/$name.out"
+}
 
-run bench model --robot anymal_c --batch "$BATCH" --models flashnerd,nerd --device "$DEV" > "$OUT/model.json"
-run bench env --task $TASK --dynamics mujoco --num_envs "$N" --steps "$STEPS" --device cpu > "$OUT/env_mujoco.json"
-for D in mjwarp nerd flashnerd; do
-  run bench env --task $TASK --dynamics $D --num_envs "$N" --steps "$STEPS" --device "$DEV" > "$OUT/env_$D.json"
+run model bench model --robot anymal_c --batch "$BATCH" --models flashnerd,nerd --device "$DEV"
+run env_mujoco bench env --task $TASK --dynamics mujoco --num_envs "$N" --steps "$STEPS" --device cpu
+for D in $WARP nerd flashnerd; do
+  run "env_$D" bench env --task $TASK --dynamics $D --num_envs "$N" --steps "$STEPS" --device "$DEV"
 done
 # the learned env step against MuJoCo on the machine's CPU cores (issue 29's CPU bar, on more cores)
 for D in mujoco flashnerd; do
-  run bench env --task $TASK --dynamics $D --num_envs "$CPU_N" --steps "$STEPS" --device cpu > "$OUT/env_cpu_$D.json"
+  run "env_cpu_$D" bench env --task $TASK --dynamics $D --num_envs "$CPU_N" --steps "$STEPS" --device cpu
 done
 # the rough task: heightfield contact rows of every probe on the GPU (the CPU skips probes far above the field) and
 # MuJoCo Warp's heightfield collisions, against MuJoCo's threaded step on the CPU cores
 ROUGH=FlashNeRD-Velocity-Rough-Anymal-C-v0
-run bench env --task $ROUGH --dynamics mujoco --num_envs "$CPU_N" --steps "$STEPS" --device cpu \
-  > "$OUT/rough_mujoco.json"
-for D in mjwarp flashnerd; do
-  run bench env --task $ROUGH --dynamics $D --num_envs "$N" --steps "$STEPS" --device "$DEV" > "$OUT/rough_$D.json"
+run rough_mujoco bench env --task $ROUGH --dynamics mujoco --num_envs "$CPU_N" --steps "$STEPS" --device cpu
+for D in $WARP flashnerd; do
+  run "rough_$D" bench env --task $ROUGH --dynamics $D --num_envs "$N" --steps "$STEPS" --device "$DEV"
 done
 # the two-way coupled step (Allegro + cube) against MuJoCo on the same scene, CPU threads
-run bench coupled "${COUPLED[@]}" > "$OUT/coupled.json"
+run coupled bench coupled "${COUPLED[@]}"
 # the model suite with the shipped checkpoints (held-out sets recorded on the CPU into $OUT/suite_data)
-run bench suite "${SUITE[@]}" --device "$DEV" --data_dir "$OUT/suite_data" --out_dir "$OUT" --name model_suite_gpu \
-  > "$OUT/suite.json"
+run suite bench suite "${SUITE[@]}" --device "$DEV" --data_dir "$OUT/suite_data" --out_dir "$OUT" --name model_suite_gpu
 # PPO on each backend, and SHAC through FlashNeRD (its differentiable rollouts: forward and backward through the model)
-run bench ppo --task $TASK --dynamics mjwarp,nerd,flashnerd,flashnerd:shac --num_envs "$N" --max_iterations "$ITERS" \
-  --shac_num_envs "$SHAC_N" --eval_episodes 4 --device "$DEV" --out_dir "$OUT/ppo" > "$OUT/ppo.json"
+run ppo bench ppo --task $TASK --dynamics "${WARP:+$WARP,}nerd,flashnerd,flashnerd:shac" --num_envs "$N" \
+  --max_iterations "$ITERS" --shac_num_envs "$SHAC_N" --eval_episodes 4 --device "$DEV" --out_dir "$OUT/ppo"
 # DIAL-MPC planning time per control decision on the highest platform, planning on the GPU (executed in MuJoCo on the
-# CPU), backends in turns; eager (torch.compile on CUDA needs Triton, which a bare machine may lack)
-run bench plan --dynamics mjwarp,flashnerd --platform 5 "${PLAN[@]}" --no-compile --device "$DEV" > "$OUT/plan.json"
+# CPU), backends in turns, against MuJoCo Warp (or MuJoCo's CPU threads without it); eager (torch.compile on CUDA
+# needs Triton, which a bare machine may lack)
+run plan bench plan --dynamics "${WARP:-mujoco},flashnerd" --platform 5 "${PLAN[@]}" --no-compile --device "$DEV"
 
-"$PY" - "$OUT" "$DEV" <<'PYEOF'
+"$PY" - "$OUT" "$DEV" "${FAILED[@]}" <<'PYEOF'
 import json, sys, pathlib, torch
-out, dev = pathlib.Path(sys.argv[1]), sys.argv[2]
-load = lambda name: json.loads((out / name).read_text())
-shac_horizon = load("ppo/bench_ppo.json")["shac"]["horizon"]
+out, dev, failed = pathlib.Path(sys.argv[1]), sys.argv[2], sys.argv[3:]
+
+
+def load(name):
+    try:
+        return json.loads((out / name).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def field(make):  # a figure whose measurement failed is null (the failure is listed)
+    try:
+        return make()
+    except (KeyError, TypeError, ValueError, ZeroDivisionError, StopIteration):
+        return None
+
+
+envs = lambda prefix, names: {d: load(f"{prefix}{d}.json")["env_steps_per_s"] for d in names
+                              if "env_steps_per_s" in load(f"{prefix}{d}.json")}
+ppo, plan = load("ppo.json"), load("plan.json")
 result = {
     "device": torch.cuda.get_device_name(0) if dev == "cuda" else "cpu",
     "torch": torch.__version__,
-    "model_steps_per_s": load("model.json")["steps_per_s"],
-    "model_ratio": load("model.json").get("ratio"),
-    "env_steps_per_s": {d: load(f"env_{d}.json")["env_steps_per_s"] for d in ("mujoco", "mjwarp", "nerd", "flashnerd")},
-    "env_steps_per_s_cpu": {d: load(f"env_cpu_{d}.json")["env_steps_per_s"] for d in ("mujoco", "flashnerd")},
-    "rough_env_steps_per_s": {d: load(f"rough_{d}.json")["env_steps_per_s"]
-                              for d in ("mujoco", "mjwarp", "flashnerd")},
-    "coupled": load("coupled.json"),
-    "ppo_seconds_per_iteration": {d: r["seconds_per_iteration"] for d, r in load("ppo.json").items()
+    "failed": failed,
+    "model_steps_per_s": field(lambda: load("model.json")["steps_per_s"]),
+    "model_ratio": field(lambda: load("model.json").get("ratio")),
+    "env_steps_per_s": envs("env_", ("mujoco", "mjwarp", "nerd", "flashnerd")),
+    "env_steps_per_s_cpu": envs("env_cpu_", ("mujoco", "flashnerd")),
+    "rough_env_steps_per_s": envs("rough_", ("mujoco", "mjwarp", "flashnerd")),
+    "coupled": load("coupled.json") or None,
+    "ppo_seconds_per_iteration": {d: r["seconds_per_iteration"] for d, r in ppo.items()
                                   if r.get("algo", "ppo") == "ppo"},
-    "ppo_collect_seconds_per_iteration": {d: r["collect_seconds_per_iteration"] for d, r in load("ppo.json").items()
+    "ppo_collect_seconds_per_iteration": {d: r["collect_seconds_per_iteration"] for d, r in ppo.items()
                                           if r.get("algo", "ppo") == "ppo"},
     # SHAC's env-steps per second of training (windows of its horizon over its worlds; forward, backward, critic fit)
-    "shac_env_steps_per_s": {d: shac_horizon * r["num_envs"] / r["seconds_per_iteration"]
-                             for d, r in load("ppo.json").items() if r.get("algo") == "shac"},
-    "plan_median_ms": {d: r["median_planning_ms"] for d, r in load("plan.json")["backends"].items()},
-    "plan_ratio_to_mjwarp": load("plan.json")["ratio_to_mjwarp"],
-    "suite": {robot: {m: {"nrmse": v["nrmse"], "steps_per_s": v["steps_per_s"], "max_batch": v["max_batch"]}
-                      for m, v in r["models"].items()} for robot, r in load("suite.json")["robots"].items()},
+    "shac_env_steps_per_s": field(lambda: {
+        d: load("ppo/bench_ppo.json")["shac"]["horizon"] * r["num_envs"] / r["seconds_per_iteration"]
+        for d, r in ppo.items() if r.get("algo") == "shac"}),
+    "plan_median_ms": field(lambda: {d: r["median_planning_ms"] for d, r in plan["backends"].items()}),
+    # each backend's planning time over the first one's (mjwarp, or mujoco where MuJoCo Warp is not installed)
+    "plan_ratio": field(lambda: next(v for k, v in plan.items() if k.startswith("ratio_to_"))),
+    "suite": field(lambda: {robot: {m: {"nrmse": v["nrmse"], "steps_per_s": v["steps_per_s"],
+                                        "max_batch": v["max_batch"]} for m, v in r["models"].items()}
+                            for robot, r in load("suite.json")["robots"].items()}),
 }
 (out / "gpu_check.json").write_text(json.dumps(result, indent=1))
 print(json.dumps(result))
+sys.exit(1 if failed else 0)
 PYEOF

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -32,3 +34,26 @@ def mujoco_dyn(anymal):
 def default_ctrl(robot, n: int) -> torch.Tensor:
     """Default-pose joint targets for n worlds (n, nj)."""
     return torch.tensor(robot.default_joint_pos, dtype=torch.float32).repeat(n, 1)
+
+
+@pytest.fixture
+def short_episodes(monkeypatch):
+    """`short_episodes(module, ...)`: the env configs those command modules build (through their `task_cfgs` and
+    `play_variant`) get episodes of `seconds`, so a pipeline test's trainings and evaluations run short episodes
+    instead of the task's 20 s ones (such tests check the stages and the files, not the returns)."""
+
+    def shorten(*modules, seconds: float = 1.0) -> None:
+        for module in modules:
+            def short_cfgs(*args, _task_cfgs=module.task_cfgs, **kwargs):
+                env_cfg, agent_cfg = _task_cfgs(*args, **kwargs)
+                return dataclasses.replace(env_cfg, episode_length_s=seconds), agent_cfg
+
+            monkeypatch.setattr(module, "task_cfgs", short_cfgs)
+            if hasattr(module, "play_variant"):  # the evaluation config of a task with a -Play- variant
+                def short_play(task, env_cfg, _play_variant=module.play_variant):
+                    play, cfg = _play_variant(task, env_cfg)
+                    return play, dataclasses.replace(cfg, episode_length_s=seconds)
+
+                monkeypatch.setattr(module, "play_variant", short_play)
+
+    return shorten

@@ -90,7 +90,7 @@ def test_mixed_in_data_of_another_trajectory_length_is_refused(fitted, tmp_path)
         Fitter(fitted / "worn.h5", cfg)
 
 
-def test_bench_reality_gap_runs_the_loop_a_lab_runs(tmp_path, capsys):
+def test_bench_reality_gap_runs_the_loop_a_lab_runs(tmp_path, capsys, monkeypatch, short_episodes):
     """Tiny settings: every stage runs (safe policy, robot log written and imported, adaptation, two rounds of PPO on
     the model with the first round's rollouts on the robot logged, imported and refitted on, evaluation in the variant,
     the baseline randomized over the variant's ranges) and the JSON and the plot are written. The robot is the
@@ -99,13 +99,16 @@ def test_bench_reality_gap_runs_the_loop_a_lab_runs(tmp_path, capsys):
     import json
     import os
 
+    import flashnerd.cli.bench.reality_gap as reality_gap
     from flashnerd.robots.variant import load_variant
 
+    short_episodes(reality_gap)
+    monkeypatch.setattr(reality_gap, "HELD_OUT_MINUTES", 0.2)
     out = tmp_path / "rg"
     argv = ["bench", "reality-gap", "--robot_variant", "variants/anymal_c_worn_dr.yaml", "--real_minutes", "0.4",
             "--iterations", "1", "--num_envs", "4", "--eval_episodes", "2", "--robot_worlds", "2",
             "--mix", "0.3", "--sim_minutes", "0.1", "--fit_budget", "1", "--refit_budget", "1", "--traj_len", "20",
-            "--out_dir", str(out)]
+            "--contact_head_steps", "20", "--out_dir", str(out)]
     assert main(argv) == 0
     summary = json.loads((out / "reality_gap.json").read_text())
     assert set(summary["baselines"]) == {"nominal", "oracle", "randomized"} and (out / "reality_gap.png").is_file()

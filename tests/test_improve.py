@@ -13,10 +13,13 @@ TASK = "FlashNeRD-Velocity-Flat-Anymal-C-v0"
 def _argv(out, rounds: int) -> list[str]:
     return ["improve", "--task", TASK, "--rounds", str(rounds), "--iterations", "1", "--num_envs", "8",
             "--target_minutes", "0.05", "--target_worlds", "4", "--traj_len", "20", "--fit_budget", "2",
-            "--eval_episodes", "2", "--out_dir", str(out)]
+            "--eval_episodes", "2", "--contact_head_steps", "20", "--out_dir", str(out)]
 
 
-def test_improve_runs_rounds_keeps_each_and_resumes_where_it_stopped(tmp_path, capsys):
+def test_improve_runs_rounds_keeps_each_and_resumes_where_it_stopped(tmp_path, capsys, short_episodes):
+    import flashnerd.cli.improve as improve
+
+    short_episodes(improve)
     out = tmp_path / "improve"
     assert main(_argv(out, 1)) == 0
     table = json.loads((out / "improve.json").read_text())
@@ -52,13 +55,16 @@ def test_improve_runs_rounds_keeps_each_and_resumes_where_it_stopped(tmp_path, c
     assert main([*_argv(out, 2), "--resume", "--fit_budget", "3"]) == 2 and "fit_budget" in capsys.readouterr().err
 
 
-def test_improve_trains_every_lineage_and_refits_on_all_their_rollouts(tmp_path, capsys, monkeypatch):
+def test_improve_trains_every_lineage_and_refits_on_all_their_rollouts(tmp_path, capsys, monkeypatch,
+                                                                       short_episodes):
     import flashnerd.cli.improve as improve
 
+    short_episodes(improve)
     starts, fits, train = [], [], improve.train_policy
     monkeypatch.setattr(improve, "train_policy", lambda *a, init=None: (starts.append(init), train(*a, init=init))[1])
     adapt = improve.adapt_model
-    monkeypatch.setattr(improve, "adapt_model", lambda data, *a: (fits.append(list(data)), adapt(data, *a))[1])
+    monkeypatch.setattr(improve, "adapt_model", lambda data, *a, **k: (fits.append(list(data)),
+                                                                     adapt(data, *a, **k))[1])
     first = tmp_path / "first"
     assert main(_argv(first, 1)) == 0
     policies = [str(first / "round_0" / "policy.pt"), str(tmp_path / "b.pt")]
@@ -130,7 +136,10 @@ def test_improve_refuses_bad_settings_before_any_work(tmp_path, capsys):
     assert not (tmp_path / "x" / "round_0").exists()
 
 
-def test_improve_with_shac_starts_each_round_from_the_last_policy(tmp_path, capsys, monkeypatch):
+def test_improve_with_shac_starts_each_round_from_the_last_policy(tmp_path, capsys, monkeypatch, short_episodes):
+    import flashnerd.cli.improve as improve
+
+    short_episodes(improve)
     from flashnerd.envs.rsl_rl import read_policy_checkpoint
     from flashnerd.envs.shac import ShacTrainer
 

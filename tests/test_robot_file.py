@@ -411,6 +411,38 @@ def test_a_users_texture_material_light_and_sky_named_like_the_scenes_own_are_ke
     assert renderer.model.texture("sky").width == 8  # the user's
 
 
+def test_a_robot_owning_the_names_of_the_scenes_terrain_and_object_still_gets_both(tmp_path, hound_dir):
+    """A robot body `cube` and geoms `terrain_0` / `terrain_hfield` (and an hfield asset of that name) do not clash
+    with the terrain and the cube the scene adds: those take the next free names and are found by structure."""
+    from flashnerd.sim.heightfield import read_heightfield, rough_heightfield
+    from flashnerd.sim.reaction import object_body
+    from flashnerd.sim.terrain import terrain_boxes
+
+    xml = (hound_dir / "hound.xml").read_text().replace('model="hound"', 'model="crowded"')
+    xml = xml.replace("<asset>", '<asset><hfield name="terrain_hfield" nrow="2" ncol="2" size="1 1 0.1 0.1"/>')
+    xml = xml.replace('<geom class="visual" type="mesh" mesh="shell"/>', '<geom class="visual" type="mesh" '
+                      'mesh="shell"/><body name="cube" pos="0 0 0.06"><geom name="terrain_0" class="visual" '
+                      'type="box" size="0.02 0.02 0.01"/><geom name="terrain_hfield" class="visual" type="sphere" '
+                      'size="0.01"/></body>', 1)
+    shutil.copytree(hound_dir / "meshes", tmp_path / "c" / "meshes")
+    robot = dataclasses.replace(get_robot(str(_write_spec(tmp_path / "c", "mjcf: robot.xml\n", xml))),
+                                object_spawn=(1.0, 0.0, 0.3))
+    dyn = make_dynamics("mujoco", robot, 1, terrain="platforms", objects=("cube",))
+    model = dyn.scene
+    assert model.body("cube").parentid != 0  # the robot's own body, in the robot
+    cube = object_body(model, dyn.nv_r)
+    assert model.body(cube).name == "cube_1" and model.body(cube).pos[0] == pytest.approx(1.0)
+    boxes = [g for g in range(model.ngeom) if model.geom_bodyid[g] == 0
+             and model.geom_type[g] == mujoco.mjtGeom.mjGEOM_BOX]
+    assert len(boxes) == len(terrain_boxes("platforms")) and model.geom(boxes[0]).name == "terrain_0_1"
+    assert ContactRowDetector(robot, model, torch.device("cpu")).box_half.shape[0] == len(boxes)
+    rough = build_scene(robot, "rough")
+    field = read_heightfield(rough)
+    assert field is not None and np.allclose(field.heights, rough_heightfield().heights, atol=1e-5)
+    assert rough.geom(rough_geom := int(np.flatnonzero(rough.geom_type == mujoco.mjtGeom.mjGEOM_HFIELD)[0])).name \
+        == "terrain_hfield_1" and rough.hfield(int(rough.geom_dataid[rough_geom])).name == "terrain_hfield_1"
+
+
 def test_a_group_holding_the_floating_body_replaces_the_derived_base_group(tmp_path, hound_dir):
     """As the shipped humanoid's `pelvis` group does; per-position joint noise and an object spawn are read."""
     xml = (hound_dir / "hound.xml").read_text().replace('model="hound"', 'model="trunked"')

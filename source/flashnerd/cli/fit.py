@@ -28,17 +28,20 @@ INIT_LR = 3e-4  # a fitted model adapts to a robot's data at a lower learning ra
 
 
 def adapt_model(data: str | Path | list, init: str | Path, out: Path, time_budget_s: float, seed: int, device: str,
-                mix_data: tuple[str, ...] = (), mix: float = 0.0) -> tuple[Fitter, dict]:
+                mix_data: tuple[str, ...] = (), mix: float = 0.0,
+                contact_head_steps: int = FitConfig.contact_head_steps) -> tuple[Fitter, dict]:
     """`fit --init`: the checkpoint `init` (its kind, size, contact rows and ensemble) fitted further on `data` for
-    `time_budget_s` seconds at the adaptation learning rate with early stopping, written to `out` with the held-out
-    NRMSE before and after on its card. Returns the fitter and {"fit_steps", "fit_seconds", "nrmse_card"}."""
+    `time_budget_s` seconds at the adaptation learning rate with early stopping, its contact head refitted for
+    `contact_head_steps` (0: none), written to `out` with the held-out NRMSE before and after on its card. Returns
+    the fitter and {"fit_steps", "fit_seconds", "nrmse_card"}."""
     ckpt = read_checkpoint(init)
     fit_cfg = ckpt.get("fit_config", {})
     cfg = dataclasses.replace(FitConfig(), model=ckpt["kind"], size=fit_cfg.get("size", FitConfig.size),
                               contacts=fit_cfg.get("contacts", FitConfig.contacts),
                               max_rows=fit_cfg.get("max_rows", FitConfig.max_rows), ensemble=ckpt.get("ensemble", 1),
                               max_steps=10**9, time_budget_s=time_budget_s, init=str(init), mix_data=tuple(mix_data),
-                              mix=mix, lr=INIT_LR, patience=INIT_PATIENCE, seed=seed)
+                              mix=mix, lr=INIT_LR, patience=INIT_PATIENCE, seed=seed,
+                              contact_head_steps=contact_head_steps)
     fitter = Fitter(data, cfg, device=device)
     fitter.init_from(init)
     fit = fitter.fit(out, log_dir=str(out.parent / "fit"), progress=False)

@@ -46,10 +46,12 @@ from flashnerd.envs.rsl_rl import train_policy
 from flashnerd.envs.shac import ShacCfg, train_shac
 from flashnerd.models.checkpoint import read_checkpoint
 from flashnerd.sim.scene import variant_robot
+from flashnerd.training.fit import FitConfig
 from flashnerd.viz.report import plot_improve
 
 # a run stopped before a setting existed holds its default (PPO)
-SETTING_DEFAULTS = {"algo": "ppo", "shac_horizon": None, "restart_from_policy": False}
+SETTING_DEFAULTS = {"algo": "ppo", "shac_horizon": None, "restart_from_policy": False,
+                    "contact_head_steps": FitConfig.contact_head_steps}
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -84,6 +86,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--traj_len", type=int, default=100, help="control steps per recorded trajectory")
     p.add_argument("--action_noise", type=float, default=0.3, help="largest per-world std of noise on the actions")
     p.add_argument("--fit_budget", type=float, default=120.0, help="seconds of training per refit")
+    p.add_argument("--contact_head_steps", type=int, default=FitConfig.contact_head_steps,
+                   help="steps refitting the model's contact head after every refit, as `flashnerd fit` (0: the "
+                        f"refitted models carry no head; default {FitConfig.contact_head_steps})")
     p.add_argument("--eval_episodes", type=int, default=64, help="episodes per evaluation (model and target)")
     p.add_argument("--uncertainty_penalty", type=float, default=None, help="as `flashnerd train` (ensembles)")
     p.add_argument("--uncertainty_threshold", type=float, default=None, help="as `flashnerd train` (ensembles)")
@@ -110,6 +115,8 @@ def _check(args: argparse.Namespace) -> str:
         check_positive_number(name, getattr(args, name))
     if not (math.isfinite(args.action_noise) and args.action_noise >= 0):
         raise CLIError(f"--action_noise must be a finite number >= 0, got {args.action_noise}")
+    if args.contact_head_steps < 0:
+        raise CLIError(f"--contact_head_steps must be >= 0 (0: no contact head), got {args.contact_head_steps}")
     check_file_stem(args.name)
     check_writable("out_dir", args.out_dir)
     check_device(args.device)
@@ -259,6 +266,7 @@ def _roll_out(args: argparse.Namespace, policy: str, folder: Path, minutes: floa
 
 def _refit(args: argparse.Namespace, model: str, data: list[str], out: Path) -> dict:
     """`fit --init model` on every dataset so far, for --fit_budget seconds, with early stopping."""
-    _, fit = adapt_model(data, model, out, args.fit_budget, args.seed, args.device)
+    _, fit = adapt_model(data, model, out, args.fit_budget, args.seed, args.device,
+                         contact_head_steps=args.contact_head_steps)
     return {"next_model": str(out), "fit_steps": fit["fit_steps"], "fit_seconds": fit["fit_seconds"],
             "nrmse_held_out": fit["nrmse_card"]}

@@ -26,6 +26,8 @@ import mujoco
 import numpy as np
 import torch
 
+from flashnerd.sim.naming import unused_name
+
 TILE = 6.0  # m: side of one sub-terrain (Isaac Lab: 8)
 PLATFORM = 2.0  # m: side of the flat platform in each tile's middle (Isaac Lab's; ANYmal-C is 1 m long)
 CELL = 0.1  # m between grid points (Isaac Lab's horizontal scale)
@@ -147,15 +149,17 @@ def tile_centers(field: HeightField, levels: int = LEVELS, types: int = len(TYPE
 
 
 def add_heightfield(spec: mujoco.MjSpec, field: HeightField) -> None:
-    """Add `field` to `spec` as one hfield asset and geom (colliding like the floor)."""
+    """Add `field` to `spec` as one hfield asset and geom (colliding like the floor), named `HFIELD_NAME` unless the
+    robot took that name."""
     nrow, ncol = field.heights.shape
     top = float(field.heights.max())
     hx, hy = field.half_size
-    spec.add_hfield(name=HFIELD_NAME, size=[hx, hy, max(top, 1e-6), 0.1], nrow=nrow, ncol=ncol,
-                    userdata=(field.heights / max(top, 1e-6)).ravel().tolist())
+    asset = spec.add_hfield(name=unused_name(spec.hfields, HFIELD_NAME), size=[hx, hy, max(top, 1e-6), 0.1],
+                            nrow=nrow, ncol=ncol, userdata=(field.heights / max(top, 1e-6)).ravel().tolist())
     cx, cy = field.center
-    spec.worldbody.add_geom(name=HFIELD_NAME, type=mujoco.mjtGeom.mjGEOM_HFIELD, hfieldname=HFIELD_NAME,
-                            pos=[cx, cy, 0.0], contype=1, conaffinity=1, condim=3, friction=[1.0, 0.005, 0.0001],
+    spec.worldbody.add_geom(name=unused_name(spec.geoms, HFIELD_NAME), type=mujoco.mjtGeom.mjGEOM_HFIELD,
+                            hfieldname=asset.name, pos=[cx, cy, 0.0], contype=1, conaffinity=1, condim=3,
+                            friction=[1.0, 0.005, 0.0001],
                             rgba=[0.5, 0.47, 0.42, 1.0])
 
 

@@ -39,11 +39,20 @@ def object_reaction(model: mujoco.MjModel, data: mujoco.MjData, body: int, nv_r:
     return reaction[:nv_r], inertial[:nv_r]
 
 
+def object_body(model: mujoco.MjModel, nv_r: int) -> int:
+    """The body of the scene's object (the last free joint whose DOFs follow the robot's first nv_r: objects are added
+    after the robot), found by structure since the robot may own a body named like the object; -1 when none."""
+    free = [j for j in range(model.njnt)
+            if model.jnt_type[j] == mujoco.mjtJoint.mjJNT_FREE and model.jnt_dofadr[j] >= nv_r]
+    return int(model.jnt_bodyid[free[-1]]) if free else -1
+
+
 class ReactionMeter:
     """A `mujoco` backend that also measures, in its first `worlds` worlds, the object's reaction on the robot and
-    the robot's inertial force at every physics substep. Everything else is the wrapped backend's."""
+    the robot's inertial force at every physics substep (the object: body `body`, by default the scene's free object).
+    Everything else is the wrapped backend's."""
 
-    def __init__(self, dyn: MujocoDynamics, worlds: int, body: str = "cube") -> None:
+    def __init__(self, dyn: MujocoDynamics, worlds: int, body: str | None = None) -> None:
         if not isinstance(dyn, MujocoDynamics):
             raise ValueError(f"the reaction is measured in MuJoCo; the env runs on '{type(dyn).__name__}': run it "
                              "with --dynamics mujoco")
@@ -51,9 +60,14 @@ class ReactionMeter:
             raise ValueError("the reaction meter replays MuJoCo's plain step, and this robot variant steps otherwise "
                              "(actuation delay, a torque-speed line or randomized ranges); drop --robot_variant")
         self.inner, self.model = dyn, dyn.scene
-        self.body = mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_BODY, body)
-        if self.body < 0:
-            raise ValueError(f"the scene has no body '{body}' to measure the reaction of")
+        if body is None:
+            self.body = object_body(self.model, dyn.nv_r)
+            if self.body < 0:
+                raise ValueError("the scene has no free object after the robot to measure the reaction of")
+        else:
+            self.body = mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_BODY, body)
+            if self.body < 0:
+                raise ValueError(f"the scene has no body '{body}' to measure the reaction of")
         self.datas = [mujoco.MjData(self.model) for _ in range(min(worlds, dyn.num_worlds))]
         self.reactions: list[np.ndarray] = []  # (nv_r,) per measured substep
         self.inertials: list[np.ndarray] = []

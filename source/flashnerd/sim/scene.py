@@ -11,6 +11,7 @@ import numpy as np
 from flashnerd.robots import RobotSpec, get_robot
 from flashnerd.robots.variant import load_variant
 from flashnerd.sim.actuation import actuation_for
+from flashnerd.sim.naming import unused_name
 from flashnerd.sim.randomize import randomization_for
 from flashnerd.sim.terrain import TERRAINS, add_terrain
 from flashnerd.sim.variant import apply_variant
@@ -65,16 +66,6 @@ def build_scene_spec(robot: RobotSpec, terrain: str = "flat", objects: tuple[str
     return spec
 
 
-def unused_name(elements, base: str) -> str:
-    """`base`, or `base_<k>` with the smallest k >= 1 that none of `elements` (a spec's textures, lights, ...) is
-    named."""
-    taken = {e.name for e in elements}
-    k = 0
-    while (name := base if k == 0 else f"{base}_{k}") in taken:
-        k += 1
-    return name
-
-
 def add_robot_sensors(spec: mujoco.MjSpec, robot: RobotSpec) -> None:
     """Add the sensors the analytical backends read, where the robot's MJCF lacks them: `<body>_contact` (the net
     contact force on each contact body, found + force) and `<joint>_torque` (the force of the actuator driving each
@@ -115,11 +106,12 @@ def variant_robot(name: str, path: str | None, check: bool = True) -> RobotSpec:
 
 def add_cube(spec: mujoco.MjSpec, pos, size: float = CUBE_SIZE, mass: float = CUBE_MASS) -> None:
     """A free cube (edge `size`, `mass`) at `pos`; contype/conaffinity 3 collide with the floor (bit 1) and with a
-    hand whose geoms use bit 2."""
-    body = spec.worldbody.add_body(name="cube", pos=list(pos))
-    body.add_freejoint(name="cube")
-    body.add_geom(name="cube", type=mujoco.mjtGeom.mjGEOM_BOX, size=[size / 2] * 3, mass=mass, contype=3,
-                  conaffinity=3, condim=3, friction=[1.0, 0.005, 0.0001], rgba=[0.85, 0.55, 0.15, 1.0])
+    hand whose geoms use bit 2. Its body, joint and geom are named `cube` unless the robot took that name."""
+    body = spec.worldbody.add_body(name=unused_name(spec.bodies, "cube"), pos=list(pos))
+    body.add_freejoint(name=unused_name(spec.joints, "cube"))
+    body.add_geom(name=unused_name(spec.geoms, "cube"), type=mujoco.mjtGeom.mjGEOM_BOX, size=[size / 2] * 3,
+                  mass=mass, contype=3, conaffinity=3, condim=3, friction=[1.0, 0.005, 0.0001],
+                  rgba=[0.85, 0.55, 0.15, 1.0])
 
 
 def actuator_ctrl_limits(model: mujoco.MjModel) -> np.ndarray:

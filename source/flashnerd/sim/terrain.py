@@ -24,6 +24,7 @@ import mujoco
 import numpy as np
 
 from flashnerd.sim.heightfield import PLATFORM, TILE, HeightField, add_heightfield, rough_heightfield, tile_centers
+from flashnerd.sim.naming import unused_name
 
 PLATFORM_HEIGHTS = (0.06, 0.085, 0.11, 0.135, 0.16, 0.181)  # m
 PLATFORM_EDGE = 0.75  # m: the near edge of every platform, ahead of the robot's start
@@ -87,15 +88,15 @@ def terrain_heightfield(name: str) -> HeightField | None:
 
 
 def add_terrain(spec: mujoco.MjSpec, name: str) -> None:
-    """Add terrain `name` to `spec`'s world body: its boxes (geoms `terrain_<i>`) or its heightfield, colliding like
-    the floor."""
+    """Add terrain `name` to `spec`'s world body: its boxes (geoms `terrain_<i>`, or the next free name) or its
+    heightfield, colliding like the floor."""
     field = terrain_heightfield(name)
     if field is not None:
         add_heightfield(spec, field)
     for i, box in enumerate(terrain_boxes(name)):
         spec.worldbody.add_geom(
-            name=f"terrain_{i}", type=mujoco.mjtGeom.mjGEOM_BOX, pos=list(box.center), quat=list(box.quat),
-            size=list(box.half), contype=1, conaffinity=1, condim=3, friction=[1.0, 0.005, 0.0001],
+            name=unused_name(spec.geoms, f"terrain_{i}"), type=mujoco.mjtGeom.mjGEOM_BOX, pos=list(box.center),
+            quat=list(box.quat), size=list(box.half), contype=1, conaffinity=1, condim=3, friction=[1.0, 0.005, 0.0001],
             rgba=[0.55, 0.5, 0.45, 1.0],
         )
 

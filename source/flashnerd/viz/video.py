@@ -14,7 +14,8 @@ import numpy as np
 from PIL import Image, ImageDraw
 
 from flashnerd.robots import RobotSpec
-from flashnerd.sim.scene import build_scene_spec, unused_name
+from flashnerd.sim.naming import unused_name
+from flashnerd.sim.scene import build_scene_spec
 
 
 class RobotRenderer:

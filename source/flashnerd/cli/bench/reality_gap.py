@@ -47,7 +47,7 @@ from flashnerd.envs.registry import play_variant, task_cfgs
 from flashnerd.envs.rsl_rl import train_policy
 from flashnerd.models.checkpoint import read_checkpoint
 from flashnerd.sim.scene import variant_robot
-from flashnerd.training.fit import Fitter, nrmse_before_after
+from flashnerd.training.fit import FitConfig, Fitter, nrmse_before_after
 from flashnerd.viz.report import plot_reality_gap
 
 TASK = "FlashNeRD-Velocity-Flat-Anymal-C-v0"
@@ -81,6 +81,9 @@ def add_parser(bsub: argparse._SubParsersAction) -> None:
                    help="seconds of training adapting the shipped model to the safe policy's logs")
     p.add_argument("--refit_budget", type=float, default=150.0,
                    help="seconds of training per refit on a round's rollouts (and all logs before them)")
+    p.add_argument("--contact_head_steps", type=int, default=FitConfig.contact_head_steps,
+                   help="steps refitting the model's contact head after every adaptation and refit, as `flashnerd "
+                        f"fit` (0: the models carry no head; default {FitConfig.contact_head_steps})")
     p.add_argument("--traj_len", type=int, default=100, help="control steps per logged trajectory")
     p.add_argument("--model", default="flashnerd", help="the learned backend to adapt and train PPO on")
     p.add_argument("--dynamics_checkpoint", default=None, help="the model to adapt (default: the shipped one)")
@@ -114,6 +117,8 @@ def run(args: argparse.Namespace) -> dict:
     check_file_stem(args.name)
     check_writable("out_dir", args.out_dir)
     check_device(args.device)
+    if args.contact_head_steps < 0:
+        raise CLIError(f"--contact_head_steps must be >= 0 (0: no contact head), got {args.contact_head_steps}")
     if not 0 <= args.mix < 1 or not math.isfinite(args.action_noise) or args.action_noise < 0:
         raise CLIError("--mix must lie in [0, 1) and --action_noise be a finite number >= 0")
     env_cfg, agent_cfg = task_cfgs(args.task, robot_variant=args.robot_variant)  # a bad variant fails here
@@ -136,7 +141,7 @@ def run(args: argparse.Namespace) -> dict:
         "task": args.task, "robot_variant": args.robot_variant, "variant": robot.variant.describe(),
         "model": args.model, "init": init, "rounds_per_budget": args.rounds, "iterations_per_round": per_round,
         "baseline_iterations": per_round * args.rounds, "eval_episodes": args.eval_episodes, "baselines": {},
-        "budgets": []})
+        "budgets": []}, defaults={"contact_head_steps": FitConfig.contact_head_steps})
     out.mkdir(parents=True, exist_ok=True)
     study = _Study(args, out, state, lambda: write_json(path, state), init,
                    target=str(out / f"{robot.variant.name}_robot.yaml"))
@@ -239,7 +244,7 @@ class _Study:
         """`fit --init start` on `data` (with the nominal simulation data mixed in at --mix)."""
         mix_data = (str(self.out / "sim.h5"),) if self.args.mix > 0 else ()
         return adapt_model(data, start, out, budget_s, self.args.seed, self.args.device, mix_data=mix_data,
-                           mix=self.args.mix)
+                           mix=self.args.mix, contact_head_steps=self.args.contact_head_steps)
 
     def budget(self, row: dict, steps: int) -> None:
         """One budget of robot time in --rounds parts of `steps` per robot: the safe policy's logs (the shipped model
