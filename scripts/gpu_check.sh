@@ -31,6 +31,7 @@ else
 fi
 OUT=${OUT_DIR:-logs/gpu_check}
 mkdir -p "$OUT"
+rm -f "$OUT"/*.json "$OUT/ppo/bench_ppo.json"  # a figure this run does not measure must not come from an earlier run
 : > "$OUT/stderr.log"
 TASK=FlashNeRD-Velocity-Flat-Anymal-C-v0
 # MuJoCo Warp is optional here: a machine that cannot take warp-lang's wheel (~150 MB) still measures the rest
@@ -79,11 +80,12 @@ import json, sys, pathlib, torch
 out, dev, failed = pathlib.Path(sys.argv[1]), sys.argv[2], sys.argv[3:]
 
 
-def load(name):
+def load(name):  # a measurement's JSON object, or {} where it failed
     try:
-        return json.loads((out / name).read_text())
+        value = json.loads((out / name).read_text())
     except (OSError, ValueError):
         return {}
+    return value if isinstance(value, dict) else {}
 
 
 def field(make):  # a figure whose measurement failed is null (the failure is listed)

@@ -126,3 +126,25 @@ def test_no_module_but_the_registry_lists_backend_names():
                 if any(map(_is_backend_name, [node.left, *node.comparators])):
                     found.append(f"{path.relative_to(ROOT)}:{node.lineno} compares with a backend name")
     assert not found, "\n".join(found)
+
+
+@pytest.mark.parametrize("argv, rsl_rl", [(["bench", "env", "--help"], False), (["fit", "--help"], False),
+                                          (["train", "--help"], True)])
+def test_a_command_imports_its_own_module_only(argv, rsl_rl):
+    """A run of one command imports that command's module (and rsl_rl only where the command trains or loads a
+    policy)."""
+    code = ("import sys, contextlib, io\nfrom flashnerd.cli.main import main\n"
+            f"with contextlib.suppress(SystemExit), contextlib.redirect_stdout(io.StringIO()):\n    main({argv!r})\n"
+            "print(' '.join(m for m in sys.modules if m.startswith(('flashnerd.cli.', 'rsl_rl'))))")
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
+    loaded = set(out.split())
+    commands = {m for m in loaded if m.startswith("flashnerd.cli.") and m not in
+                {"flashnerd.cli.main", "flashnerd.cli.common", "flashnerd.cli.policy", "flashnerd.cli.bench"}}
+    assert commands == {"flashnerd.cli." + ".".join(argv[:-1]).replace("-", "_")}, commands
+    assert ("rsl_rl" in loaded) == rsl_rl
+
+
+def test_an_unknown_command_is_answered_with_every_command():
+    proc = subprocess.run([sys.executable, "-m", "flashnerd.cli.main", "nope"], capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert all(c in proc.stderr for c in ("list-envs", "train", "bench", "fit-contact-head", "compare-video"))

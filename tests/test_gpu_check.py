@@ -34,12 +34,17 @@ def test_gpu_check_dry_run(tmp_path):
     assert (tmp_path / "gpu_check.json").is_file()
 
 
-def test_gpu_check_lists_a_failed_measurement_and_runs_the_rest(tmp_path):
-    """A bench that fails does not stop the others: it is listed under `failed`, its figures are null, the exit is 1."""
-    fake = tmp_path / "python"  # the project's CLI answers `{}` except `bench model`, which fails; the rest is real
-    fake.write_text(f'#!/usr/bin/env bash\nif [[ "$1" == "-m" ]]; then [[ "$4" == "model" ]] && exit 3; echo "{{}}"; '
-                    f'exit 0; fi\nexec {sys.executable} "$@"\n')
+def test_gpu_check_without_mujoco_warp_lists_a_failed_measurement_and_runs_the_rest(tmp_path):
+    """Without mujoco_warp nothing asks for mjwarp and planning is timed against MuJoCo; a bench that fails does not
+    stop the others: it is listed under `failed`, its figures are null, a stale file is not read, the exit is 1."""
+    calls = tmp_path / "calls.txt"
+    fake = tmp_path / "python"  # the project's CLI answers `{}` except `bench model`, which fails; no mujoco_warp
+    fake.write_text(f'#!/usr/bin/env bash\nif [[ "$1" == "-c" && "$2" == *mujoco_warp* ]]; then exit 1; fi\n'
+                    f'if [[ "$1" == "-m" ]]; then echo "$*" >> {calls}; [[ "$4" == "model" ]] && exit 3; '
+                    f'echo "{{}}"; exit 0; fi\nexec {sys.executable} "$@"\n')
     fake.chmod(0o755)
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "env_mjwarp.json").write_text('{"env_steps_per_s": 1.0}')  # an earlier run's
     env = {**os.environ, "OUT_DIR": str(tmp_path / "out"), "PYTHON": str(fake)}
     proc = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_check.sh"), "--dry-run"], capture_output=True,
                           text=True, env=env, timeout=300)
@@ -47,5 +52,6 @@ def test_gpu_check_lists_a_failed_measurement_and_runs_the_rest(tmp_path):
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["failed"] == ["model"]
     assert result["model_steps_per_s"] is None and result["env_steps_per_s"] == {} and result["plan_median_ms"] is None
-    log = (tmp_path / "out" / "stderr.log").read_text()
-    assert "gpu_check: plan" in log  # the last measurement still ran
+    cli = [c for c in calls.read_text().splitlines() if "flashnerd.cli.main" in c]
+    assert len(cli) == 12 and not any("mjwarp" in c for c in cli)  # 14 measurements less the two mjwarp env steps
+    assert "--dynamics mujoco,flashnerd" in cli[-1] and "bench plan" in cli[-1]

@@ -6,7 +6,6 @@ import argparse
 import dataclasses
 import json
 import os
-import re
 import tempfile
 from collections.abc import Callable, Sequence
 from datetime import datetime
@@ -20,7 +19,6 @@ from flashnerd.dynamics import check_backend
 from flashnerd.envs.config import cfg_to_dict
 from flashnerd.envs.memory import check_env_memory
 from flashnerd.envs.registry import task_cfgs, task_spec
-from flashnerd.envs.rsl_rl import make_runner, read_policy_checkpoint
 from flashnerd.robots import get_robot, is_spec_path
 
 
@@ -257,44 +255,3 @@ def dump_yaml(path: Path, cfg) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(yaml.safe_dump(cfg_to_dict(cfg), sort_keys=False))
     os.replace(tmp, path)
-
-
-def resolve_checkpoint(log_root: str, experiment: str, load_run: str | None, checkpoint: str | None) -> Path:
-    """Find a policy checkpoint like Isaac Lab: an explicit file, or the newest run matching `load_run` and the
-    highest-numbered file matching `checkpoint` inside it; the file found must read as an rsl_rl checkpoint."""
-    if checkpoint and Path(checkpoint).is_file():
-        return _checked(Path(checkpoint))
-    root = Path(log_root) / experiment
-    if checkpoint and os.sep in checkpoint:
-        raise CLIError(f"checkpoint file '{checkpoint}' does not exist")
-    if not root.is_dir():
-        raise CLIError(f"no runs under '{root}'; train first or pass --checkpoint PATH")
-    run_re = re.compile(load_run or ".*")
-    runs = sorted(d for d in root.iterdir() if d.is_dir() and run_re.fullmatch(d.name))
-    if not runs:
-        raise CLIError(f"no run in '{root}' matches --load_run '{load_run}'")
-    ckpt_re = re.compile(checkpoint or r"model_\d+\.pt")
-    files = [f for f in runs[-1].iterdir() if ckpt_re.fullmatch(f.name)]
-    if not files:
-        raise CLIError(f"no checkpoint in '{runs[-1]}' matches '{checkpoint or 'model_<it>.pt'}'")
-    return _checked(max(files, key=lambda f: [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", f.name)]))
-
-
-def _checked(path: Path) -> Path:
-    """`path` after reading it safely once, so a hostile or foreign file fails before any env or log is built."""
-    read_policy_checkpoint(str(path))
-    return path
-
-
-def load_policy(runner, path: Path, device: str):
-    """Load a runner checkpoint (read safely, see `read_policy_checkpoint`) and return its inference policy."""
-    runner.load(str(path), map_location=device)
-    return runner.get_inference_policy(device=device)
-
-
-def env_and_policy(args: argparse.Namespace):
-    """For play/eval: (wrapped env, runner, inference policy, checkpoint path, env_cfg) of `args`."""
-    env_cfg, agent_cfg = load_task_cfgs(args)
-    path = resolve_checkpoint(args.log_root, agent_cfg.experiment_name, args.load_run, args.checkpoint)
-    env, runner = make_runner(args.task, env_cfg, agent_cfg)
-    return env, runner, load_policy(runner, path, agent_cfg.device), path, env_cfg

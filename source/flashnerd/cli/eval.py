@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from flashnerd.cli.common import add_checkpoint_args, add_env_args, check_positive, env_and_policy
+from flashnerd.cli.common import add_checkpoint_args, add_env_args, check_positive
+from flashnerd.cli.policy import env_and_policy
 from flashnerd.dynamics import REFERENCE_BACKEND
 from flashnerd.envs.evaluate import evaluate_policy
 

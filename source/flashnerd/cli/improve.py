@@ -49,9 +49,8 @@ from flashnerd.sim.scene import variant_robot
 from flashnerd.training.fit import FitConfig
 from flashnerd.viz.report import plot_improve
 
-# a run stopped before a setting existed holds its default (PPO)
-SETTING_DEFAULTS = {"algo": "ppo", "shac_horizon": None, "restart_from_policy": False,
-                    "contact_head_steps": FitConfig.contact_head_steps}
+# a run stopped before a setting existed ran with what was then fixed (PPO; contact heads of 1,000 steps)
+SETTING_DEFAULTS = {"algo": "ppo", "shac_horizon": None, "restart_from_policy": False, "contact_head_steps": 1000}
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

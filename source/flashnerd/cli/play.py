@@ -9,7 +9,8 @@ from pathlib import Path
 
 import torch
 
-from flashnerd.cli.common import add_checkpoint_args, add_env_args, check_positive, env_and_policy, refuse_unless
+from flashnerd.cli.common import add_checkpoint_args, add_env_args, check_positive, refuse_unless
+from flashnerd.cli.policy import env_and_policy
 from flashnerd.cli.video import add_video_args, record_play_video, video_defaults
 from flashnerd.envs.rsl_rl import FlashNeRDRunner
 

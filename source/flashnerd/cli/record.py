@@ -17,11 +17,10 @@ from flashnerd.cli.common import (
     check_device,
     check_positive,
     check_writable,
-    load_policy,
     refuse_unless,
-    resolve_checkpoint,
     uninterrupted_cfg,
 )
+from flashnerd.cli.policy import load_policy, resolve_checkpoint
 from flashnerd.data.dataset import robot_layout
 from flashnerd.data.logs import SUFFIXES as LOG_SUFFIXES
 from flashnerd.data.logs import dataset_to_log

@@ -22,9 +22,9 @@ from flashnerd.cli.common import (
     load_task_cfgs,
     new_log_dir,
     refuse_unless,
-    resolve_checkpoint,
     write_json,
 )
+from flashnerd.cli.policy import resolve_checkpoint
 from flashnerd.dynamics.learned import MEMBER_MODES
 from flashnerd.envs.evaluate import evaluate_on_backends
 from flashnerd.envs.rsl_rl import make_runner

@@ -18,10 +18,10 @@ from flashnerd.cli.common import (
     add_env_args,
     check_positive,
     check_writable,
-    env_and_policy,
     make_env,
     uninterrupted_cfg,
 )
+from flashnerd.cli.policy import env_and_policy
 from flashnerd.dynamics import REFERENCE_BACKEND, backend_info
 from flashnerd.envs.rsl_rl import RslRlVecEnvWrapper
 from flashnerd.viz import RobotRenderer, VideoWriter, label_frame, side_by_side

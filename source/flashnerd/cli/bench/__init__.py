@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 
-from flashnerd.cli.bench import coupled, env, finetune, model, plan, ppo, reaction, reality_gap, suite
+# subcommand -> its module here, in the order of the help; a run imports only its own
+SUBCOMMANDS = {"env": "env", "model": "model", "ppo": "ppo", "suite": "suite", "coupled": "coupled",
+               "finetune": "finetune", "plan": "plan", "reality-gap": "reality_gap", "reaction": "reaction"}
 
-SUBCOMMANDS = (env, model, ppo, suite, coupled, finetune, plan, reality_gap, reaction)
 
-
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    """Register `flashnerd bench` and each subcommand's parser."""
+def add_parser(sub: argparse._SubParsersAction, subcommand: str | None = None) -> None:
+    """Register `flashnerd bench` and the parser of `subcommand` (a known one), or of every subcommand."""
     p = sub.add_parser("bench", help="benchmarks that print JSON")
     bsub = p.add_subparsers(dest="bench", required=True)
-    for command in SUBCOMMANDS:
-        command.add_parser(bsub)
+    for name in [subcommand] if subcommand in SUBCOMMANDS else SUBCOMMANDS:
+        importlib.import_module(f"{__name__}.{SUBCOMMANDS[name]}").add_parser(bsub)

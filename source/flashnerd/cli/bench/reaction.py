@@ -8,15 +8,8 @@ import json
 
 import torch
 
-from flashnerd.cli.common import (
-    CLIError,
-    add_checkpoint_args,
-    add_env_args,
-    check_positive,
-    load_policy,
-    load_task_cfgs,
-    resolve_checkpoint,
-)
+from flashnerd.cli.common import CLIError, add_checkpoint_args, add_env_args, check_positive, load_task_cfgs
+from flashnerd.cli.policy import load_policy, resolve_checkpoint
 from flashnerd.dynamics import REFERENCE_BACKEND
 from flashnerd.envs.rsl_rl import make_runner
 from flashnerd.sim.reaction import ReactionMeter
