@@ -46,7 +46,7 @@ from flashnerd.envs.rsl_rl import train_policy
 from flashnerd.envs.shac import ShacCfg, train_shac
 from flashnerd.models.checkpoint import read_checkpoint
 from flashnerd.sim.scene import variant_robot
-from flashnerd.training.fit import FitConfig
+from flashnerd.training.fit import FitConfig, check_fit_config
 from flashnerd.viz.report import plot_improve
 
 # a run stopped before a setting existed ran with what was then fixed (PPO; contact heads of 1,000 steps)
@@ -114,8 +114,7 @@ def _check(args: argparse.Namespace) -> str:
         check_positive_number(name, getattr(args, name))
     if not (math.isfinite(args.action_noise) and args.action_noise >= 0):
         raise CLIError(f"--action_noise must be a finite number >= 0, got {args.action_noise}")
-    if args.contact_head_steps < 0:
-        raise CLIError(f"--contact_head_steps must be >= 0 (0: no contact head), got {args.contact_head_steps}")
+    check_fit_config(FitConfig(contact_head_steps=args.contact_head_steps))  # the refits' setting, before any work
     check_file_stem(args.name)
     check_writable("out_dir", args.out_dir)
     check_device(args.device)

@@ -47,7 +47,7 @@ from flashnerd.envs.registry import play_variant, task_cfgs
 from flashnerd.envs.rsl_rl import train_policy
 from flashnerd.models.checkpoint import read_checkpoint
 from flashnerd.sim.scene import variant_robot
-from flashnerd.training.fit import FitConfig, Fitter, nrmse_before_after
+from flashnerd.training.fit import FitConfig, Fitter, check_fit_config, nrmse_before_after
 from flashnerd.viz.report import plot_reality_gap
 
 TASK = "FlashNeRD-Velocity-Flat-Anymal-C-v0"
@@ -117,8 +117,7 @@ def run(args: argparse.Namespace) -> dict:
     check_file_stem(args.name)
     check_writable("out_dir", args.out_dir)
     check_device(args.device)
-    if args.contact_head_steps < 0:
-        raise CLIError(f"--contact_head_steps must be >= 0 (0: no contact head), got {args.contact_head_steps}")
+    check_fit_config(FitConfig(contact_head_steps=args.contact_head_steps))  # the refits' setting, before any work
     if not 0 <= args.mix < 1 or not math.isfinite(args.action_noise) or args.action_noise < 0:
         raise CLIError("--mix must lie in [0, 1) and --action_noise be a finite number >= 0")
     env_cfg, agent_cfg = task_cfgs(args.task, robot_variant=args.robot_variant)  # a bad variant fails here
