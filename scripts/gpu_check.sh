@@ -95,8 +95,8 @@ def field(make):  # a figure whose measurement failed is null (the failure is li
         return None
 
 
-envs = lambda prefix, names: {d: load(f"{prefix}{d}.json")["env_steps_per_s"] for d in names
-                              if "env_steps_per_s" in load(f"{prefix}{d}.json")}
+envs = lambda prefix, names: {d: v for d in names
+                              if (v := load(f"{prefix}{d}.json").get("env_steps_per_s")) is not None}
 ppo, plan = load("ppo.json"), load("plan.json")
 result = {
     "device": torch.cuda.get_device_name(0) if dev == "cuda" else "cpu",
