@@ -434,3 +434,60 @@ def test_plan_table_counts_climbs_over_seeds_and_refuses_runs_that_differ_in_mor
     Path(tmp_path / "bad.json").write_text("[1, 2]")
     assert main(["plan-table", str(tmp_path / "bad.json"), "--out", str(tmp_path / "t.json")]) == 2
     assert "is not a `flashnerd plan --out` JSON" in capsys.readouterr().err
+
+
+def test_plan_table_joins_an_earlier_tables_backends_and_refuses_one_it_cannot_join(tmp_path, capsys):
+    """A backend run in a later session joins the published table: the earlier backends' rows are kept as they were,
+    the new backend's are counted from its runs, and the table may be rewritten in place; a table of other settings
+    or platforms, one that already has the backend, and malformed tables are one-line errors that write nothing."""
+    import json
+
+    from flashnerd.cli.main import main
+    from flashnerd.viz.report import render_block
+
+    def write(name: str, data: dict):
+        path = tmp_path / name
+        path.write_text(json.dumps(data))
+        return str(path)
+
+    first = [write(f"s{s}.json", _plan_json(s, {"flashnerd": [True, s == 1], "mujoco": [True, True]})) for s in (1, 2)]
+    table = tmp_path / "results" / "climb_seeds_x.json"
+    assert main(["plan-table", *first, "--out", str(table)]) == 0
+    before = json.loads(table.read_text())
+    nerd = write("n2.json", _plan_json(2, {"nerd": [False, True]}))
+    assert main(["plan-table", nerd, "--table", str(table), "--out", str(table)]) == 0
+    joined = json.loads(table.read_text())
+    assert joined["backends"]["flashnerd"] == before["backends"]["flashnerd"]
+    assert joined["backends"]["mujoco"] == before["backends"]["mujoco"]
+    assert joined["seeds"] == [1, 2] and joined["runs"] == [*first, nerd]
+    assert joined["backends"]["nerd"]["seeds"] == [2] and joined["backends"]["nerd"]["per_platform"] == {
+        "0": [0, 1], "1": [1, 1]}
+    assert {k: joined[k] for k in before if k not in ("backends", "runs")} == {
+        k: before[k] for k in before if k not in ("backends", "runs")}
+    text = render_block("climb_seeds_x", table.parent)
+    assert "| `flashnerd` | 1, 2 | 3/4 (2, 1) | 1.5 |" in text
+    assert "| `nerd` | 2 | 1/2 (1) | 1.0 | 35 | 0/1 | 1/1 |" in text
+    # a new seed of a new backend extends the table's seeds
+    rwm = write("r3.json", _plan_json(3, {"rwm": [True, True]}))
+    assert main(["plan-table", rwm, "--table", str(table), "--out", str(tmp_path / "t3.json")]) == 0
+    assert json.loads((tmp_path / "t3.json").read_text())["seeds"] == [1, 2, 3]
+
+    def refused(runs: list[str], earlier: str, message: str) -> None:
+        capsys.readouterr()
+        assert main(["plan-table", *runs, "--table", earlier, "--out", str(tmp_path / "t.json")]) == 2
+        err = capsys.readouterr().err.strip()
+        assert message in err and len(err.splitlines()) == 1, err
+        assert not (tmp_path / "t.json").exists()
+
+    refused([write("h.json", _plan_json(3, {"rwm": [True, True]}, horizon=7))], str(table), "other horizon")
+    refused([write("p.json", _plan_json(3, {"rwm": [True]}))], str(table), "run the same platforms")
+    refused([write("f.json", _plan_json(3, {"flashnerd": [True, True]}))], str(table),
+            "already has backend 'flashnerd'")
+    malformed = json.loads(table.read_text())
+    malformed["backends"]["nerd"]["climbs_per_seed"] = [1, 1]  # two seeds' counts for one seed
+    refused([rwm], write("m1.json", malformed), "backend 'nerd' is not a table row")
+    del malformed["backends"]["nerd"]
+    malformed["backends"]["mujoco"]["per_platform"].pop("1")
+    refused([rwm], write("m2.json", malformed), "backend 'mujoco' is not a table row")
+    refused([rwm], write("m3.json", _plan_json(1, {"nerd": [True, True]})), "is not a `flashnerd plan-table` JSON")
+    refused([rwm], str(tmp_path / "missing.json"), "is not a readable `flashnerd plan-table` JSON")

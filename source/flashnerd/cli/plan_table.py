@@ -1,5 +1,6 @@
 """`flashnerd plan-table`: the climbing table over planner seeds (the seed's Table II as counts over seeds) from the
-JSON files of several `flashnerd plan --out` runs that differ only in `--seed`."""
+JSON files of several `flashnerd plan --out` runs that differ only in `--seed`, optionally joining the backends of an
+earlier table (a backend run in a later session, whose per-seed files of the other backends are gone)."""
 
 from __future__ import annotations
 
@@ -12,11 +13,22 @@ import numpy as np
 from flashnerd.cli.common import CLIError, check_writable, write_json
 from flashnerd.cli.plan import PLAN_SETTINGS, SETTING_DEFAULTS
 
+# what runs of one table share: every plan setting but the seed, and the thread count (planning times are compared)
+TABLE_SETTINGS = [k for k in PLAN_SETTINGS if k != "seed"] + ["threads"]
+
+
+def _setting(run: dict, key: str):
+    """A run's or table's setting; a file written before a setting existed holds its default."""
+    return run.get(key, SETTING_DEFAULTS.get(key))
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("plan-table", help="climbs per platform and planning time over the seeds of several plan runs")
     p.add_argument("runs", nargs="+", help="JSON files written by `flashnerd plan --out`, one per planner seed")
     p.add_argument("--out", required=True, help="the table's JSON (e.g. docs/results/climb_seeds_<name>.json)")
+    p.add_argument("--table", default=None,
+                   help="an earlier plan-table JSON whose backends are kept; the runs add other backends planned with "
+                        "the same settings on the same platforms (it may be --out itself)")
     p.set_defaults(func=run)
 
 
@@ -25,6 +37,8 @@ def run(args: argparse.Namespace) -> dict:
     check_writable("out", args.out)
     runs = [_read(Path(path)) for path in args.runs]
     table = merge_runs(runs, [str(p) for p in args.runs])
+    if args.table:
+        table = join_table(_read_table(Path(args.table)), table, args.table)
     write_json(Path(args.out), table)
     print(json.dumps({b: {k: r[k] for k in ("seeds", "climbs_per_seed", "median_planning_ms")}
                       for b, r in table["backends"].items()}))
@@ -44,13 +58,69 @@ def _read(path: Path) -> dict:
     return data
 
 
+def _read_table(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        raise CLIError(f"--table '{path}' is not a readable `flashnerd plan-table` JSON ({err}); pass one") from None
+    if not (isinstance(data, dict) and isinstance(data.get("backends"), dict) and _ints(data.get("seeds"))
+            and isinstance(data.get("runs"), list) and isinstance(data.get("platforms"), list)
+            and all(isinstance(p, dict) and isinstance(p.get("lane"), int) and _number(p.get("height"))
+                    for p in data["platforms"])):
+        raise CLIError(f"--table '{path}' is not a `flashnerd plan-table` JSON (seeds, runs, platforms and backends); "
+                       "pass a file that command wrote")
+    lanes = [str(p["lane"]) for p in data["platforms"]]
+    if bad := [b for b, r in data["backends"].items() if not _is_table_backend(r, lanes)]:
+        raise CLIError(f"--table '{path}': backend '{bad[0]}' is not a table row (seeds, climbs and planning times per "
+                       "seed, per_platform counts of every platform); pass a file `flashnerd plan-table` wrote")
+    return data
+
+
+def _number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _ints(x) -> bool:
+    return isinstance(x, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in x)
+
+
+def _is_table_backend(r, lanes: list[str]) -> bool:
+    """Whether `r` has the shape of a backend's row in a plan-table JSON, one entry per seed, every platform counted."""
+    if not (isinstance(r, dict) and _ints(r.get("seeds")) and _ints(r.get("climbs_per_seed"))
+            and _ints(r.get("platforms_per_seed")) and _number(r.get("median_planning_ms"))
+            and isinstance(r.get("median_planning_ms_per_seed"), list)
+            and all(_number(ms) for ms in r["median_planning_ms_per_seed"])
+            and isinstance(r.get("per_platform"), dict) and sorted(r["per_platform"]) == sorted(lanes)):
+        return False
+    per_seed = (r["climbs_per_seed"], r["platforms_per_seed"], r["median_planning_ms_per_seed"])
+    return len(r["seeds"]) > 0 and all(len(x) == len(r["seeds"]) for x in per_seed) and all(
+        _ints(c) and len(c) == 2 for c in r["per_platform"].values())
+
+
+def join_table(earlier: dict, table: dict, name: str) -> dict:
+    """An earlier plan-table's backends joined with `table`'s (both from `merge_runs`): the same settings and
+    platforms are required, a backend in both is refused (which of its seeds to keep is the user's call)."""
+    if differ := [k for k in TABLE_SETTINGS if _setting(earlier, k) != _setting(table, k)]:
+        raise CLIError(f"--table '{name}' was planned with other {', '.join(differ)} than the runs; a table over seeds "
+                       "needs one planner setting")
+    if earlier["platforms"] != table["platforms"]:
+        raise CLIError(f"--table '{name}' holds platforms {[p['lane'] for p in earlier['platforms']]}, the runs "
+                       f"{[p['lane'] for p in table['platforms']]}; run the same platforms")
+    if both := [b for b in table["backends"] if b in earlier["backends"]]:
+        raise CLIError(f"--table '{name}' already has backend '{both[0]}'; pass all its runs without --table, or "
+                       "only other backends' runs")
+    joined = dict(table)
+    joined.update(seeds=earlier["seeds"] + [s for s in table["seeds"] if s not in earlier["seeds"]],
+                  runs=earlier["runs"] + table["runs"], backends={**earlier["backends"], **table["backends"]})
+    return joined
+
+
 def _is_backend_result(r) -> bool:
     """Whether `r` has the shape of a backend's entry in a plan JSON (what `merge_runs` reads of it)."""
-    number = lambda x: isinstance(x, (int, float)) and not isinstance(x, bool)  # noqa: E731
     return isinstance(r, dict) and isinstance(r.get("per_platform"), list) and all(
-        isinstance(p, dict) and isinstance(p.get("lane"), int) and number(p.get("height"))
+        isinstance(p, dict) and isinstance(p.get("lane"), int) and _number(p.get("height"))
         and isinstance(p.get("climbed"), bool) and isinstance(p.get("planning_ms", []), list)
-        and all(number(ms) for ms in p.get("planning_ms", [])) for p in r["per_platform"])
+        and all(_number(ms) for ms in p.get("planning_ms", [])) for p in r["per_platform"])
 
 
 def merge_runs(runs: list[dict], names: list[str]) -> dict:
@@ -58,12 +128,10 @@ def merge_runs(runs: list[dict], names: list[str]) -> dict:
     total, climbs per platform counted over seeds, and the median planning time over all its decisions (and per
     seed). A run of other settings or thread count, a seed given twice, a backend planned with another checkpoint, on
     other platforms, or whose run is incomplete are one-line errors naming the file."""
-    settings = [k for k in PLAN_SETTINGS if k != "seed"] + ["threads"]  # threads: planning times are compared
     first = runs[0]
-    value = lambda run, key: run.get(key, SETTING_DEFAULTS.get(key))  # noqa: E731 (files from before a setting existed)
     seeds: list[int] = []
     for run, name in zip(runs, names):
-        differ = [k for k in settings if value(run, k) != value(first, k)]
+        differ = [k for k in TABLE_SETTINGS if _setting(run, k) != _setting(first, k)]
         if differ:
             raise CLIError(f"'{name}' was planned with other {', '.join(differ)} than '{names[0]}'; a table over seeds "
                            "needs runs that differ only in --seed")
@@ -89,7 +157,7 @@ def merge_runs(runs: list[dict], names: list[str]) -> dict:
             entry["runs"].append((run["seed"], r["per_platform"]))
             lanes.update({p["lane"]: p["height"] for p in r["per_platform"]})
     order = sorted(lanes)
-    out = {k: value(first, k) for k in ("task", *settings)}
+    out = {k: _setting(first, k) for k in TABLE_SETTINGS}
     out.update(seeds=seeds, runs=names,
                platforms=[{"lane": lane, "height": lanes[lane]} for lane in order], backends={})
     for backend, entry in backends.items():
@@ -109,4 +177,4 @@ def merge_runs(runs: list[dict], names: list[str]) -> dict:
     return out
 
 
-__all__ = ["add_parser", "merge_runs", "run"]
+__all__ = ["add_parser", "join_table", "merge_runs", "run"]
