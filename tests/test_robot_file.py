@@ -476,6 +476,36 @@ def test_a_variant_of_a_robot_from_a_spec_file_is_checked_with_its_spec(tmp_path
         assert len(err.splitlines()) == 1 and re.search(message, err), err
 
 
+def test_a_robot_owning_the_payloads_name_keeps_its_body_and_the_payload_is_drawn_on_the_added_one(tmp_path,
+                                                                                                      hound_dir):
+    """A robot body `variant_payload` (with mass of its own) does not clash with a variant's payload: the payload takes
+    the next free name, is found by structure, and a randomized payload mass is written to it, never to the robot's
+    body; a randomized mass scale scales the robot's body and leaves the payload alone."""
+    from flashnerd.sim.variant import payload_body
+
+    xml = (hound_dir / "hound.xml").read_text().replace('model="hound"', 'model="laden"')
+    xml = xml.replace('<geom class="visual" type="mesh" mesh="shell"/>', '<geom class="visual" type="mesh" '
+                      'mesh="shell"/><body name="variant_payload" pos="0 0 0.06"><inertial mass="0.3" pos="0 0 0" '
+                      'diaginertia="1e-4 1e-4 1e-4"/></body>', 1)
+    shutil.copytree(hound_dir / "meshes", tmp_path / "l" / "meshes")
+    robot = get_robot(str(_write_spec(tmp_path / "l", "mjcf: robot.xml\n", xml)))
+    variant = tmp_path / "v.yaml"
+    variant.write_text("robot: laden\npayload: {body: base, mass: 2.0, pos: [0.05, 0.0, 0.02]}\n"
+                       "mass_scale: {'variant_payload|base': 1.5}\n"
+                       "randomize: {payload.mass: [0.0, 4.0], mass_scale: [0.5, 2.0]}\n")
+    laden = robot.with_variant(load_variant(variant))
+    fixed = build_scene(laden.with_variant(load_variant(variant).fixed()))
+    own, added = fixed.body("variant_payload").id, payload_body(fixed, laden.variant)
+    assert fixed.body(added).name == "variant_payload_1" and fixed.body_parentid[added] == fixed.body("base").id
+    assert np.allclose(fixed.body_pos[added], [0.05, 0.0, 0.02]) and fixed.body_mass[added] == pytest.approx(2.0)
+    assert fixed.body_mass[own] == pytest.approx(0.45)  # the robot's own body is scaled as the regex says
+    torch.manual_seed(0)
+    dyn = make_dynamics("mujoco", laden, 4)
+    draws = dyn.draws  # (worlds, [payload.mass, mass_scale])
+    for model, (mass, scale) in zip(dyn._models, draws):
+        assert model.body_mass[added] == pytest.approx(mass) and model.body_mass[own] == pytest.approx(0.3 * scale)
+
+
 WAISTED = """<mujoco model="waisted"><compiler angle="radian"/><worldbody>
   <body name="torso" pos="0 0 1.0"><freejoint/><geom type="box" size="0.1 0.15 0.2"/>
     <body name="waist" pos="0 0 -0.25"><joint name="waist_joint" axis="0 0 1"/><geom type="sphere" size="0.08"/>

@@ -30,7 +30,7 @@ import torch
 
 from flashnerd.robots import RobotSpec
 from flashnerd.robots.variant import VariantError
-from flashnerd.sim.variant import PAYLOAD_BODY
+from flashnerd.sim.variant import payload_body
 
 
 @dataclass(frozen=True)
@@ -116,13 +116,14 @@ def randomization_for(robot: RobotSpec, model: mujoco.MjModel) -> Randomization 
     joint_names = _names(model, mujoco.mjtObj.mjOBJ_JOINT, joints)
     acts = np.arange(model.nu)
     act_names = _names(model, mujoco.mjtObj.mjOBJ_ACTUATOR, acts)
+    payload = payload_body(model, variant)
     paths, low, high, writes = [], [], [], []
     for path, (lo, hi) in variant.randomized.items():
         section, _, key = path.partition(".")
         if path == "payload.mass":
-            ws = [FieldWrite("body_mass", np.array([model.body(PAYLOAD_BODY).id]), None, False)]
+            ws = [FieldWrite("body_mass", np.array([payload]), None, False)]
         elif path == "mass_scale":  # the payload's mass is its own key (sim/variant.py leaves it unscaled too)
-            ids = _match(v["mass_scale"], [n if n != PAYLOAD_BODY else "" for n in body_names], bodies)
+            ids = _match(v["mass_scale"], [n if b != payload else "" for b, n in zip(bodies, body_names)], bodies)
             ws = [FieldWrite("body_mass", ids, None, True), FieldWrite("body_inertia", ids, None, True)]
         elif path == "friction_scale":
             body_name = dict(zip(bodies, body_names))

@@ -14,8 +14,9 @@ import mujoco
 import numpy as np
 
 from flashnerd.robots.variant import RobotVariant, VariantError
+from flashnerd.sim.naming import unused_name
 
-PAYLOAD_BODY = "variant_payload"
+PAYLOAD_BODY = "variant_payload"  # the payload body's name, or the first free `variant_payload_<k>`
 GROUND_FRICTION = 1.0  # sliding friction of the floor and of every terrain box (sim/scene.py, sim/terrain.py)
 PAYLOAD_INERTIA = 1e-6  # kg m^2 on each axis: a point mass, but MuJoCo needs a positive inertia
 
@@ -28,6 +29,15 @@ def _matching(where: str, pattern: str, named: list) -> list:
     return found
 
 
+def payload_body(model: mujoco.MjModel, variant: RobotVariant) -> int | None:
+    """Body id of the payload `apply_variant` added to the compiled `model` (None without one): the last child of the
+    payload's parent, found by structure because the robot may already use the payload's usual name."""
+    if "payload" not in variant.spec:
+        return None
+    parent = model.body(variant.spec["payload"]["body"]).id
+    return int(np.flatnonzero(model.body_parentid == parent)[-1])
+
+
 def apply_variant(spec: mujoco.MjSpec, variant: RobotVariant) -> None:
     """Edit `spec` (the robot alone) as `variant` says."""
     v, where = variant.spec, variant.source or variant.name
@@ -36,9 +46,10 @@ def apply_variant(spec: mujoco.MjSpec, variant: RobotVariant) -> None:
     if "payload" in v:
         p = v["payload"]
         parent = _matching(f"{where}: payload.body", re.escape(p["body"]), bodies)[0]
-        # the mass sits at the body's origin (an unset ipos would let MuJoCo move the frame instead)
-        parent.add_body(name=PAYLOAD_BODY, pos=p["pos"], ipos=[0.0, 0.0, 0.0], explicitinertial=True,
-                        mass=p["mass"], inertia=[PAYLOAD_INERTIA] * 3)
+        # the mass sits at the body's origin (an unset ipos would let MuJoCo move the frame instead); the body is the
+        # parent's last child, which is how `payload_body` finds it in the compiled model
+        parent.add_body(name=unused_name(spec.bodies, PAYLOAD_BODY), pos=p["pos"], ipos=[0.0, 0.0, 0.0],
+                        explicitinertial=True, mass=p["mass"], inertia=[PAYLOAD_INERTIA] * 3)
     for pattern, factor in v.get("mass_scale", {}).items():
         factor = 1.0 if "mass_scale" in drawn else factor
         for body in _matching(f"{where}: mass_scale", pattern, bodies):
