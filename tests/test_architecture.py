@@ -139,7 +139,8 @@ def test_a_command_imports_its_own_module_only(argv, rsl_rl):
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
     loaded = set(out.split())
     commands = {m for m in loaded if m.startswith("flashnerd.cli.") and m not in
-                {"flashnerd.cli.main", "flashnerd.cli.common", "flashnerd.cli.policy", "flashnerd.cli.bench"}}
+                {"flashnerd.cli.main", "flashnerd.cli.common", "flashnerd.cli.policy", "flashnerd.cli.overrides",
+                 "flashnerd.cli.bench"}}
     assert commands == {"flashnerd.cli." + ".".join(argv[:-1]).replace("-", "_")}, commands
     assert ("rsl_rl" in loaded) == rsl_rl
 

@@ -6,6 +6,7 @@ import argparse
 import json
 
 from flashnerd.cli.common import add_checkpoint_args, add_env_args, check_positive
+from flashnerd.cli.overrides import add_override_arg
 from flashnerd.cli.policy import env_and_policy
 from flashnerd.dynamics import REFERENCE_BACKEND
 from flashnerd.envs.evaluate import evaluate_policy
@@ -16,6 +17,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_env_args(p)
     add_checkpoint_args(p)
     p.add_argument("--episodes", type=int, default=64, help="episodes to run (one per world)")
+    add_override_arg(p)
     p.set_defaults(func=run, dynamics=REFERENCE_BACKEND)
 
 

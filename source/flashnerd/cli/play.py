@@ -10,6 +10,7 @@ from pathlib import Path
 import torch
 
 from flashnerd.cli.common import add_checkpoint_args, add_env_args, check_positive, refuse_unless
+from flashnerd.cli.overrides import add_override_arg
 from flashnerd.cli.policy import env_and_policy
 from flashnerd.cli.video import add_video_args, record_play_video, video_defaults
 from flashnerd.envs.rsl_rl import FlashNeRDRunner
@@ -24,6 +25,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--steps", type=int, default=None, help=f"control steps to roll out (default {PLAY_STEPS})")
     p.add_argument("--video", action="store_true", help="record an MP4 of world 0 (<run>/videos/play/)")
     add_video_args(p, length=PLAY_STEPS, optional=True)
+    add_override_arg(p)
     p.set_defaults(func=run)
 
 

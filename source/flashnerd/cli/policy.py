@@ -9,7 +9,8 @@ import os
 import re
 from pathlib import Path
 
-from flashnerd.cli.common import CLIError, load_task_cfgs
+from flashnerd.cli.common import CLIError
+from flashnerd.cli.overrides import task_cfgs_with_overrides
 from flashnerd.envs.rsl_rl import make_runner, read_policy_checkpoint
 
 
@@ -48,7 +49,7 @@ def load_policy(runner, path: Path, device: str):
 
 def env_and_policy(args: argparse.Namespace):
     """For play/eval: (wrapped env, runner, inference policy, checkpoint path, env_cfg) of `args`."""
-    env_cfg, agent_cfg = load_task_cfgs(args)
+    env_cfg, agent_cfg = task_cfgs_with_overrides(args)
     path = resolve_checkpoint(args.log_root, agent_cfg.experiment_name, args.load_run, args.checkpoint)
     env, runner = make_runner(args.task, env_cfg, agent_cfg)
     return env, runner, load_policy(runner, path, agent_cfg.device), path, env_cfg

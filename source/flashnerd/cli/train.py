@@ -24,6 +24,7 @@ from flashnerd.cli.common import (
     refuse_unless,
     write_json,
 )
+from flashnerd.cli.overrides import add_override_arg, apply_overrides
 from flashnerd.cli.policy import resolve_checkpoint
 from flashnerd.dynamics.learned import MEMBER_MODES
 from flashnerd.envs.evaluate import evaluate_on_backends
@@ -64,6 +65,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "every step, or one per episode (default: mean)")
     p.add_argument("--eval_episodes", type=int, default=64,
                    help="after training, evaluate this many episodes on the training backend and in MuJoCo (0: skip)")
+    add_override_arg(p, roots="env, agent, and shac with --algo shac")
     p.set_defaults(func=run)
 
 
@@ -72,7 +74,6 @@ ALGOS = ("ppo", "shac")
 
 def run(args: argparse.Namespace) -> dict:
     env_cfg, agent_cfg = load_task_cfgs(args)
-    shac_cfg = shac_args(args, env_cfg)
     check_positive("max_iterations", args.max_iterations)
     check_positive("save_interval", args.save_interval)
     check_positive_number("max_seconds", args.max_seconds)
@@ -87,6 +88,13 @@ def run(args: argparse.Namespace) -> dict:
         agent_cfg.run_name = args.run_name
     if args.logger is not None:
         agent_cfg.logger = args.logger
+    apply_overrides({"env": env_cfg, "agent": agent_cfg}, args.overrides, later=("shac",))  # after the flags
+    shac_cfg = shac_args(args, env_cfg)
+    shac_items = [item for item in args.overrides if item.partition(".")[0] == "shac"]
+    if shac_items and shac_cfg is None:
+        raise CLIError(f"override '{shac_items[0]}' sets SHAC's config; add --algo shac, or drop it")
+    if shac_cfg is not None:
+        apply_overrides({"shac": shac_cfg}, shac_items)
     refuse_unless(args.resume, args, ("checkpoint", "load_run"),
                   "only pick the run that --resume continues; add --resume, or drop them to train from scratch")
     check_plain_name("experiment_name", args.experiment_name)

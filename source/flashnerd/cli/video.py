@@ -21,6 +21,7 @@ from flashnerd.cli.common import (
     make_env,
     uninterrupted_cfg,
 )
+from flashnerd.cli.overrides import add_override_arg
 from flashnerd.cli.policy import env_and_policy
 from flashnerd.dynamics import REFERENCE_BACKEND, backend_info
 from flashnerd.envs.rsl_rl import RslRlVecEnvWrapper
@@ -55,6 +56,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_checkpoint_args(p)
     add_video_args(p, length=250)
     p.add_argument("--out", default=None, help="MP4 path (default: <run>/videos/compare_<dynamics>.mp4)")
+    add_override_arg(p)
     p.set_defaults(func=run_compare, dynamics="flashnerd")
 
 

@@ -10,7 +10,8 @@ import time
 
 import torch
 
-from flashnerd.cli.common import add_env_args, check_positive, load_task_cfgs, make_env
+from flashnerd.cli.common import add_env_args, check_positive, make_env
+from flashnerd.cli.overrides import add_override_arg, task_cfgs_with_overrides
 from flashnerd.dynamics import backend_info
 
 
@@ -19,6 +20,7 @@ def add_parser(bsub: argparse._SubParsersAction) -> None:
     add_env_args(e, num_envs=1024)
     e.add_argument("--steps", type=int, default=50, help="timed control steps")
     e.add_argument("--warmup", type=int, default=5, help="untimed control steps first")
+    add_override_arg(e)
     e.set_defaults(func=run)
 
 
@@ -43,7 +45,7 @@ def _env_steps_per_second(task: str, env_cfg, steps: int, warmup: int) -> float:
 def run(args: argparse.Namespace) -> dict:
     """Time the task's env on its backend; a threaded backend is timed on one thread too, in the same run."""
     check_positive("steps", args.steps)
-    env_cfg, _ = load_task_cfgs(args)
+    env_cfg, _ = task_cfgs_with_overrides(args)
     result = {"task": args.task, "dynamics": env_cfg.dynamics, "num_envs": env_cfg.num_envs,
               "device": env_cfg.device, "steps": args.steps}
     result["env_steps_per_s"] = round(_env_steps_per_second(args.task, env_cfg, args.steps, args.warmup), 1)

@@ -1,0 +1,109 @@
+"""Config overrides on the command line (`env.rewards.x.weight=0.5`, `agent.algorithm.learning_rate=3e-4`)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+import flashnerd_tasks  # noqa: F401
+from flashnerd.cli.common import CLIError
+from flashnerd.cli.main import main
+from flashnerd.cli.overrides import apply_overrides
+from flashnerd.envs.registry import task_cfgs
+from flashnerd.envs.shac import ShacCfg
+
+TASK = "FlashNeRD-Velocity-Flat-Anymal-C-v0"
+
+
+@pytest.fixture
+def cfgs():
+    env_cfg, agent_cfg = task_cfgs(TASK)
+    return {"env": env_cfg, "agent": agent_cfg, "shac": ShacCfg()}
+
+
+def test_each_kind_of_field_takes_a_value_of_its_type(cfgs):
+    env, agent, shac = cfgs["env"], cfgs["agent"], cfgs["shac"]
+    applied = apply_overrides(cfgs, [
+        "env.rewards.feet_air_time.weight=0.5",            # float
+        "env.rewards.track_lin_vel_xy_exp.params.std=1",   # an entry of a term's params, an int where a float was
+        "agent.num_steps_per_env=16",                      # int
+        "agent.policy.actor_obs_normalization=true",       # bool
+        "env.commands.lin_vel_x=[0.5, 1.0]",               # tuple
+        "agent.policy.actor_hidden_dims=[64, 32]",         # list, of another length
+        "agent.run_name=007",                              # a string field keeps the text as written
+        "agent.algorithm.learning_rate=3e-4",              # a number YAML 1.1 reads as a string
+        "env.rewards.undesired_contacts=null",             # a reward term dropped
+        "env.observations.policy.terms.base_lin_vel=null",  # an observation term dropped
+        "shac.betas=[0.8, 0.99]",
+    ])
+    assert len(applied) == 11 and agent.algorithm.learning_rate == 3e-4
+    assert env.rewards["feet_air_time"].weight == 0.5
+    assert env.rewards["track_lin_vel_xy_exp"].params["std"] == 1.0
+    assert isinstance(env.rewards["track_lin_vel_xy_exp"].params["std"], float)
+    assert agent.num_steps_per_env == 16 and agent.policy.actor_obs_normalization is True
+    assert env.commands.lin_vel_x == (0.5, 1.0) and agent.policy.actor_hidden_dims == [64, 32]
+    assert agent.run_name == "007" and shac.betas == (0.8, 0.99)
+    assert "undesired_contacts" not in env.rewards and "base_lin_vel" not in env.observations["policy"].terms
+    assert set(env.rewards) == set(task_cfgs(TASK)[0].rewards) - {"undesired_contacts"}
+
+
+def test_an_optional_field_is_set_and_unset():
+    env, _ = task_cfgs("FlashNeRD-Reorient-Cube-Yaw-Allegro-v0")
+    apply_overrides({"env": env}, ["env.goal.yaw_range=[0.2, 0.4]", "env.object_mass=0.3"])
+    assert env.goal.yaw_range == (0.2, 0.4) and env.object_mass == 0.3
+    apply_overrides({"env": env}, ["env.goal.yaw_range=null"])
+    assert env.goal.yaw_range is None
+
+
+@pytest.mark.parametrize("item, message", [
+    ("env.rewards.feet_air_tim.weight=0.5", "env.rewards has no 'feet_air_tim'; did you mean feet_air_time"),
+    ("env.episode_length=10", "env has no 'episode_length'; did you mean episode_length_s"),
+    ("agent.num_steps_per_env=1.5", "takes an integer"),
+    ("agent.policy.actor_obs_normalization=1", "takes true or false"),
+    ("env.rewards.feet_air_time.weight=high", "takes a finite number"),
+    ("env.rewards.feet_air_time.weight=.inf", "takes a finite number"),
+    ("env.commands.lin_vel_x=[0.5]", "takes a list of 2 values"),
+    ("env.commands.lin_vel_x=[0.5, fast]", "env.commands.lin_vel_x[1] takes a finite number"),
+    ("env.rewards.feet_air_time.func=os:system", "takes no value from the command line (it is code"),
+    ("env.commands=null", "takes no value from the command line"),
+    ("env.rewards.feet_air_time.params={a: 1}", "no whole mapping"),
+    ("env.seed=null", "takes an integer"),
+    ("env.goal.yaw_range=[0.1, 0.2]", "env.goal is not set (null) on this task"),
+    ("env.num_envs", "is not KEY=VALUE"),
+    ("num_envs=4", "is not KEY=VALUE"),
+    ("policy.seed=1", "unknown root 'policy'"),
+    ("env.seed=[1", "the value is not YAML"),
+    ("env.rewards.feet_air_time.weight=!!python/object/apply:os.system [echo]", "the value is not YAML"),
+])
+def test_a_bad_override_is_a_one_line_error_naming_the_key(cfgs, item, message):
+    with pytest.raises(CLIError) as err:
+        apply_overrides(cfgs, [item])
+    assert message in str(err.value) and len(str(err.value).splitlines()) == 1, str(err.value)
+
+
+def test_overrides_reach_the_run_and_its_saved_configs(tmp_path, capsys):
+    """`train` applies them after its flags and saves them in params/; SHAC's need --algo shac; `eval` and `bench env`
+    take them too."""
+    log_root = tmp_path / "logs"
+    assert main(["train", "--task", TASK, "--num_envs", "4", "--max_iterations", "1", "--eval_episodes", "0",
+                 "--log_root", str(log_root), "env.rewards.undesired_contacts=null",
+                 "agent.algorithm.learning_rate=3e-4", "agent.num_steps_per_env=4"]) == 0
+    params = next(log_root.glob("*/*/params"))
+    agent = yaml.safe_load((params / "agent.yaml").read_text())
+    env = yaml.safe_load((params / "env.yaml").read_text())
+    assert agent["algorithm"]["learning_rate"] == 3e-4 and agent["num_steps_per_env"] == 4
+    assert "undesired_contacts" not in env["rewards"] and "feet_air_time" in env["rewards"]
+    capsys.readouterr()
+    for argv, message in (
+            (["train", "--task", TASK, "--num_envs", "4", "--log_root", str(log_root), "shac.horizon=8"],
+             "sets SHAC's config; add --algo shac"),
+            (["eval", "--task", TASK, "--num_envs", "2", "--log_root", str(log_root), "env.rewardz.x=1"],
+             "env has no 'rewardz'; did you mean rewards")):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err.strip()
+        assert message in err and len(err.splitlines()) == 1, err
+    assert main(["bench", "env", "--task", TASK, "--num_envs", "2", "--steps", "1", "--warmup", "0",
+                 "env.rewards.feet_air_time=null"]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["env_steps_per_s"] > 0
