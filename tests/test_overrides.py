@@ -107,3 +107,30 @@ def test_overrides_reach_the_run_and_its_saved_configs(tmp_path, capsys):
     assert main(["bench", "env", "--task", TASK, "--num_envs", "2", "--steps", "1", "--warmup", "0",
                  "env.rewards.feet_air_time=null"]) == 0
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["env_steps_per_s"] > 0
+
+
+def test_bench_ppo_applies_them_to_every_run_and_resumes_only_with_the_same(tmp_path, capsys, monkeypatch):
+    import flashnerd.cli.bench.ppo as bench_ppo
+
+    trained = []
+    real = bench_ppo.train_policy
+
+    def spy(task, env_cfg, agent_cfg, *args, **kwargs):  # the configs the run trains with, then the real run
+        trained.append((env_cfg, agent_cfg))
+        return real(task, env_cfg, agent_cfg, *args, **kwargs)
+
+    monkeypatch.setattr(bench_ppo, "train_policy", spy)
+    out = tmp_path / "bench"
+    argv = ["bench", "ppo", "--task", TASK, "--dynamics", "mujoco", "--num_envs", "4", "--max_iterations", "1",
+            "--eval_episodes", "1", "--out_dir", str(out), "agent.num_steps_per_env=3",
+            "env.rewards.feet_air_time=null"]
+    assert main(argv) == 0
+    data = json.loads((out / "bench_ppo.json").read_text())
+    assert data["overrides"] == ["agent.num_steps_per_env=3", "env.rewards.feet_air_time=null"]
+    (env_cfg, agent_cfg), = trained
+    assert agent_cfg.num_steps_per_env == 3 and "feet_air_time" not in env_cfg.rewards
+    assert len(data["backends"]["mujoco"]["curve"]) == 1
+    capsys.readouterr()
+    assert main([*argv[:-1], "--resume"]) == 2  # one override fewer: not the same benchmark
+    err = capsys.readouterr().err.strip()
+    assert "was run with other overrides" in err and len(err.splitlines()) == 1, err

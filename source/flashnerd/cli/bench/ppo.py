@@ -26,6 +26,7 @@ from flashnerd.cli.common import (
     checkpoints_by_kind,
     write_json,
 )
+from flashnerd.cli.overrides import add_override_arg, apply_overrides
 from flashnerd.cli.train import ALGOS
 from flashnerd.dynamics import REFERENCE_BACKEND
 from flashnerd.envs.evaluate import evaluate_on_backends
@@ -76,6 +77,8 @@ def add_parser(bsub: argparse._SubParsersAction) -> None:
                    help="another robot for a task that takes any (the velocity tasks): a name or a spec file "
                         "(docs/howto/bring_your_robot.md); every policy is evaluated in MuJoCo on it")
     add_training_bench_args(p, "logs/bench_ppo", "bench_ppo", "the JSON and the plot")
+    add_override_arg(p, roots="env and agent for every run, shac for the SHAC runs; the MuJoCo evaluations use the "
+                              "overridden env")
     p.set_defaults(func=run)
 
 
@@ -109,11 +112,13 @@ def run(args: argparse.Namespace) -> dict:
         raise CLIError(f"--target_reference '{args.target_reference}' is none of the runs in --dynamics "
                        f"({', '.join(runs)}); name one of them")
     checkpoints = checkpoints_by_kind(args.dynamics_checkpoint, list(dict.fromkeys(b for b, _ in runs.values())))
+    _check_overrides(args, shac)
     settings = {"task": args.task, "num_envs": args.num_envs, "iterations": args.max_iterations,
                 "max_seconds": args.max_seconds, "device": args.device, "eval_every": args.eval_every,
                 "eval_episodes": args.eval_episodes,
                 "robot_variant": args.robot_variant, "dynamics_checkpoint": checkpoints,
-                **({"robot": args.robot} if args.robot is not None else {})}
+                **({"robot": args.robot} if args.robot is not None else {}),
+                **({"overrides": args.overrides} if args.overrides else {})}
     if shac:
         settings["shac"] = {"num_envs": args.shac_num_envs, "iterations": args.shac_iterations or args.max_iterations,
                             "horizon": args.shac_horizon or ShacCfg.horizon}
@@ -169,6 +174,15 @@ def _parse_seeds(text: str) -> list[int]:
     if len(set(seeds)) != len(seeds):
         raise CLIError(f"--seeds lists a seed twice: '{text}'")
     return seeds
+
+
+def _check_overrides(args: argparse.Namespace, shac: bool) -> None:
+    """Every override applied once to the task's configs before any run (each problem a one-line error)."""
+    env_cfg, agent_cfg = task_cfgs(args.task, robot=args.robot)
+    if not shac and (items := [i for i in args.overrides if i.partition(".")[0] == "shac"]):
+        raise CLIError(f"override '{items[0]}' sets SHAC's config, and --dynamics names no SHAC run; add one such as "
+                       "flashnerd:shac, or drop it")
+    apply_overrides({"env": env_cfg, "agent": agent_cfg, "shac": ShacCfg()}, args.overrides)
 
 
 def _resumed(path: Path, settings: dict, grid: dict[str, tuple[str, str, int]]) -> dict:
@@ -234,6 +248,7 @@ def train_and_time(args: argparse.Namespace, backend: str, seed: int, run_dir: P
     env_cfg, agent_cfg = task_cfgs(args.task, num_envs=args.num_envs, seed=seed, device=args.device,
                                    dynamics=backend, dynamics_checkpoint=checkpoint, robot_variant=args.robot_variant,
                                    robot=args.robot)
+    apply_overrides({"env": env_cfg, "agent": agent_cfg}, args.overrides, later=("shac",))
     agent_cfg.max_iterations = args.max_iterations
     if args.eval_every:
         agent_cfg.save_interval = args.eval_every
@@ -270,10 +285,11 @@ def shac_and_time(args: argparse.Namespace, backend: str, seed: int, run_dir: Pa
     env_cfg, agent_cfg = task_cfgs(args.task, num_envs=args.shac_num_envs, seed=seed, device=args.device,
                                    dynamics=backend, dynamics_checkpoint=checkpoint, robot_variant=args.robot_variant,
                                    robot=args.robot)
+    shac_cfg = ShacCfg(horizon=args.shac_horizon or ShacCfg.horizon)
+    apply_overrides({"env": env_cfg, "agent": agent_cfg, "shac": shac_cfg}, args.overrides)
     agent_cfg.max_iterations = iterations
     seed_everything(agent_cfg.seed)
-    env, _, trainer = make_shac(args.task, env_cfg, agent_cfg, ShacCfg(horizon=args.shac_horizon or ShacCfg.horizon),
-                                str(run_dir))
+    env, _, trainer = make_shac(args.task, env_cfg, agent_cfg, shac_cfg, str(run_dir))
     evaluate = _reference_evaluator(args, env_cfg)
     ppo_marks = range(1, args.max_iterations, args.eval_every) if args.eval_every else []  # PPO's iterations done
     marks = sorted({max(1, round(m * iterations / args.max_iterations)) for m in ppo_marks} - {iterations})
