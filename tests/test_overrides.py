@@ -100,7 +100,10 @@ def test_overrides_reach_the_run_and_its_saved_configs(tmp_path, capsys):
             (["train", "--task", TASK, "--num_envs", "4", "--log_root", str(log_root), "shac.horizon=8"],
              "sets SHAC's config; add --algo shac"),
             (["eval", "--task", TASK, "--num_envs", "2", "--log_root", str(log_root), "env.rewardz.x=1"],
-             "env has no 'rewardz'; did you mean rewards")):
+             "env has no 'rewardz'; did you mean rewards"),
+            (["eval", "--task", TASK, "--num_envs", "2", "--episodes", "1", "--log_root", str(log_root),
+              "env.observations.policy.terms.base_lin_vel=null"],  # the policy was trained on all of them
+             "size mismatch for mlp.0.weight")):
         assert main(argv) == 2, argv
         err = capsys.readouterr().err.strip()
         assert message in err and len(err.splitlines()) == 1, err

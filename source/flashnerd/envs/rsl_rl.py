@@ -174,9 +174,13 @@ class FlashNeRDRunner(OnPolicyRunner):
         try:
             load_iteration = self.alg.load(loaded, load_cfg, strict)
         except (RuntimeError, KeyError, ValueError) as err:
-            first = (str(err).strip().splitlines() or [""])[0][:160]
-            raise ValueError(f"policy checkpoint '{path}' does not fit this task's policy ({first}); pass a "
-                             "checkpoint trained on this task") from err
+            lines = [line.strip() for line in str(err).splitlines() if line.strip()] or [""]
+            # torch's first line only names the module; the size mismatch or missing key comes after it
+            found = (line for line in lines if line.startswith(("size mismatch", "Missing key", "Unexpected key")))
+            detail = next(found, lines[0])[:200]
+            raise ValueError(f"policy checkpoint '{path}' does not fit this task's policy ({detail}); pass a "
+                             "checkpoint trained on this task with the same observations and network (config "
+                             "overrides that change them apply to train and eval alike)") from err
         if load_iteration:
             self.current_learning_iteration = loaded["iter"]
         return loaded.get("infos")
