@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import yaml
@@ -32,29 +33,41 @@ def test_each_kind_of_field_takes_a_value_of_its_type(cfgs):
         "agent.policy.actor_obs_normalization=true",       # bool
         "env.commands.lin_vel_x=[0.5, 1.0]",               # tuple
         "agent.policy.actor_hidden_dims=[64, 32]",         # list, of another length
-        "agent.run_name=007",                              # a string field keeps the text as written
+        "agent.policy.activation=007",                     # a string field keeps the text as written
+        "agent.obs_groups.critic=[policy, critic]",        # a list of strings, an entry of a typed mapping
         "agent.algorithm.learning_rate=3e-4",              # a number YAML 1.1 reads as a string
         "env.rewards.undesired_contacts=null",             # a reward term dropped
         "env.observations.policy.terms.base_lin_vel=null",  # an observation term dropped
         "shac.betas=[0.8, 0.99]",
     ])
-    assert len(applied) == 11 and agent.algorithm.learning_rate == 3e-4
+    assert len(applied) == 12 and agent.algorithm.learning_rate == 3e-4
+    assert agent.obs_groups["critic"] == ["policy", "critic"]
     assert env.rewards["feet_air_time"].weight == 0.5
     assert env.rewards["track_lin_vel_xy_exp"].params["std"] == 1.0
     assert isinstance(env.rewards["track_lin_vel_xy_exp"].params["std"], float)
     assert agent.num_steps_per_env == 16 and agent.policy.actor_obs_normalization is True
     assert env.commands.lin_vel_x == (0.5, 1.0) and agent.policy.actor_hidden_dims == [64, 32]
-    assert agent.run_name == "007" and shac.betas == (0.8, 0.99)
+    assert agent.policy.activation == "007" and shac.betas == (0.8, 0.99)
     assert "undesired_contacts" not in env.rewards and "base_lin_vel" not in env.observations["policy"].terms
     assert set(env.rewards) == set(task_cfgs(TASK)[0].rewards) - {"undesired_contacts"}
 
 
-def test_an_optional_field_is_set_and_unset():
-    env, _ = task_cfgs("FlashNeRD-Reorient-Cube-Yaw-Allegro-v0")
-    apply_overrides({"env": env}, ["env.goal.yaw_range=[0.2, 0.4]", "env.object_mass=0.3"])
-    assert env.goal.yaw_range == (0.2, 0.4) and env.object_mass == 0.3
-    apply_overrides({"env": env}, ["env.goal.yaw_range=null"])
-    assert env.goal.yaw_range is None
+def test_an_optional_field_is_set_and_unset_and_typed_as_declared():
+    env, agent = task_cfgs("FlashNeRD-Reorient-Cube-Yaw-Allegro-v0")
+    assert env.object_mass is None and agent.clip_actions is None
+    apply_overrides({"env": env, "agent": agent},
+                    ["env.goal.yaw_range=[0.2, 0.4]", "env.object_mass=5e-2", "env.objects=[cube]"])
+    assert env.goal.yaw_range == (0.2, 0.4) and env.object_mass == 0.05 and env.objects == ("cube",)
+    apply_overrides({"env": env}, ["env.goal.yaw_range=null", "env.object_mass=null"])
+    assert env.goal.yaw_range is None and env.object_mass is None
+    for item, message in (("env.object_mass=heavy", "env.object_mass takes a finite number or null"),
+                          ("agent.clip_actions=abc", "takes a finite number or null"),
+                          ("env.commands=5", "takes no value from the command line (a VelocityCommandCfg) or null"),
+                          ("env.goal.yaw_range=[0.1, 0.2, 0.3]", "takes a list of 2 values"),
+                          ("env.objects=[1]", "takes a list of strings"),
+                          ("env.object_mass=" + "9" * 400, "takes a finite number")):
+        with pytest.raises(CLIError, match=re.escape(message)):
+            apply_overrides({"env": env, "agent": agent}, [item])
 
 
 @pytest.mark.parametrize("item, message", [
@@ -65,16 +78,24 @@ def test_an_optional_field_is_set_and_unset():
     ("env.rewards.feet_air_time.weight=high", "takes a finite number"),
     ("env.rewards.feet_air_time.weight=.inf", "takes a finite number"),
     ("env.commands.lin_vel_x=[0.5]", "takes a list of 2 values"),
-    ("env.commands.lin_vel_x=[0.5, fast]", "env.commands.lin_vel_x[1] takes a finite number"),
-    ("env.rewards.feet_air_time.func=os:system", "takes no value from the command line (it is code"),
-    ("env.commands=null", "takes no value from the command line"),
-    ("env.rewards.feet_air_time.params={a: 1}", "no whole mapping"),
-    ("env.seed=null", "takes an integer"),
+    ("env.commands.lin_vel_x=[0.5, fast]", "lin_vel_x takes a list of 2 values (a finite number, a finite number)"),
+    ("env.rewards.feet_air_time.func=os:system", "env.rewards.feet_air_time.func is code"),
+    ("env.commands=null", "env.commands is a group of fields"),
+    ("env.rewards.feet_air_time.params={a: 1}", "is a group of fields"),
+    ("env.rewards.feet_air_time.params.threshold=[1]", "takes a finite number"),  # the type of the value it replaces
+    ("agent.num_steps_per_env=null", "takes an integer"),
     ("env.goal.yaw_range=[0.1, 0.2]", "env.goal is not set (null) on this task"),
+    ("env.goal.a.b=1", "env.goal is not set (null) on this task"),
+    ("env.num_envs=0", "env.num_envs is set with --num_envs"),
+    ("agent.experiment_name=/tmp/x", "agent.experiment_name is set with --experiment_name"),
+    ("agent.run_name=a/../..", "is set with --run_name"),
+    ("env.dynamics_kwargs.checkpoint=x", "env.dynamics_kwargs is set with --dynamics_checkpoint"),
+    ("shac.horizon=8", "is set with --shac_horizon"),
+    ("agent.policy.activation=2024-13-01", "the value is not YAML"),
     ("env.num_envs", "is not KEY=VALUE"),
     ("num_envs=4", "is not KEY=VALUE"),
     ("policy.seed=1", "unknown root 'policy'"),
-    ("env.seed=[1", "the value is not YAML"),
+    ("agent.num_steps_per_env=[1", "the value is not YAML"),
     ("env.rewards.feet_air_time.weight=!!python/object/apply:os.system [echo]", "the value is not YAML"),
 ])
 def test_a_bad_override_is_a_one_line_error_naming_the_key(cfgs, item, message):

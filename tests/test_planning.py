@@ -489,5 +489,18 @@ def test_plan_table_joins_an_earlier_tables_backends_and_refuses_one_it_cannot_j
     del malformed["backends"]["nerd"]
     malformed["backends"]["mujoco"]["per_platform"].pop("1")
     refused([rwm], write("m2.json", malformed), "backend 'mujoco' is not a table row")
+    good = json.loads(table.read_text())
+    for field, bad in (("seeds", [9]), ("climbs_per_seed", [3]),
+                       ("median_planning_ms", float("nan"))):
+        edited = json.loads(json.dumps(good))
+        edited["backends"]["nerd"][field] = bad  # a seed the table lacks, 3 climbs of 2 platforms, a NaN time
+        refused([rwm], write("m4.json", edited), "backend 'nerd' is not a table row")
+    edited = json.loads(json.dumps(good))
+    edited["backends"]["nerd"].update(seeds=[2, 2], climbs_per_seed=[1, 1], platforms_per_seed=[2, 2],
+                                      median_planning_ms_per_seed=[35.0, 35.0])  # one seed twice, lengths agree
+    refused([rwm], write("m6.json", edited), "backend 'nerd' is not a table row")
+    edited = json.loads(json.dumps(good))
+    edited["backends"]["nerd"]["per_platform"]["0"] = [2, 1]  # more climbs than seeds planned
+    refused([rwm], write("m5.json", edited), "backend 'nerd' is not a table row")
     refused([rwm], write("m3.json", _plan_json(1, {"nerd": [True, True]})), "is not a `flashnerd plan-table` JSON")
     refused([rwm], str(tmp_path / "missing.json"), "is not a readable `flashnerd plan-table` JSON")

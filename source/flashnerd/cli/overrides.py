@@ -1,11 +1,13 @@
 """Config overrides on the command line, as Isaac Lab's Hydra ones: `env.rewards.feet_air_time.weight=0.5`,
-`agent.algorithm.learning_rate=3e-4`, `shac.actor_lr=5e-4`, `env.rewards.undesired_contacts=null` (drops a term).
+`agent.algorithm.learning_rate=3e-4`, `shac.actor_learning_rate=5e-4`, `env.rewards.undesired_contacts=null` (drops
+a term).
 
 A value is read with YAML's safe loader (numbers, booleans, null, `[lists]`, strings; never code) and must fit the
-value it replaces: an int where an int was, a number where a float was (`3e-4` too, which YAML 1.1 reads as a string),
-a list of as many numbers where a tuple was; a string field takes the text as written.
-A term's function and other code cannot be set from the command line. Every problem is a one-line error naming the
-key and what it takes."""
+field's declared type: an integer for an `int`, a finite number for a `float` (`3e-4` too, which YAML 1.1 reads as a
+string), as many values as a `tuple[float, float]` has, null only where the field is optional; an entry of a mapping
+without a declared type (a term's `params`) takes the type of the value it replaces. A string field takes the text as
+written. A term's function, a whole group of fields and the fields a command sets with a flag (`--num_envs`,
+`--seed`, `--robot`, ...) cannot be set this way. Every problem is a one-line error naming the key."""
 
 from __future__ import annotations
 
@@ -13,54 +15,85 @@ import argparse
 import dataclasses
 import difflib
 import math
+import typing
 from typing import Any
 
 import yaml
 
 from flashnerd.cli.common import CLIError, load_task_cfgs
+from flashnerd.utils.hints import union_members
+
+# fields a command sets with a flag (and checks there): an override would bypass the flag's checks
+FLAG_KEYS = {
+    "env.num_envs": "--num_envs", "env.seed": "--seed", "agent.seed": "--seed", "env.device": "--device",
+    "agent.device": "--device", "env.dynamics": "--dynamics", "env.dynamics_kwargs": "--dynamics_checkpoint",
+    "env.robot": "--robot", "env.robot_variant": "--robot_variant", "agent.experiment_name": "--experiment_name",
+    "agent.run_name": "--run_name", "agent.max_iterations": "--max_iterations",
+    "agent.save_interval": "--save_interval", "agent.logger": "--logger",
+    "env.uncertainty_penalty": "--uncertainty_penalty", "env.uncertainty_threshold": "--uncertainty_threshold",
+    "shac.horizon": "--shac_horizon",
+}
 
 
 def add_override_arg(p: argparse.ArgumentParser, roots: str = "env, agent") -> None:
-    """Positional `KEY=VALUE` overrides of the task's configs (the roots named in `roots`)."""
+    """Positional `KEY=VALUE` overrides of the task's configs (the roots named in `roots`), given after the flags."""
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
-                   help=f"set a config field ({roots}), e.g. env.rewards.feet_air_time.weight=0.5 or "
-                        "agent.algorithm.learning_rate=3e-4; KEY=null drops a reward, termination, event or "
+                   help=f"after the flags: set a config field ({roots}), e.g. env.rewards.feet_air_time.weight=0.5 "
+                        "or agent.algorithm.learning_rate=3e-4; KEY=null drops a reward, termination, event or "
                         "observation term")
 
 
-def task_cfgs_with_overrides(args: argparse.Namespace, later: tuple[str, ...] = ()):
-    """`load_task_cfgs(args)` with the `env.` and `agent.` overrides of `args.overrides` applied after the flags;
-    overrides of the roots in `later` are left for the caller (e.g. `shac.`, whose config comes later)."""
+def task_cfgs_with_overrides(args: argparse.Namespace):
+    """`load_task_cfgs(args)` with the `env.` and `agent.` overrides of `args.overrides` applied after the flags."""
     env_cfg, agent_cfg = load_task_cfgs(args)
-    apply_overrides({"env": env_cfg, "agent": agent_cfg}, getattr(args, "overrides", None) or [], later=later)
+    apply_overrides({"env": env_cfg, "agent": agent_cfg}, getattr(args, "overrides", None) or [])
     return env_cfg, agent_cfg
+
+
+def of_root(items: list[str], root: str) -> list[str]:
+    """The overrides of `items` whose key starts with `root.`."""
+    return [item for item in items if item.partition(".")[0] == root]
 
 
 def apply_overrides(configs: dict[str, Any], items: list[str], later: tuple[str, ...] = ()) -> list[str]:
     """Apply every `root.path=value` of `items` to `configs` (root name -> config object, edited in place) in order,
-    skipping the roots in `later`; returns the items applied. Any other root is an error."""
+    skipping the roots in `later` (applied by the caller once their config exists); returns the items applied. Any
+    other root is an error."""
     applied = []
     for item in items:
         key, sep, text = item.partition("=")
         path = key.split(".")
         if not sep or len(path) < 2 or not all(path):
             raise CLIError(f"override '{item}' is not KEY=VALUE with a dotted key (e.g. "
-                           f"{next(iter(configs))}.seed=1); roots here: {', '.join(configs)}")
+                           f"{next(iter(configs))}.seed=1), given after the flags; roots here: {', '.join(configs)}")
         if path[0] in later:
             continue
         if path[0] not in configs:
             raise CLIError(f"override '{item}': unknown root '{path[0]}'; this command takes "
                            f"{', '.join((*configs, *later))}")
+        if owned := next((k for k in FLAG_KEYS if key == k or key.startswith(k + ".")), None):
+            raise CLIError(f"override '{item}': {owned} is set with {FLAG_KEYS[owned]} (and checked there); use "
+                           "that flag")
         try:
             value = yaml.safe_load(text) if text.strip() else ""
-        except yaml.YAMLError as err:
+        except (yaml.YAMLError, ValueError) as err:  # PyYAML raises ValueError for some scalars (a bad date)
             raise CLIError(f"override '{item}': the value is not YAML ({str(err).splitlines()[0]})") from None
-        parent = configs[path[0]]
+        node, hint = configs[path[0]], type(configs[path[0]])
         for depth, name in enumerate(path[1:-1], start=1):
-            parent = _child(parent, name, ".".join(path[:depth]))
-        _set(parent, path[-1], value, key, text)
+            node, hint = _child(node, hint, name, ".".join(path[:depth]))
+            if node is None:
+                raise CLIError(f"override {key}: {'.'.join(path[:depth + 1])} is not set (null) on this task; there "
+                               "is nothing to set inside it")
+        _set(node, hint, path[-1], value, key, text)
         applied.append(item)
     return applied
+
+
+def _field_hints(node: Any) -> dict[str, Any]:
+    try:
+        return typing.get_type_hints(type(node))
+    except (NameError, TypeError):  # an annotation that does not resolve: checked against the value it replaces
+        return {}
 
 
 def _names(node: Any) -> list[str]:
@@ -76,38 +109,34 @@ def _unknown(name: str, node: Any, where: str) -> CLIError:
     return CLIError(f"override: {where} has no '{name}'; {hint}")
 
 
-def _child(node: Any, name: str, where: str) -> Any:
+def _child(node: Any, hint: Any, name: str, where: str) -> tuple[Any, Any]:
+    """The entry or field `name` of `node` and its declared type (Any where there is none)."""
     if isinstance(node, dict) and name in node:
-        return node[name]
+        args = typing.get_args(hint) if typing.get_origin(hint) is dict else ()
+        return node[name], (args[1] if len(args) == 2 else Any)
     if dataclasses.is_dataclass(node) and name in _names(node):
-        return getattr(node, name)
+        return getattr(node, name), _field_hints(node).get(name, Any)
     raise _unknown(name, node, where)
 
 
-def _set(node: Any, name: str, value: Any, key: str, text: str) -> None:
-    """Replace the field or entry `name` of `node` with `value`, checked against what it replaces."""
-    where = key.rpartition(".")[0]
-    if node is None:
-        raise CLIError(f"override {key}: {where} is not set (null) on this task; there is nothing to set inside it")
-    if isinstance(node, dict):
-        if name not in node:
-            raise _unknown(name, node, where)
-        if value is None and _is_term(node[name]):  # a term dropped, as Isaac Lab's `term=null`
+def _set(node: Any, hint: Any, name: str, value: Any, key: str, text: str) -> None:
+    """Replace the field or entry `name` of `node` with `value` (read from `text`), checked against its type."""
+    old, field_hint = _child(node, hint, name, key.rpartition(".")[0])
+    if callable(old) or dataclasses.is_dataclass(old) or isinstance(old, dict):
+        if value is None and isinstance(node, dict) and _is_term(old):  # a term dropped, as Isaac Lab's `term=null`
             del node[name]
             return
-        node[name] = _checked(node[name], value, key, text)
-    elif dataclasses.is_dataclass(node) and name in _names(node):
-        annotation = str(next(f for f in dataclasses.fields(node) if f.name == name).type)
-        old = getattr(node, name)
-        if value is None and "None" in annotation and not (dataclasses.is_dataclass(old) or callable(old)):
-            # an optional plain field unset (a group of fields is not: its code would then miss it)
-            setattr(node, name, None)
-        elif old is None and isinstance(value, list) and annotation.startswith("tuple"):
-            setattr(node, name, tuple(value))
-        else:
-            setattr(node, name, _checked(old, value, key, text))
+        what = "code" if callable(old) and not dataclasses.is_dataclass(old) else "a group of fields"
+        raise CLIError(f"override {key}={text}: {key} is {what}; set a field inside it (KEY.field=VALUE)")
+    if field_hint is Any:  # an entry of a mapping of any values (a term's params): the type of the value it replaces
+        field_hint = Any if old is None else _hint_of(old)
+    converted = _convert(value, field_hint, text)
+    if converted is _REFUSED:
+        raise CLIError(f"override {key}={text}: {key} takes {_describe(field_hint)}")
+    if isinstance(node, dict):
+        node[name] = converted
     else:
-        raise _unknown(name, node, where)
+        setattr(node, name, converted)
 
 
 def _is_term(x: Any) -> bool:
@@ -115,56 +144,90 @@ def _is_term(x: Any) -> bool:
     return dataclasses.is_dataclass(x) and callable(getattr(x, "func", None))
 
 
+def _hint_of(value: Any) -> Any:
+    """The type a plain value has, as a hint (a tuple keeps its length)."""
+    if isinstance(value, tuple):
+        return tuple[tuple(_hint_of(v) for v in value)] if value else tuple[Any, ...]
+    if isinstance(value, list):
+        return list[_hint_of(value[0])] if value else list
+    return type(value)
+
+
+_REFUSED = object()
+
+
 def _as_number(x: Any) -> Any:
-    """A string YAML 1.1 left unread that is a finite number (`3e-4`) as that number; anything else as it was."""
+    """A string YAML 1.1 left unread that is a number (`3e-4`) as that number; anything else as it was."""
     if isinstance(x, str):
         try:
-            number = float(x)
+            return int(x)
+        except ValueError:
+            pass
+        try:
+            return float(x)
         except ValueError:
             return x
-        return int(number) if number.is_integer() and "e" not in x.lower() and "." not in x else number
     return x
 
 
-def _checked(old: Any, new: Any, key: str, text: str | None = None) -> Any:
-    """`new` (read from `text`) in the type of `old`, or a one-line error saying what the key takes."""
-    def refuse(takes: str) -> CLIError:
-        return CLIError(f"override {key}={new!r}: {key} takes {takes}")
+def _convert(value: Any, hint: Any, text: str | None) -> Any:
+    """`value` as the type `hint`, or `_REFUSED`; `text` is what was written (kept as such by a string field)."""
+    if hint is Any:
+        return _REFUSED if isinstance(value, dict) else value
+    for alt in union_members(hint):
+        origin, args = typing.get_origin(alt), typing.get_args(alt)
+        if alt is type(None):
+            if value is None:
+                return None
+        elif alt is bool:
+            if isinstance(value, bool):
+                return value
+        elif alt in (int, float):
+            number = _as_number(value)
+            if alt is int and isinstance(number, int) and not isinstance(number, bool):
+                return number
+            if alt is float and isinstance(number, (int, float)) and not isinstance(number, bool):
+                try:
+                    if math.isfinite(number := float(number)):
+                        return number
+                except OverflowError:
+                    pass
+        elif alt is str:
+            if isinstance(value, str):
+                return value
+            if text is not None and not isinstance(value, (list, dict)) and value is not None:
+                return text.strip()  # YAML read a number, boolean or date: the field wants the text
+        elif origin in (tuple, list) or alt in (tuple, list):
+            if not isinstance(value, list):
+                continue
+            if origin is tuple and args and args[-1] is not Ellipsis:
+                inner = args
+                if len(value) != len(inner):
+                    continue
+            else:
+                inner = (args[0] if args else Any,) * len(value)
+            items = [_convert(v, h, None) for v, h in zip(value, inner)]
+            if _REFUSED not in items:
+                return tuple(items) if (origin or alt) is tuple else items
+    return _REFUSED
 
-    if callable(old) or dataclasses.is_dataclass(old):
-        raise refuse("no value from the command line (it is code or a group of fields; set a field inside it)")
-    if isinstance(old, bool):
-        if not isinstance(new, bool):
-            raise refuse("true or false")
-        return new
-    if isinstance(old, (int, float)):
-        new = _as_number(new)
-    if isinstance(old, int):
-        if isinstance(new, bool) or not isinstance(new, int):
-            raise refuse("an integer")
-        return new
-    if isinstance(old, float):
-        if isinstance(new, bool) or not isinstance(new, (int, float)) or not math.isfinite(new):
-            raise refuse("a finite number")
-        return float(new)
-    if isinstance(old, str):
-        if isinstance(new, (dict, list)) or new is None:
-            raise refuse("a string")
-        return text if text is not None else str(new)
-    if isinstance(old, (list, tuple)):
-        if not isinstance(new, list) or (isinstance(old, tuple) and len(new) != len(old)):
-            raise refuse(f"a list of {len(old)} values" if isinstance(old, tuple) else "a list")
-        items = [_checked(o, n, f"{key}[{i}]") for i, (o, n) in enumerate(zip(old, new))] if old else list(new)
-        items += [_checked(old[-1], n, f"{key}[{i}]") for i, n in enumerate(new[len(old):], start=len(old))] \
-            if old else []
-        return tuple(items) if isinstance(old, tuple) else items
-    if isinstance(old, dict):
-        raise refuse("no whole mapping; set its entries one by one (KEY.entry=VALUE)")
-    if old is None:  # an unset optional field: any plain value
-        if isinstance(new, dict):
-            raise refuse("a plain value or a list")
-        return new
-    raise refuse(f"no value from the command line (a {type(old).__name__})")
+
+def _describe(hint: Any, plural: bool = False) -> str:
+    """What a value of type `hint` is, in words (`plural`: what values of it are)."""
+    words = {bool: ("true or false", "true/false values"), int: ("an integer", "integers"),
+             float: ("a finite number", "finite numbers"), str: ("a string", "strings"), type(None): ("null", "nulls")}
+    names = []
+    for alt in union_members(hint):
+        origin, args = typing.get_origin(alt), typing.get_args(alt)
+        if alt in words:
+            names.append(words[alt][plural])
+        elif origin is tuple and args and args[-1] is not Ellipsis:
+            names.append(f"a list of {len(args)} values ({', '.join(_describe(a) for a in args)})")
+        elif origin in (tuple, list) or alt in (tuple, list):
+            names.append(f"a list of {_describe(args[0], plural=True)}" if args else "a list")
+        else:
+            names.append(f"no value from the command line (a {getattr(alt, '__name__', alt)})")
+    return " or ".join(names)
 
 
-__all__ = ["add_override_arg", "apply_overrides", "task_cfgs_with_overrides"]
+__all__ = ["FLAG_KEYS", "add_override_arg", "apply_overrides", "of_root", "task_cfgs_with_overrides"]

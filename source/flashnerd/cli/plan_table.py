@@ -6,15 +6,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
 
 import numpy as np
 
 from flashnerd.cli.common import CLIError, check_writable, write_json
 from flashnerd.cli.plan import PLAN_SETTINGS, SETTING_DEFAULTS
+from flashnerd.utils.hints import is_number
 
 # what runs of one table share: every plan setting but the seed, and the thread count (planning times are compared)
-TABLE_SETTINGS = [k for k in PLAN_SETTINGS if k != "seed"] + ["threads"]
+TABLE_SETTINGS = (*(k for k in PLAN_SETTINGS if k != "seed"), "threads")
 
 
 def _setting(run: dict, key: str):
@@ -64,42 +66,50 @@ def _read_table(path: Path) -> dict:
     except (OSError, ValueError) as err:
         raise CLIError(f"--table '{path}' is not a readable `flashnerd plan-table` JSON ({err}); pass one") from None
     if not (isinstance(data, dict) and isinstance(data.get("backends"), dict) and _ints(data.get("seeds"))
-            and isinstance(data.get("runs"), list) and isinstance(data.get("platforms"), list)
-            and all(isinstance(p, dict) and isinstance(p.get("lane"), int) and _number(p.get("height"))
+            and len(set(data["seeds"])) == len(data["seeds"])
+            and isinstance(data.get("runs"), list) and all(isinstance(run, str) for run in data["runs"])
+            and isinstance(data.get("platforms"), list)
+            and all(isinstance(p, dict) and isinstance(p.get("lane"), int) and _finite(p.get("height"))
                     for p in data["platforms"])):
         raise CLIError(f"--table '{path}' is not a `flashnerd plan-table` JSON (seeds, runs, platforms and backends); "
                        "pass a file that command wrote")
     lanes = [str(p["lane"]) for p in data["platforms"]]
-    if bad := [b for b, r in data["backends"].items() if not _is_table_backend(r, lanes)]:
+    if bad := [b for b, r in data["backends"].items() if not _is_table_backend(r, lanes, data["seeds"])]:
         raise CLIError(f"--table '{path}': backend '{bad[0]}' is not a table row (seeds, climbs and planning times per "
                        "seed, per_platform counts of every platform); pass a file `flashnerd plan-table` wrote")
     return data
 
 
-def _number(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool)
+def _finite(x) -> bool:
+    """A finite number (JSON from elsewhere may hold NaN or Infinity)."""
+    return is_number(x) and math.isfinite(x)
 
 
 def _ints(x) -> bool:
     return isinstance(x, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in x)
 
 
-def _is_table_backend(r, lanes: list[str]) -> bool:
-    """Whether `r` has the shape of a backend's row in a plan-table JSON, one entry per seed, every platform counted."""
+def _is_table_backend(r, lanes: list[str], seeds: list[int]) -> bool:
+    """Whether `r` has the shape of a backend's row in a plan-table JSON: one entry per seed (distinct, among the
+    table's `seeds`), every platform counted, no count above what it counts from."""
     if not (isinstance(r, dict) and _ints(r.get("seeds")) and _ints(r.get("climbs_per_seed"))
-            and _ints(r.get("platforms_per_seed")) and _number(r.get("median_planning_ms"))
+            and _ints(r.get("platforms_per_seed")) and _finite(r.get("median_planning_ms"))
             and isinstance(r.get("median_planning_ms_per_seed"), list)
-            and all(_number(ms) for ms in r["median_planning_ms_per_seed"])
+            and all(_finite(ms) for ms in r["median_planning_ms_per_seed"])
             and isinstance(r.get("per_platform"), dict) and sorted(r["per_platform"]) == sorted(lanes)):
         return False
+    n = len(r["seeds"])
     per_seed = (r["climbs_per_seed"], r["platforms_per_seed"], r["median_planning_ms_per_seed"])
-    return len(r["seeds"]) > 0 and all(len(x) == len(r["seeds"]) for x in per_seed) and all(
-        _ints(c) and len(c) == 2 for c in r["per_platform"].values())
+    return (n > 0 and len(set(r["seeds"])) == n and set(r["seeds"]) <= set(seeds)
+            and all(len(x) == n for x in per_seed)
+            and all(0 <= c <= p <= len(lanes) for c, p in zip(r["climbs_per_seed"], r["platforms_per_seed"]))
+            and all(_ints(c) and len(c) == 2 and 0 <= c[0] <= c[1] <= n for c in r["per_platform"].values()))
 
 
 def join_table(earlier: dict, table: dict, name: str) -> dict:
     """An earlier plan-table's backends joined with `table`'s (both from `merge_runs`): the same settings and
-    platforms are required, a backend in both is refused (which of its seeds to keep is the user's call)."""
+    platforms (lanes and heights) are required, a backend in both is refused (which of its seeds to keep is the
+    user's call)."""
     if differ := [k for k in TABLE_SETTINGS if _setting(earlier, k) != _setting(table, k)]:
         raise CLIError(f"--table '{name}' was planned with other {', '.join(differ)} than the runs; a table over seeds "
                        "needs one planner setting")
@@ -118,9 +128,9 @@ def join_table(earlier: dict, table: dict, name: str) -> dict:
 def _is_backend_result(r) -> bool:
     """Whether `r` has the shape of a backend's entry in a plan JSON (what `merge_runs` reads of it)."""
     return isinstance(r, dict) and isinstance(r.get("per_platform"), list) and all(
-        isinstance(p, dict) and isinstance(p.get("lane"), int) and _number(p.get("height"))
+        isinstance(p, dict) and isinstance(p.get("lane"), int) and _finite(p.get("height"))
         and isinstance(p.get("climbed"), bool) and isinstance(p.get("planning_ms", []), list)
-        and all(_number(ms) for ms in p.get("planning_ms", [])) for p in r["per_platform"])
+        and all(_finite(ms) for ms in p.get("planning_ms", [])) for p in r["per_platform"])
 
 
 def merge_runs(runs: list[dict], names: list[str]) -> dict:

@@ -24,7 +24,7 @@ from flashnerd.cli.common import (
     refuse_unless,
     write_json,
 )
-from flashnerd.cli.overrides import add_override_arg, apply_overrides
+from flashnerd.cli.overrides import add_override_arg, apply_overrides, of_root
 from flashnerd.cli.policy import resolve_checkpoint
 from flashnerd.dynamics.learned import MEMBER_MODES
 from flashnerd.envs.evaluate import evaluate_on_backends
@@ -90,7 +90,7 @@ def run(args: argparse.Namespace) -> dict:
         agent_cfg.logger = args.logger
     apply_overrides({"env": env_cfg, "agent": agent_cfg}, args.overrides, later=("shac",))  # after the flags
     shac_cfg = shac_args(args, env_cfg)
-    shac_items = [item for item in args.overrides if item.partition(".")[0] == "shac"]
+    shac_items = of_root(args.overrides, "shac")
     if shac_items and shac_cfg is None:
         raise CLIError(f"override '{shac_items[0]}' sets SHAC's config; add --algo shac, or drop it")
     if shac_cfg is not None:

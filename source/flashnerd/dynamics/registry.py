@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import types
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ from flashnerd.robots import RobotSpec
 from flashnerd.sim.config import MjwarpConfig, MujocoConfig
 from flashnerd.sim.mujoco_backend import MujocoDynamics
 from flashnerd.types import Dynamics
+from flashnerd.utils.hints import is_number, union_members
 
 REFERENCE_BACKEND = "mujoco"  # the analytical simulator that every policy is finally evaluated in
 
@@ -68,24 +68,15 @@ class BackendInfo:
             if not _fits(value, hints[key]):
                 raise ValueError(f"backend '{self.name}' option {key}={value!r} is not of type "
                                  f"{_hint_name(hints[key])}")
-            numbers = [a for a in _alternatives(hints[key]) if a in (int, float)]
-            if numbers and _is_number(value) and not (math.isfinite(value) and value > 0):
+            numbers = [a for a in union_members(hints[key]) if a in (int, float)]
+            if numbers and is_number(value) and not (math.isfinite(value) and value > 0):
                 raise ValueError(f"backend '{self.name}' option {key} must be a positive number, got {value!r}")
         return self.config(**options)
 
 
-def _alternatives(hint: Any) -> tuple:
-    """The members of a union hint (`int | None` -> (int, NoneType)), or the hint itself."""
-    return typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
 def _fits(value: Any, hint: Any) -> bool:
     """Whether `value` is of the config field type `hint` (ints count as floats; unknown classes are not checked)."""
-    for alt in _alternatives(hint):
+    for alt in union_members(hint):
         origin = typing.get_origin(alt)
         if alt is type(None) and value is None:
             return True
@@ -93,7 +84,7 @@ def _fits(value: Any, hint: Any) -> bool:
             return True
         if alt is int and isinstance(value, int) and not isinstance(value, bool):
             return True
-        if alt is float and _is_number(value):
+        if alt is float and is_number(value):
             return True
         if alt in (str, Path) and isinstance(value, (str, Path)) and (alt is Path or isinstance(value, str)):
             return True
@@ -106,7 +97,7 @@ def _fits(value: Any, hint: Any) -> bool:
 
 
 def _hint_name(hint: Any) -> str:
-    return " or ".join(getattr(a, "__name__", str(a)).replace("NoneType", "None") for a in _alternatives(hint))
+    return " or ".join(getattr(a, "__name__", str(a)).replace("NoneType", "None") for a in union_members(hint))
 
 
 _BACKENDS: dict[str, BackendInfo] = {}

@@ -179,8 +179,8 @@ class FlashNeRDRunner(OnPolicyRunner):
             found = (line for line in lines if line.startswith(("size mismatch", "Missing key", "Unexpected key")))
             detail = next(found, lines[0])[:200]
             raise ValueError(f"policy checkpoint '{path}' does not fit this task's policy ({detail}); pass a "
-                             "checkpoint trained on this task with the same observations and network (config "
-                             "overrides that change them apply to train and eval alike)") from err
+                             "checkpoint trained on this task with the same observations and network (and give "
+                             "eval/play the observation overrides the policy was trained with)") from err
         if load_iteration:
             self.current_learning_iteration = loaded["iter"]
         return loaded.get("infos")

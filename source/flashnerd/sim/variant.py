@@ -35,7 +35,11 @@ def payload_body(model: mujoco.MjModel, variant: RobotVariant) -> int | None:
     if "payload" not in variant.spec:
         return None
     parent = model.body(variant.spec["payload"]["body"]).id
-    return int(np.flatnonzero(model.body_parentid == parent)[-1])
+    body = int(np.flatnonzero(model.body_parentid == parent)[-1])
+    if not model.body(body).name.startswith(PAYLOAD_BODY) or np.any(model.body_parentid[1:] == body):
+        raise RuntimeError(f"the last child of '{variant.spec['payload']['body']}' is not the variant's payload: "
+                           "something added a body there after `apply_variant`")
+    return body
 
 
 def apply_variant(spec: mujoco.MjSpec, variant: RobotVariant) -> None:

@@ -26,7 +26,7 @@ from flashnerd.cli.common import (
     checkpoints_by_kind,
     write_json,
 )
-from flashnerd.cli.overrides import add_override_arg, apply_overrides
+from flashnerd.cli.overrides import add_override_arg, apply_overrides, of_root
 from flashnerd.cli.train import ALGOS
 from flashnerd.dynamics import REFERENCE_BACKEND
 from flashnerd.envs.evaluate import evaluate_on_backends
@@ -179,7 +179,7 @@ def _parse_seeds(text: str) -> list[int]:
 def _check_overrides(args: argparse.Namespace, shac: bool) -> None:
     """Every override applied once to the task's configs before any run (each problem a one-line error)."""
     env_cfg, agent_cfg = task_cfgs(args.task, robot=args.robot)
-    if not shac and (items := [i for i in args.overrides if i.partition(".")[0] == "shac"]):
+    if not shac and (items := of_root(args.overrides, "shac")):
         raise CLIError(f"override '{items[0]}' sets SHAC's config, and --dynamics names no SHAC run; add one such as "
                        "flashnerd:shac, or drop it")
     apply_overrides({"env": env_cfg, "agent": agent_cfg, "shac": ShacCfg()}, args.overrides)
