@@ -8,10 +8,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from flashnerd.cli.main import build_parser
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow  # 14 CLI processes, 3-4 min on a 2-core CPU: `.ci/run` runs it after the default suite
 def test_gpu_check_dry_run(tmp_path):
+    """Every measurement of the GPU script runs for real at tiny sizes on the CPU and lands in its summary."""
     env = {**os.environ, "OUT_DIR": str(tmp_path), "PYTHON": sys.executable}
     proc = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_check.sh"), "--dry-run"], capture_output=True,
                           text=True, env=env, timeout=600)
@@ -36,7 +42,8 @@ def test_gpu_check_dry_run(tmp_path):
 
 def test_gpu_check_without_mujoco_warp_lists_a_failed_measurement_and_runs_the_rest(tmp_path):
     """Without mujoco_warp nothing asks for mjwarp and planning is timed against MuJoCo; a bench that fails does not
-    stop the others: it is listed under `failed`, its figures are null, a stale file is not read, the exit is 1."""
+    stop the others: it is listed under `failed`, its figures are null, a stale file is not read, the exit is 1; and
+    every command line the script runs parses with the CLI's own parser."""
     calls = tmp_path / "calls.txt"
     fake = tmp_path / "python"  # the project's CLI answers `{}` except `bench model`, which fails; no mujoco_warp
     fake.write_text(f'#!/usr/bin/env bash\nif [[ "$1" == "-c" && "$2" == *mujoco_warp* ]]; then exit 1; fi\n'
@@ -55,3 +62,9 @@ def test_gpu_check_without_mujoco_warp_lists_a_failed_measurement_and_runs_the_r
     cli = [c for c in calls.read_text().splitlines() if "flashnerd.cli.main" in c]
     assert len(cli) == 12 and not any("mjwarp" in c for c in cli)  # 14 measurements less the two mjwarp env steps
     assert "--dynamics mujoco,flashnerd" in cli[-1] and "bench plan" in cli[-1]
+    for line in cli:  # every call the script makes is one the CLI takes (a renamed flag fails here, not on a GPU)
+        argv = line.split()[line.split().index("flashnerd.cli.main") + 1:]
+        try:
+            build_parser(argv).parse_args(argv)
+        except SystemExit:
+            pytest.fail(f"scripts/gpu_check.sh calls `flashnerd {' '.join(argv)}`, which the CLI refuses")

@@ -215,7 +215,7 @@ def run_shac(args: argparse.Namespace, env_cfg, agent_cfg, shac_cfg: ShacCfg, lo
     """`flashnerd train --algo shac`: SHAC with the agent config's actor and critic, rsl_rl's checkpoint layout. The
     training env's learned backend is made differentiable; the evaluation afterwards runs `env_cfg` as given."""
     env, runner, trainer = make_shac(args.task, env_cfg, agent_cfg, shac_cfg, str(log_dir))
-    dump_yaml(log_dir / "params" / "env.yaml", differentiable_cfg(env_cfg))
+    dump_yaml(log_dir / "params" / "env.yaml", differentiable_cfg(env_cfg, shac_cfg.grad_checkpoint))
     dump_yaml(log_dir / "params" / "agent.yaml", agent_cfg)
     dump_yaml(log_dir / "params" / "shac.yaml", shac_cfg)
     if resume_path is not None:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import torch.utils.checkpoint
 
 from flashnerd.contacts import contact_features
 from flashnerd.dynamics.representation import StateRepresentation
@@ -65,6 +66,9 @@ class LearnedConfig:
     # Keep the autograd graph through the steps (a differentiable rollout: SHAC, gradient-refined planning): states
     # and caches are then replaced, never written in place, and `detach()` cuts the graph. Off: the fast path.
     differentiable: bool = False
+    # With `differentiable`: keep only each model step's inputs and outputs and recompute its activations in the
+    # backward pass (activation checkpointing): less memory for long rollouts of many worlds, one more model forward.
+    grad_checkpoint: bool = False
 
 
 class LearnedDynamics:
@@ -116,6 +120,10 @@ class LearnedDynamics:
                              "fit an ensemble with `flashnerd fit --ensemble K`")
         self.members_mode = config.members
         self.differentiable = config.differentiable
+        if config.grad_checkpoint and not config.differentiable:
+            raise ValueError("grad_checkpoint recomputes the activations of a differentiable rollout; set "
+                             "differentiable=True as well, or drop it")
+        self.grad_checkpoint = config.grad_checkpoint
         seed = int(torch.randint(0, 2**62, (1,)))  # member draws follow the global seed (the env sets it)
         self._member_gen = torch.Generator(device=self.device).manual_seed(seed)
         self._member = torch.randint(0, self.num_members, (num_worlds,), device=self.device,
@@ -188,7 +196,11 @@ class LearnedDynamics:
         ctrl = ctrl.to(self._qpos)
         if self.differentiable:
             # the functional step: new caches and states, the graph from ctrl and the earlier states kept
-            pred, self.cache = self.network.step_functional(self._frame(ctrl), self.cache)
+            if self.grad_checkpoint:
+                pred, self.cache = torch.utils.checkpoint.checkpoint(self.network.step_functional, self._frame(ctrl),
+                                                                     self.cache, use_reentrant=False)
+            else:
+                pred, self.cache = self.network.step_functional(self._frame(ctrl), self.cache)
             self._qpos, self._qvel, self._torque = self._advance(ctrl, pred)
             self._ctrl = ctrl
             self._rebind_state()

@@ -46,6 +46,8 @@ class ShacCfg:
     critic_mini_batches: int = 4
     target_critic_alpha: float = 0.2  # target <- alpha * target + (1 - alpha) * critic after each iteration
     max_grad_norm: float = 1.0  # actor and critic gradient clipping
+    # recompute each model step's activations in the backward pass instead of keeping them (LearnedConfig)
+    grad_checkpoint: bool = False
 
 
 def check_shac_cfg(cfg: ShacCfg) -> None:
@@ -300,9 +302,11 @@ class ShacTrainer:
         self.iteration = int(loaded["iter"]) + 1
 
 
-def differentiable_cfg(env_cfg):
-    """`env_cfg` with its learned backend built differentiable (SHAC trains on it; evaluation runs `env_cfg`)."""
-    return dataclasses.replace(env_cfg, dynamics_kwargs={**env_cfg.dynamics_kwargs, "differentiable": True})
+def differentiable_cfg(env_cfg, grad_checkpoint: bool = False):
+    """`env_cfg` with its learned backend built differentiable (SHAC trains on it; evaluation runs `env_cfg`), with
+    activation checkpointing of its model steps when `grad_checkpoint`."""
+    extra = {"grad_checkpoint": True} if grad_checkpoint else {}
+    return dataclasses.replace(env_cfg, dynamics_kwargs={**env_cfg.dynamics_kwargs, "differentiable": True, **extra})
 
 
 def make_shac(task: str, env_cfg, agent_cfg, cfg: ShacCfg, log_dir: str | None = None,
@@ -311,7 +315,7 @@ def make_shac(task: str, env_cfg, agent_cfg, cfg: ShacCfg, log_dir: str | None =
     config's actor and critic, and a SHAC trainer for `agent_cfg.max_iterations` iterations logging to `log_dir`.
     The first episodes' lengths are spread over the episode, as rsl_rl's `init_at_random_ep_len` (a resumed run's
     fresh env too: else every world's first episode would end at the same step)."""
-    env, runner = make_runner(task, differentiable_cfg(env_cfg), agent_cfg, None)
+    env, runner = make_runner(task, differentiable_cfg(env_cfg, cfg.grad_checkpoint), agent_cfg, None)
     trainer = ShacTrainer(env, runner, cfg, agent_cfg.max_iterations, log_dir)
     env.episode_length_buf = torch.randint_like(env.episode_length_buf, high=int(env.max_episode_length))
     return env, runner, trainer
