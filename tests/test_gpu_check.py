@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -47,7 +48,8 @@ def test_gpu_check_without_mujoco_warp_lists_a_failed_measurement_and_runs_the_r
     calls = tmp_path / "calls.txt"
     fake = tmp_path / "python"  # the project's CLI answers `{}` except `bench model`, which fails; no mujoco_warp
     fake.write_text(f'#!/usr/bin/env bash\nif [[ "$1" == "-c" && "$2" == *mujoco_warp* ]]; then exit 1; fi\n'
-                    f'if [[ "$1" == "-m" ]]; then echo "$*" >> {calls}; [[ "$4" == "model" ]] && exit 3; '
+                    f'if [[ "$1" == "-m" ]]; then printf "%q " "$@" >> {calls}; echo >> {calls}; '
+                    f'[[ "$4" == "model" ]] && exit 3; '
                     f'echo "{{}}"; exit 0; fi\nexec {sys.executable} "$@"\n')
     fake.chmod(0o755)
     (tmp_path / "out").mkdir()
@@ -59,12 +61,13 @@ def test_gpu_check_without_mujoco_warp_lists_a_failed_measurement_and_runs_the_r
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["failed"] == ["model"]
     assert result["model_steps_per_s"] is None and result["env_steps_per_s"] == {} and result["plan_median_ms"] is None
-    cli = [c for c in calls.read_text().splitlines() if "flashnerd.cli.main" in c]
-    assert len(cli) == 12 and not any("mjwarp" in c for c in cli)  # 14 measurements less the two mjwarp env steps
-    assert "--dynamics mujoco,flashnerd" in cli[-1] and "bench plan" in cli[-1]
-    for line in cli:  # every call the script makes is one the CLI takes (a renamed flag fails here, not on a GPU)
-        argv = line.split()[line.split().index("flashnerd.cli.main") + 1:]
+    calls = [shlex.split(line) for line in calls.read_text().splitlines()]  # each call's arguments, as the CLI got them
+    cli = [words[words.index("flashnerd.cli.main") + 1:] for words in calls if "flashnerd.cli.main" in words]
+    assert len(cli) == 12 and not any("mjwarp" in " ".join(c) for c in cli)  # 14 measurements less 2 mjwarp env steps
+    assert "--dynamics mujoco,flashnerd" in " ".join(cli[-1]) and cli[-1][:2] == ["bench", "plan"]
+    for argv in cli:  # every call the script makes is one the CLI takes (a renamed flag fails here, not on a GPU)
         try:
-            build_parser(argv).parse_args(argv)
+            parsed = build_parser(argv).parse_args(argv)
         except SystemExit:
             pytest.fail(f"scripts/gpu_check.sh calls `flashnerd {' '.join(argv)}`, which the CLI refuses")
+        assert not getattr(parsed, "overrides", None), argv  # a stray word would be taken as an override

@@ -52,6 +52,16 @@ def test_each_kind_of_field_takes_a_value_of_its_type(cfgs):
     assert set(env.rewards) == set(task_cfgs(TASK)[0].rewards) - {"undesired_contacts"}
 
 
+def test_a_field_set_by_a_flag_is_refused_only_where_the_command_has_that_flag(cfgs):
+    """eval has no --max_iterations and bench ppo no --uncertainty_penalty: there the override is the only way."""
+    apply_overrides(cfgs, ["agent.max_iterations=7", "env.uncertainty_penalty=0.5", "agent.num_steps_per_env=010"],
+                    flags={"num_envs": 1, "seed": None})
+    assert cfgs["agent"].max_iterations == 7 and cfgs["env"].uncertainty_penalty == 0.5
+    assert cfgs["agent"].num_steps_per_env == 10  # as written, not YAML 1.1's octal 8
+    with pytest.raises(CLIError, match="agent.max_iterations is set with --max_iterations"):
+        apply_overrides(cfgs, ["agent.max_iterations=7"], flags={"max_iterations": None})
+
+
 def test_an_optional_field_is_set_and_unset_and_typed_as_declared():
     env, agent = task_cfgs("FlashNeRD-Reorient-Cube-Yaw-Allegro-v0")
     assert env.object_mass is None and agent.clip_actions is None
@@ -89,7 +99,9 @@ def test_an_optional_field_is_set_and_unset_and_typed_as_declared():
     ("env.num_envs=0", "env.num_envs is set with --num_envs"),
     ("agent.experiment_name=/tmp/x", "agent.experiment_name is set with --experiment_name"),
     ("agent.run_name=a/../..", "is set with --run_name"),
-    ("env.dynamics_kwargs.checkpoint=x", "env.dynamics_kwargs is set with --dynamics_checkpoint"),
+    ("env.dynamics_kwargs.checkpoint=x", "env.dynamics_kwargs.checkpoint is set with --dynamics_checkpoint"),
+    ("agent.clip_actions=!!bool maybe", "the value is not YAML"),  # PyYAML raises KeyError here
+    ("agent.clip_actions=!!int ''", "the value is not YAML"),  # and IndexError here
     ("shac.horizon=8", "is set with --shac_horizon"),
     ("agent.policy.activation=2024-13-01", "the value is not YAML"),
     ("env.num_envs", "is not KEY=VALUE"),
@@ -99,8 +111,9 @@ def test_an_optional_field_is_set_and_unset_and_typed_as_declared():
     ("env.rewards.feet_air_time.weight=!!python/object/apply:os.system [echo]", "the value is not YAML"),
 ])
 def test_a_bad_override_is_a_one_line_error_naming_the_key(cfgs, item, message):
+    flags = dict.fromkeys(["num_envs", "seed", "experiment_name", "run_name", "dynamics_checkpoint", "shac_horizon"])
     with pytest.raises(CLIError) as err:
-        apply_overrides(cfgs, [item])
+        apply_overrides(cfgs, [item], flags=flags)  # the flags of a command such as train
     assert message in str(err.value) and len(str(err.value).splitlines()) == 1, str(err.value)
 
 

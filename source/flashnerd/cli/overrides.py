@@ -6,8 +6,9 @@ A value is read with YAML's safe loader (numbers, booleans, null, `[lists]`, str
 field's declared type: an integer for an `int`, a finite number for a `float` (`3e-4` too, which YAML 1.1 reads as a
 string), as many values as a `tuple[float, float]` has, null only where the field is optional; an entry of a mapping
 without a declared type (a term's `params`) takes the type of the value it replaces. A string field takes the text as
-written. A term's function, a whole group of fields and the fields a command sets with a flag (`--num_envs`,
-`--seed`, `--robot`, ...) cannot be set this way. Every problem is a one-line error naming the key."""
+written where YAML would read a number, boolean or date. A term's function, a whole group of fields and the fields
+the command sets with a flag of its own (`--num_envs`, `--seed`, `--robot`, ...) cannot be set this way. Every problem
+is a one-line error naming the key."""
 
 from __future__ import annotations
 
@@ -23,10 +24,11 @@ import yaml
 from flashnerd.cli.common import CLIError, load_task_cfgs
 from flashnerd.utils.hints import union_members
 
-# fields a command sets with a flag (and checks there): an override would bypass the flag's checks
+# fields a command sets with a flag (and checks there), refused as overrides by the commands that have the flag
 FLAG_KEYS = {
     "env.num_envs": "--num_envs", "env.seed": "--seed", "agent.seed": "--seed", "env.device": "--device",
-    "agent.device": "--device", "env.dynamics": "--dynamics", "env.dynamics_kwargs": "--dynamics_checkpoint",
+    "agent.device": "--device", "env.dynamics": "--dynamics", "env.dynamics_kwargs.checkpoint": "--dynamics_checkpoint",
+    "env.dynamics_kwargs.members": "--members",
     "env.robot": "--robot", "env.robot_variant": "--robot_variant", "agent.experiment_name": "--experiment_name",
     "agent.run_name": "--run_name", "agent.max_iterations": "--max_iterations",
     "agent.save_interval": "--save_interval", "agent.logger": "--logger",
@@ -46,7 +48,7 @@ def add_override_arg(p: argparse.ArgumentParser, roots: str = "env, agent") -> N
 def task_cfgs_with_overrides(args: argparse.Namespace):
     """`load_task_cfgs(args)` with the `env.` and `agent.` overrides of `args.overrides` applied after the flags."""
     env_cfg, agent_cfg = load_task_cfgs(args)
-    apply_overrides({"env": env_cfg, "agent": agent_cfg}, getattr(args, "overrides", None) or [])
+    apply_overrides({"env": env_cfg, "agent": agent_cfg}, getattr(args, "overrides", None) or [], flags=vars(args))
     return env_cfg, agent_cfg
 
 
@@ -55,10 +57,12 @@ def of_root(items: list[str], root: str) -> list[str]:
     return [item for item in items if item.partition(".")[0] == root]
 
 
-def apply_overrides(configs: dict[str, Any], items: list[str], later: tuple[str, ...] = ()) -> list[str]:
+def apply_overrides(configs: dict[str, Any], items: list[str], later: tuple[str, ...] = (),
+                    flags: dict | None = None) -> list[str]:
     """Apply every `root.path=value` of `items` to `configs` (root name -> config object, edited in place) in order,
     skipping the roots in `later` (applied by the caller once their config exists); returns the items applied. Any
-    other root is an error."""
+    other root is an error, and so is a field of FLAG_KEYS whose flag is among the command's `flags` (its parsed
+    arguments, `vars(args)`)."""
     applied = []
     for item in items:
         key, sep, text = item.partition("=")
@@ -71,13 +75,15 @@ def apply_overrides(configs: dict[str, Any], items: list[str], later: tuple[str,
         if path[0] not in configs:
             raise CLIError(f"override '{item}': unknown root '{path[0]}'; this command takes "
                            f"{', '.join((*configs, *later))}")
-        if owned := next((k for k in FLAG_KEYS if key == k or key.startswith(k + ".")), None):
+        owned = next((k for k in FLAG_KEYS if key == k or key.startswith(k + ".")), None)
+        if owned is not None and FLAG_KEYS[owned].lstrip("-") in (flags or {}):
             raise CLIError(f"override '{item}': {owned} is set with {FLAG_KEYS[owned]} (and checked there); use "
                            "that flag")
         try:
             value = yaml.safe_load(text) if text.strip() else ""
-        except (yaml.YAMLError, ValueError) as err:  # PyYAML raises ValueError for some scalars (a bad date)
-            raise CLIError(f"override '{item}': the value is not YAML ({str(err).splitlines()[0]})") from None
+        except Exception as err:  # noqa: BLE001 (the safe loader runs no code; a bad tag raises IndexError, KeyError..)
+            why = (str(err).splitlines() or [type(err).__name__])[0]
+            raise CLIError(f"override '{item}': the value is not YAML ({why})") from None
         node, hint = configs[path[0]], type(configs[path[0]])
         for depth, name in enumerate(path[1:-1], start=1):
             node, hint = _child(node, hint, name, ".".join(path[:depth]))
@@ -145,7 +151,9 @@ def _is_term(x: Any) -> bool:
 
 
 def _hint_of(value: Any) -> Any:
-    """The type a plain value has, as a hint (a tuple keeps its length)."""
+    """The type a plain value has, as a hint (a tuple keeps its length; an int may become any number)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return int | float
     if isinstance(value, tuple):
         return tuple[tuple(_hint_of(v) for v in value)] if value else tuple[Any, ...]
     if isinstance(value, list):
@@ -172,8 +180,10 @@ def _as_number(x: Any) -> Any:
 
 def _convert(value: Any, hint: Any, text: str | None) -> Any:
     """`value` as the type `hint`, or `_REFUSED`; `text` is what was written (kept as such by a string field)."""
-    if hint is Any:
-        return _REFUSED if isinstance(value, dict) else value
+    if hint is Any:  # plain values only (no sets, bytes or dates)
+        plain = (bool, int, float, str, list, type(None))
+        return value if isinstance(value, plain) and not (isinstance(value, list) and any(
+            _convert(v, Any, None) is _REFUSED for v in value)) else _REFUSED
     for alt in union_members(hint):
         origin, args = typing.get_origin(alt), typing.get_args(alt)
         if alt is type(None):
@@ -183,7 +193,7 @@ def _convert(value: Any, hint: Any, text: str | None) -> Any:
             if isinstance(value, bool):
                 return value
         elif alt in (int, float):
-            number = _as_number(value)
+            number = _as_number(text.strip() if text is not None else value)  # 010 is 10, not YAML 1.1's octal 8
             if alt is int and isinstance(number, int) and not isinstance(number, bool):
                 return number
             if alt is float and isinstance(number, (int, float)) and not isinstance(number, bool):
@@ -216,6 +226,8 @@ def _describe(hint: Any, plural: bool = False) -> str:
     """What a value of type `hint` is, in words (`plural`: what values of it are)."""
     words = {bool: ("true or false", "true/false values"), int: ("an integer", "integers"),
              float: ("a finite number", "finite numbers"), str: ("a string", "strings"), type(None): ("null", "nulls")}
+    if hint is Any:
+        return "plain values" if plural else "a plain value (a number, true/false, a string or a list)"
     names = []
     for alt in union_members(hint):
         origin, args = typing.get_origin(alt), typing.get_args(alt)

@@ -82,7 +82,10 @@ def _read_table(path: Path) -> dict:
 
 def _finite(x) -> bool:
     """A finite number (JSON from elsewhere may hold NaN or Infinity)."""
-    return is_number(x) and math.isfinite(x)
+    try:
+        return is_number(x) and math.isfinite(x)
+    except OverflowError:  # an integer too large for a float
+        return False
 
 
 def _ints(x) -> bool:

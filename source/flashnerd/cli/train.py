@@ -88,13 +88,13 @@ def run(args: argparse.Namespace) -> dict:
         agent_cfg.run_name = args.run_name
     if args.logger is not None:
         agent_cfg.logger = args.logger
-    apply_overrides({"env": env_cfg, "agent": agent_cfg}, args.overrides, later=("shac",))  # after the flags
+    apply_overrides({"env": env_cfg, "agent": agent_cfg}, args.overrides, later=("shac",), flags=vars(args))
     shac_cfg = shac_args(args, env_cfg)
     shac_items = of_root(args.overrides, "shac")
     if shac_items and shac_cfg is None:
         raise CLIError(f"override '{shac_items[0]}' sets SHAC's config; add --algo shac, or drop it")
     if shac_cfg is not None:
-        apply_overrides({"shac": shac_cfg}, shac_items)
+        apply_overrides({"shac": shac_cfg}, shac_items, flags=vars(args))
     refuse_unless(args.resume, args, ("checkpoint", "load_run"),
                   "only pick the run that --resume continues; add --resume, or drop them to train from scratch")
     check_plain_name("experiment_name", args.experiment_name)

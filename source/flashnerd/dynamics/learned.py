@@ -198,7 +198,8 @@ class LearnedDynamics:
             # the functional step: new caches and states, the graph from ctrl and the earlier states kept
             if self.grad_checkpoint:
                 pred, self.cache = torch.utils.checkpoint.checkpoint(self.network.step_functional, self._frame(ctrl),
-                                                                     self.cache, use_reentrant=False)
+                                                                     self.cache, use_reentrant=False,
+                                                                     preserve_rng_state=False)  # nothing random
             else:
                 pred, self.cache = self.network.step_functional(self._frame(ctrl), self.cache)
             self._qpos, self._qvel, self._torque = self._advance(ctrl, pred)

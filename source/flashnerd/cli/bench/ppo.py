@@ -182,7 +182,7 @@ def _check_overrides(args: argparse.Namespace, shac: bool) -> None:
     if not shac and (items := of_root(args.overrides, "shac")):
         raise CLIError(f"override '{items[0]}' sets SHAC's config, and --dynamics names no SHAC run; add one such as "
                        "flashnerd:shac, or drop it")
-    apply_overrides({"env": env_cfg, "agent": agent_cfg, "shac": ShacCfg()}, args.overrides)
+    apply_overrides({"env": env_cfg, "agent": agent_cfg, "shac": ShacCfg()}, args.overrides, flags=vars(args))
 
 
 def _resumed(path: Path, settings: dict, grid: dict[str, tuple[str, str, int]]) -> dict:
@@ -248,7 +248,7 @@ def train_and_time(args: argparse.Namespace, backend: str, seed: int, run_dir: P
     env_cfg, agent_cfg = task_cfgs(args.task, num_envs=args.num_envs, seed=seed, device=args.device,
                                    dynamics=backend, dynamics_checkpoint=checkpoint, robot_variant=args.robot_variant,
                                    robot=args.robot)
-    apply_overrides({"env": env_cfg, "agent": agent_cfg}, args.overrides, later=("shac",))
+    apply_overrides({"env": env_cfg, "agent": agent_cfg}, args.overrides, later=("shac",), flags=vars(args))
     agent_cfg.max_iterations = args.max_iterations
     if args.eval_every:
         agent_cfg.save_interval = args.eval_every
@@ -286,7 +286,7 @@ def shac_and_time(args: argparse.Namespace, backend: str, seed: int, run_dir: Pa
                                    dynamics=backend, dynamics_checkpoint=checkpoint, robot_variant=args.robot_variant,
                                    robot=args.robot)
     shac_cfg = ShacCfg(horizon=args.shac_horizon or ShacCfg.horizon)
-    apply_overrides({"env": env_cfg, "agent": agent_cfg, "shac": shac_cfg}, args.overrides)
+    apply_overrides({"env": env_cfg, "agent": agent_cfg, "shac": shac_cfg}, args.overrides, flags=vars(args))
     agent_cfg.max_iterations = iterations
     seed_everything(agent_cfg.seed)
     env, _, trainer = make_shac(args.task, env_cfg, agent_cfg, shac_cfg, str(run_dir))
