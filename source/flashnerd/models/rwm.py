@@ -136,8 +136,9 @@ class RWM(DynamicsModel):
         return self.heads(y[:, 0])["mean"]  # (B, O)
 
     def step_functional(self, x_t: torch.Tensor, cache: RWMCache) -> tuple[torch.Tensor, RWMCache]:
-        """`step` without writes: -> mean increment (B, O) and a new cache (autograd runs through it)."""
-        y, h = self._recurrent(x_t[:, None], cache.h)  # (B, 1, C), (L, B, C)
+        """`step` without writes: -> mean increment (B, O) and a new cache (autograd runs through it). The GRU runs as
+        its cell equations: on CUDA the fused cuDNN kernel has no backward pass outside training mode."""
+        y, h = self._unrolled_gru(x_t[:, None], cache.h)  # (B, 1, C), (L, B, C)
         return self.heads(y[:, 0])["mean"], RWMCache(h=h)  # (B, O)
 
     def reset_cache(self, cache: RWMCache, world_ids: torch.Tensor) -> None:
