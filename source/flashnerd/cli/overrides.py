@@ -132,8 +132,9 @@ def _set(node: Any, hint: Any, name: str, value: Any, key: str, text: str) -> No
         if value is None and isinstance(node, dict) and _is_term(old):  # a term dropped, as Isaac Lab's `term=null`
             del node[name]
             return
-        what = "code" if callable(old) and not dataclasses.is_dataclass(old) else "a group of fields"
-        raise CLIError(f"override {key}={text}: {key} is {what}; set a field inside it (KEY.field=VALUE)")
+        if callable(old) and not dataclasses.is_dataclass(old):
+            raise CLIError(f"override {key}={text}: {key} is code, which the command line cannot set")
+        raise CLIError(f"override {key}={text}: {key} is a group of fields; set a field inside it (KEY.field=VALUE)")
     if field_hint is Any:  # an entry of a mapping of any values (a term's params): the type of the value it replaces
         field_hint = Any if old is None else _hint_of(old)
     converted = _convert(value, field_hint, text)
