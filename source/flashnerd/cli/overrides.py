@@ -22,7 +22,7 @@ from typing import Any
 import yaml
 
 from flashnerd.cli.common import CLIError, load_task_cfgs
-from flashnerd.utils.hints import union_members
+from flashnerd.utils.hints import is_number, union_members
 
 # fields a command sets with a flag (and checks there), refused as overrides by the commands that have the flag
 FLAG_KEYS = {
@@ -195,9 +195,9 @@ def _convert(value: Any, hint: Any, text: str | None) -> Any:
                 return value
         elif alt in (int, float):
             number = _as_number(text.strip() if text is not None else value)  # 010 is 10, not YAML 1.1's octal 8
-            if alt is int and isinstance(number, int) and not isinstance(number, bool):
+            if alt is int and is_number(number) and isinstance(number, int):
                 return number
-            if alt is float and isinstance(number, (int, float)) and not isinstance(number, bool):
+            if alt is float and is_number(number):
                 try:
                     if math.isfinite(number := float(number)):
                         return number
