@@ -429,6 +429,9 @@ def test_plan_table_counts_climbs_over_seeds_and_refuses_runs_that_differ_in_mor
     broken = _plan_json(4, {"flashnerd": [True, True]})
     broken["backends"]["flashnerd"]["per_platform"][1]["planning_ms"] = ["slow"]  # someone else's file, edited
     refused(broken, "backend 'flashnerd' is not a plan result")
+    twice = _plan_json(4, {"flashnerd": [True, True]})
+    twice["backends"]["flashnerd"]["per_platform"][1]["lane"] = 0  # one platform counted twice
+    refused(twice, "backend 'flashnerd' is not a plan result")
     del broken["backends"]["flashnerd"]["per_platform"][1]["climbed"]
     refused(broken, "backend 'flashnerd' is not a plan result")
     Path(tmp_path / "bad.json").write_text("[1, 2]")
@@ -502,5 +505,11 @@ def test_plan_table_joins_an_earlier_tables_backends_and_refuses_one_it_cannot_j
     edited = json.loads(json.dumps(good))
     edited["backends"]["nerd"]["per_platform"]["0"] = [2, 1]  # more climbs than seeds planned
     refused([rwm], write("m5.json", edited), "backend 'nerd' is not a table row")
+    edited = json.loads(json.dumps(good))
+    edited["backends"]["nerd"]["per_platform"]["0"] = [1, 1]  # possible alone, but 2 climbs where the seed counts 1
+    refused([rwm], write("m7.json", edited), "backend 'nerd' is not a table row")
+    edited = json.loads(json.dumps(good))
+    edited["platforms"][1]["lane"] = 0
+    refused([rwm], write("m8.json", edited), "one of them twice")
     refused([rwm], write("m3.json", _plan_json(1, {"nerd": [True, True]})), "is not a `flashnerd plan-table` JSON")
     refused([rwm], str(tmp_path / "missing.json"), "is not a readable `flashnerd plan-table` JSON")

@@ -34,10 +34,20 @@ def _list_envs(args: argparse.Namespace) -> list[dict]:
     return rows
 
 
+class _ExactFlagParser(argparse.ArgumentParser):
+    """A parser (and, through `add_subparsers`, every command's) that takes only whole flags: argparse's default
+    reads `--eval_episode` as `--eval_episodes`, so a misspelt flag in a script would pass unnoticed, and a later
+    flag sharing the prefix would silently change what an old command line means."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     """The CLI's parser. With `argv` naming a known command, only that command's module is imported and registered
     (its own help and errors are unchanged); otherwise every command's, for the top-level help and the docs."""
-    parser = argparse.ArgumentParser(prog="flashnerd", description=__doc__)
+    parser = _ExactFlagParser(prog="flashnerd", description=__doc__)
     parser.add_argument("--debug", action="store_true", help="show tracebacks for errors")
     sub = parser.add_subparsers(dest="command", required=True)
     words = [a for a in argv or () if not a.startswith("-")]  # --debug is the only top-level option and takes no value

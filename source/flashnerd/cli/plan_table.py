@@ -74,6 +74,9 @@ def _read_table(path: Path) -> dict:
         raise CLIError(f"--table '{path}' is not a `flashnerd plan-table` JSON (seeds, runs, platforms and backends); "
                        "pass a file that command wrote")
     lanes = [str(p["lane"]) for p in data["platforms"]]
+    if len(set(lanes)) != len(lanes):
+        raise CLIError(f"--table '{path}' lists platform lanes {lanes}, one of them twice; pass a file `flashnerd "
+                       "plan-table` wrote")
     if bad := [b for b, r in data["backends"].items() if not _is_table_backend(r, lanes, data["seeds"])]:
         raise CLIError(f"--table '{path}': backend '{bad[0]}' is not a table row (seeds, climbs and planning times per "
                        "seed, per_platform counts of every platform); pass a file `flashnerd plan-table` wrote")
@@ -94,7 +97,8 @@ def _ints(x) -> bool:
 
 def _is_table_backend(r, lanes: list[str], seeds: list[int]) -> bool:
     """Whether `r` has the shape of a backend's row in a plan-table JSON: one entry per seed (distinct, among the
-    table's `seeds`), every platform counted, no count above what it counts from."""
+    table's `seeds`), every platform counted, no count above what it counts from, and the counts per platform adding
+    up to the counts per seed (both count the same climbs)."""
     if not (isinstance(r, dict) and _ints(r.get("seeds")) and _ints(r.get("climbs_per_seed"))
             and _ints(r.get("platforms_per_seed")) and _finite(r.get("median_planning_ms"))
             and isinstance(r.get("median_planning_ms_per_seed"), list)
@@ -106,7 +110,9 @@ def _is_table_backend(r, lanes: list[str], seeds: list[int]) -> bool:
     return (n > 0 and len(set(r["seeds"])) == n and set(r["seeds"]) <= set(seeds)
             and all(len(x) == n for x in per_seed)
             and all(0 <= c <= p <= len(lanes) for c, p in zip(r["climbs_per_seed"], r["platforms_per_seed"]))
-            and all(_ints(c) and len(c) == 2 and 0 <= c[0] <= c[1] <= n for c in r["per_platform"].values()))
+            and all(_ints(c) and len(c) == 2 and 0 <= c[0] <= c[1] <= n for c in r["per_platform"].values())
+            and sum(c[0] for c in r["per_platform"].values()) == sum(r["climbs_per_seed"])
+            and sum(c[1] for c in r["per_platform"].values()) == sum(r["platforms_per_seed"]))
 
 
 def join_table(earlier: dict, table: dict, name: str) -> dict:
@@ -129,11 +135,13 @@ def join_table(earlier: dict, table: dict, name: str) -> dict:
 
 
 def _is_backend_result(r) -> bool:
-    """Whether `r` has the shape of a backend's entry in a plan JSON (what `merge_runs` reads of it)."""
+    """Whether `r` has the shape of a backend's entry in a plan JSON (what `merge_runs` reads of it), each platform
+    once."""
     return isinstance(r, dict) and isinstance(r.get("per_platform"), list) and all(
         isinstance(p, dict) and isinstance(p.get("lane"), int) and _finite(p.get("height"))
         and isinstance(p.get("climbed"), bool) and isinstance(p.get("planning_ms", []), list)
-        and all(_finite(ms) for ms in p.get("planning_ms", [])) for p in r["per_platform"])
+        and all(_finite(ms) for ms in p.get("planning_ms", [])) for p in r["per_platform"]) \
+        and len({p["lane"] for p in r["per_platform"]}) == len(r["per_platform"])
 
 
 def merge_runs(runs: list[dict], names: list[str]) -> dict:
