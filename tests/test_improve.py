@@ -159,3 +159,46 @@ def test_improve_with_shac_starts_each_round_from_the_last_policy(tmp_path, caps
     assert main([*_argv(tmp_path / "y", 1), "--shac_horizon", "4"]) == 2
     err = capsys.readouterr().err.strip()
     assert "add --algo shac" in err and len(err.splitlines()) == 1
+
+
+def test_improve_applies_overrides_to_every_stage_and_resumes_only_with_the_same(tmp_path, capsys, short_episodes):
+    """A policy trained without an observation term is evaluated and rolled out with that term gone too (its rollouts
+    would fail on the task's full observations); the overrides are settings of the run; fields improve sets itself,
+    SHAC's without --algo shac and unknown keys are refused before any work."""
+    import flashnerd.cli.improve as improve
+
+    short_episodes(improve)
+    out = tmp_path / "improve"
+    items = ["env.observations.policy.terms.base_lin_vel=null", "agent.num_steps_per_env=4"]
+    assert main([*_argv(out, 1), *items]) == 0
+    table = json.loads((out / "improve.json").read_text())
+    assert table["settings"]["overrides"] == items
+    (lineage,) = table["rounds"][0]["lineages"]
+    assert lineage["transitions"] == 4 * 40 and lineage["eval"]["target"]["episodes"] == 2
+    capsys.readouterr()
+    assert main([*_argv(out, 2), items[0], "--resume"]) == 2  # one override fewer: not the same run
+    assert "overrides" in capsys.readouterr().err
+    bad = _argv(tmp_path / "bad", 1)
+    for extra, message in ((["agent.max_iterations=3"], "set with --iterations"),
+                           (["env.terrain=rough"], "is not free here"),
+                           (["shac.horizon=8"], "add --algo shac"),
+                           (["env.rewardz.x=1"], "did you mean rewards")):
+        assert main([*bad, *extra]) == 2, extra
+        err = capsys.readouterr().err.strip()
+        assert message in err and len(err.splitlines()) == 1, err
+    assert not (tmp_path / "bad").exists()
+
+
+def test_the_target_evaluation_takes_the_overrides_once_with_or_without_a_play_variant():
+    import argparse
+
+    import flashnerd_tasks  # noqa: F401
+    from flashnerd.cli.improve import _apply, _target_cfg
+    from flashnerd.envs.registry import task_cfgs
+
+    for task, term in ((TASK, "feet_air_time"), ("FlashNeRD-Reorient-Cube-Allegro-v0", "joint_vel_l2")):
+        args = argparse.Namespace(task=task, robot_variant=None, overrides=[f"env.rewards.{term}=null"])
+        env_cfg, agent_cfg = task_cfgs(task)
+        _apply(args, env_cfg, agent_cfg)
+        name, cfg = _target_cfg(args, env_cfg)  # a term dropped twice would be an error
+        assert term not in cfg.rewards and (name != task) == task.startswith("FlashNeRD-Velocity")

@@ -171,3 +171,30 @@ def test_bench_ppo_applies_them_to_every_run_and_resumes_only_with_the_same(tmp_
     assert main([*argv[:-1], "--resume"]) == 2  # one override fewer: not the same benchmark
     err = capsys.readouterr().err.strip()
     assert "was run with other overrides" in err and len(err.splitlines()) == 1, err
+
+
+def test_record_drives_a_policy_with_the_configs_it_trained_with(tmp_path, capsys):
+    """A policy trained without an observation term records only with that term dropped again; the fields recording
+    sets itself, and overrides without --task, are refused."""
+    import h5py
+
+    log_root = tmp_path / "logs"
+    drop = "env.observations.policy.terms.base_lin_vel=null"
+    assert main(["train", "--task", TASK, "--num_envs", "4", "--max_iterations", "1", "--eval_episodes", "0",
+                 "--log_root", str(log_root), drop]) == 0
+    policy = str(next(log_root.glob("*/*/model_*.pt")))
+    record = ["record", "--task", TASK, "--checkpoint", policy, "--num_worlds", "2", "--steps", "10",
+              "--traj_len", "10", "--out", str(tmp_path / "d.h5")]
+    capsys.readouterr()
+    assert main([*record, drop]) == 0
+    with h5py.File(tmp_path / "d.h5") as f:
+        assert f["qpos"].shape[:2] == (2, 11)
+    for extra, message in (([], "size mismatch for mlp.0.weight"), ([drop, "env.num_envs=3"], "set with --num_worlds"),
+                           ([drop, "env.episode_length_s=5"], "is not free here")):
+        assert main([*record[:-1], str(tmp_path / "e.h5"), *extra]) == 2, extra
+        err = capsys.readouterr().err.strip()
+        assert message in err and len(err.splitlines()) == 1, err
+    assert main(["record", "--num_worlds", "2", "--steps", "10", "--traj_len", "10", "--out", str(tmp_path / "x.h5"),
+                 drop]) == 2
+    assert "add --task TASK" in capsys.readouterr().err
+    assert not (tmp_path / "e.h5").exists() and not (tmp_path / "x.h5").exists()

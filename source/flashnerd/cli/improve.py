@@ -36,7 +36,8 @@ from flashnerd.cli.common import (
     write_json,
 )
 from flashnerd.cli.fit import adapt_model
-from flashnerd.cli.record import record_policy
+from flashnerd.cli.overrides import add_override_arg, apply_overrides, of_root
+from flashnerd.cli.record import RECORD_OWNS, record_policy
 from flashnerd.cli.train import ALGOS, apply_uncertainty_args
 from flashnerd.dynamics import REFERENCE_BACKEND, backend_info, backend_names
 from flashnerd.dynamics.learned import MEMBER_MODES, default_checkpoint
@@ -50,7 +51,12 @@ from flashnerd.training.fit import FitConfig, check_fit_config
 from flashnerd.viz.report import plot_improve
 
 # a run stopped before a setting existed ran with what was then fixed (PPO; contact heads of 1,000 steps)
-SETTING_DEFAULTS = {"algo": "ppo", "shac_horizon": None, "restart_from_policy": False, "contact_head_steps": 1000}
+SETTING_DEFAULTS = {"algo": "ppo", "shac_horizon": None, "restart_from_policy": False, "contact_head_steps": 1000,
+                    "overrides": []}
+# config fields improve sets itself, refused as overrides (the common flag-owned ones are refused by their flags)
+IMPROVE_OWNS = {"agent.max_iterations": "--iterations", "agent.save_interval": "every round saves its last policy",
+                "env.robot": "the rounds train the task's robot, the one its models are of",
+                "env.terrain": "the rounds train on the task's terrain, where their rollouts are recorded"}
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -97,6 +103,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out_dir", default="logs/improve", help="folder for every round's model, policy, data")
     p.add_argument("--name", default="improve", help="file stem of the JSON table and the plot in --out_dir")
     p.add_argument("--resume", action="store_true", help="continue a stopped run in --out_dir from its JSON")
+    add_override_arg(p, "env, agent; shac with --algo shac")
     p.set_defaults(func=run)
 
 
@@ -118,7 +125,11 @@ def _check(args: argparse.Namespace) -> str:
     check_file_stem(args.name)
     check_writable("out_dir", args.out_dir)
     check_device(args.device)
-    env_cfg, _ = task_cfgs(args.task, robot_variant=args.robot_variant)  # unknown task, bad variant: fail now
+    env_cfg, agent_cfg = task_cfgs(args.task, robot_variant=args.robot_variant)  # unknown task, bad variant: fail now
+    if args.algo != "shac" and (items := of_root(args.overrides, "shac")):
+        raise CLIError(f"override '{items[0]}' sets SHAC's config; add --algo shac, or drop it")
+    _apply(args, env_cfg, agent_cfg, ShacCfg())  # every override checked before any round
+    _target_cfg(args, env_cfg)  # and on the evaluation variant of the task
     robot = variant_robot(env_cfg.robot, None)
     kind = backend_info(args.dynamics).model_kind
     init = args.dynamics_checkpoint or str(default_checkpoint(robot, kind, env_cfg.terrain))
@@ -173,6 +184,23 @@ def _well_formed(rounds) -> bool:
                     and number(x.get("target_seconds", 0)) and ("policy" not in x or figures(x.get("eval")))):
                 return False
     return True
+
+
+def _apply(args: argparse.Namespace, env_cfg, agent_cfg, shac_cfg: ShacCfg | None = None) -> None:
+    """The command line's overrides on a round's configs (SHAC's when `shac_cfg` is given)."""
+    configs = {"env": env_cfg, "agent": agent_cfg, **({"shac": shac_cfg} if shac_cfg is not None else {})}
+    apply_overrides(configs, args.overrides, later=() if shac_cfg is not None else ("shac",), flags=vars(args),
+                    owned_by=IMPROVE_OWNS)
+
+
+def _target_cfg(args: argparse.Namespace, env_cfg) -> tuple[str, object]:
+    """(task id, env config) of the evaluation in the target system: the task's -Play- variant where it has one, with
+    the `env.` overrides the policy trained with (its observations, among others)."""
+    target = dataclasses.replace(env_cfg, robot_variant=args.robot_variant)
+    task, cfg = play_variant(args.task, target)
+    if cfg is not target:  # the -Play- variant's own config, built without them
+        apply_overrides({"env": cfg}, of_root(args.overrides, "env"), flags=vars(args), owned_by=IMPROVE_OWNS)
+    return task, cfg
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -231,9 +259,10 @@ def _train(args: argparse.Namespace, model: str, start: str | None, folder: Path
     if args.iterations is not None:
         agent_cfg.max_iterations = args.iterations
     agent_cfg.save_interval = agent_cfg.max_iterations
+    shac_cfg = ShacCfg(horizon=args.shac_horizon or ShacCfg.horizon) if args.algo == "shac" else None
+    _apply(args, env_cfg, agent_cfg, shac_cfg)
     path = folder / "policy.pt"
-    if args.algo == "shac":
-        shac_cfg = ShacCfg(horizon=args.shac_horizon or ShacCfg.horizon)
+    if shac_cfg is not None:
         learner, wall = train_shac(args.task, env_cfg, agent_cfg, shac_cfg, str(folder / "shac"),
                                    agent_cfg.max_iterations, init=start)
     else:
@@ -242,7 +271,7 @@ def _train(args: argparse.Namespace, model: str, start: str | None, folder: Path
     learner.save(str(path))
     policy = learner.get_inference_policy(device=args.device)
     on_model = evaluate_on_backends(args.task, env_cfg, policy, args.eval_episodes, backends=[args.dynamics])
-    task, target_cfg = play_variant(args.task, dataclasses.replace(env_cfg, robot_variant=args.robot_variant))
+    task, target_cfg = _target_cfg(args, env_cfg)
     target = evaluate_on_backends(task, target_cfg, policy, args.eval_episodes, backends=[REFERENCE_BACKEND])
     return {"policy": str(path), "algo": args.algo, "train_wall_s": round(wall, 1),
             "iterations": agent_cfg.max_iterations,
@@ -255,8 +284,11 @@ def _roll_out(args: argparse.Namespace, policy: str, folder: Path, minutes: floa
     per_world = minutes * 60 / robot.control_dt / args.target_worlds
     steps = max(1, math.ceil(per_world / args.traj_len)) * args.traj_len
     start = time.perf_counter()
+    # the policy's own configs; recording runs without time-outs, so the episode length is recording's
+    overrides = [item for item in (*of_root(args.overrides, "env"), *of_root(args.overrides, "agent"))
+                 if item.partition("=")[0] not in RECORD_OWNS]
     recorded, _ = record_policy(args.task, args.robot_variant, policy, args.target_worlds, steps, args.traj_len,
-                                args.action_noise, seed, args.device, folder / "rollouts.h5")
+                                args.action_noise, seed, args.device, folder / "rollouts.h5", overrides)
     return {"data": str(folder / "rollouts.h5"), "target_seconds": round(steps * args.target_worlds *
                                                                          robot.control_dt, 1),
             "record_wall_s": round(time.perf_counter() - start, 1), "transitions": recorded["transitions"]}

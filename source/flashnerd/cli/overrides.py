@@ -58,11 +58,12 @@ def of_root(items: list[str], root: str) -> list[str]:
 
 
 def apply_overrides(configs: dict[str, Any], items: list[str], later: tuple[str, ...] = (),
-                    flags: dict | None = None) -> list[str]:
+                    flags: dict | None = None, owned_by: dict[str, str] | None = None) -> list[str]:
     """Apply every `root.path=value` of `items` to `configs` (root name -> config object, edited in place) in order,
     skipping the roots in `later` (applied by the caller once their config exists); returns the items applied. Any
     other root is an error, and so is a field of FLAG_KEYS whose flag is among the command's `flags` (its parsed
-    arguments, `vars(args)`)."""
+    arguments, `vars(args)`), or one of `owned_by` (field -> what sets it in this command: a flag of another name,
+    such as `--num_worlds` for env.num_envs, or the reason the command sets it itself)."""
     applied = []
     for item in items:
         key, sep, text = item.partition("=")
@@ -75,6 +76,11 @@ def apply_overrides(configs: dict[str, Any], items: list[str], later: tuple[str,
         if path[0] not in configs:
             raise CLIError(f"override '{item}': unknown root '{path[0]}'; this command takes "
                            f"{', '.join((*configs, *later))}")
+        mine = next((k for k in owned_by or {} if key == k or key.startswith(k + ".")), None)
+        if mine is not None:
+            how = owned_by[mine]
+            raise CLIError(f"override '{item}': {mine} is set with {how} (and checked there); use that flag"
+                           if how.startswith("--") else f"override '{item}': {mine} is not free here: {how}")
         owned = next((k for k in FLAG_KEYS if key == k or key.startswith(k + ".")), None)
         if owned is not None and FLAG_KEYS[owned].lstrip("-") in (flags or {}):
             raise CLIError(f"override '{item}': {owned} is set with {FLAG_KEYS[owned]} (and checked there); use "

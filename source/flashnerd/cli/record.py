@@ -7,6 +7,7 @@ import argparse
 import dataclasses
 import json
 import math
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -20,6 +21,7 @@ from flashnerd.cli.common import (
     refuse_unless,
     uninterrupted_cfg,
 )
+from flashnerd.cli.overrides import add_override_arg, apply_overrides
 from flashnerd.cli.policy import load_policy, resolve_checkpoint
 from flashnerd.data.dataset import robot_layout
 from flashnerd.data.logs import SUFFIXES as LOG_SUFFIXES
@@ -64,6 +66,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--action_noise", type=float, default=None,
                    help=f"largest per-world std of Gaussian noise added to the policy's actions (default "
                         f"{ACTION_NOISE})")
+    add_override_arg(p)
     p.set_defaults(func=run)
 
 
@@ -71,9 +74,16 @@ LOG_ROOT = "logs/rsl_rl"  # where --load_run looks for runs (train's default)
 ACTION_NOISE = 0.3  # default largest per-world std of the noise on a policy's actions
 
 
+# config fields `record` sets itself, refused as overrides (the common flag-owned ones are refused by their flags)
+RECORD_OWNS = {"env.num_envs": "--num_worlds", "env.terrain": "--terrain",
+               "env.episode_length_s": "recording runs every world through --steps without time-outs"}
+
+
 def policy_source(args: argparse.Namespace, gen: torch.Generator) -> PolicySource:
     """Task env on the mujoco backend (no time-outs, no interval pushes) driven by the loaded policy."""
     env_cfg, agent_cfg = task_cfgs(args.task, device=args.device, robot_variant=args.robot_variant, robot=args.robot)
+    # the configs the policy was trained with (its observations, its network); what recording sets is refused
+    apply_overrides({"env": env_cfg, "agent": agent_cfg}, args.overrides, flags=vars(args), owned_by=RECORD_OWNS)
     path = resolve_checkpoint(args.log_root, agent_cfg.experiment_name, args.load_run, args.checkpoint)
     # Worlds walk on through every batch (the last one may run past `steps`); falls still end a world's episode.
     env_cfg = dataclasses.replace(uninterrupted_cfg(env_cfg, args.steps + args.traj_len), dynamics=args.dynamics,
@@ -93,13 +103,16 @@ def policy_source(args: argparse.Namespace, gen: torch.Generator) -> PolicySourc
 
 
 def record_policy(task: str, variant: str | None, policy: str, num_worlds: int, steps: int, traj_len: int,
-                  action_noise: float, seed: int, device: str, out: Path) -> tuple[dict, object]:
+                  action_noise: float, seed: int, device: str, out: Path,
+                  overrides: Sequence[str] = ()) -> tuple[dict, object]:
     """`steps` control steps on each of `num_worlds` MuJoCo worlds of `task` (robot variant file `variant`, or the
     nominal robot) driven by the policy checkpoint `policy` plus action noise, recorded to `out` (as `flashnerd record
-    --task ... --checkpoint ...` does). Returns `record`'s summary and the robot."""
+    --task ... --checkpoint ...` does), with the `env.`/`agent.` overrides the policy was trained with. Returns
+    `record`'s summary and the robot."""
     how = argparse.Namespace(task=task, device=device, robot_variant=variant, robot=None, log_root="", load_run=None,
                              checkpoint=policy, steps=steps, traj_len=traj_len, dynamics=REFERENCE_BACKEND,
-                             num_worlds=num_worlds, seed=seed, terrain=None, action_noise=action_noise)
+                             num_worlds=num_worlds, seed=seed, terrain=None, action_noise=action_noise,
+                             overrides=list(overrides))
     source = policy_source(how, torch.Generator().manual_seed(seed))
     recorded = record(source.env.robot, num_worlds, steps, out, traj_len=traj_len, seed=seed, source=source,
                       progress=False)
@@ -112,6 +125,9 @@ def run(args: argparse.Namespace) -> dict:
         check_positive(name, getattr(args, name))
     if (args.checkpoint or args.load_run) and args.task is None:
         raise CLIError("--checkpoint/--load_run drive recording with a policy; add --task TASK")
+    if args.overrides and args.task is None:
+        raise CLIError(f"override '{args.overrides[0]}' sets the config of a task's policy; add --task TASK (and "
+                       "--checkpoint), or drop it")
     refuse_unless(args.task is not None, args, ("log_root", "action_noise"),
                   "apply to policy-driven recording; add --task TASK (and --checkpoint), or drop them")
     args.log_root = LOG_ROOT if args.log_root is None else args.log_root
