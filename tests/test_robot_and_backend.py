@@ -110,3 +110,23 @@ def test_unknown_backend_and_robot_are_one_line_errors(anymal):
         get_robot("spot")
     with pytest.raises(ValueError, match="num_worlds must be at least 1"):
         make_dynamics("mujoco", anymal, 0)
+
+
+@pytest.mark.parametrize("backend", ["mujoco", "flashnerd"])
+def test_targets_beyond_the_ctrlrange_act_as_the_range_limit_on_every_backend(backend):
+    """MuJoCo clamps each target to its actuator's ctrlrange; the learned model must see the same target, or a policy
+    on the model gets responses (and torques) the robot cannot give (cart-pole: a cart target range of +-1.5 m)."""
+    from flashnerd.sim.scene import actuator_ctrl_limits
+
+    robot = get_robot("cartpole")
+    states = []
+    for beyond in (False, True):
+        dyn = make_dynamics(backend, robot, num_worlds=2)
+        high = float(actuator_ctrl_limits(dyn.scene)[0, 1])
+        ctrl = torch.full((2, 1), high + (5.0 if beyond else 0.0))
+        for _ in range(5):
+            dyn.step(ctrl)
+        states.append((dyn.state().qpos.clone(), dyn.state().joint_torque.clone()))
+        dyn.close()
+    assert high == pytest.approx(1.5)
+    assert torch.equal(states[0][0], states[1][0]) and torch.equal(states[0][1], states[1][1])

@@ -201,6 +201,123 @@ def test_the_velocity_task_runs_a_robot_from_a_spec_file(hound, hound_dir):
         gym.make("FlashNeRD-Roll-Flat-Microduck-v0", num_envs=2, robot=str(hound_dir / "hound.yaml"))
 
 
+def _shuffled_hound(folder: Path, hound_dir: Path) -> Path:
+    """The hound with its actuators listed by joint kind (all abductions, then hips, then knees: not tree order) and a
+    passive, spring-loaded tail hinge as the base's first child (so every leg joint's qpos column moves by one)."""
+    xml = (hound_dir / "hound.xml").read_text()
+    lines = re.findall(r"\n    <position [^\n]*/>", xml)
+    by_kind = sorted(lines, key=lambda line: ("abduction", "hip", "knee").index(re.search(r'class="(\w+)"',
+                                                                                         line).group(1)))
+    xml = xml.replace("".join(lines), "".join(by_kind))
+    tail = ('<body name="tail" pos="-0.2 0 0.02"><joint name="tail_joint" axis="0 1 0" stiffness="5" damping="0.2" '
+            'range="-1 1"/><geom class="visual" type="capsule" size="0.01" fromto="0 0 0 -0.15 0 0"/>'
+            '<inertial mass="0.1" pos="-0.07 0 0" diaginertia="0.0002 0.0002 0.00001"/></body>\n'
+            '      <body name="FL_hip"')
+    xml = xml.replace('<body name="FL_hip"', tail, 1)
+    legs = "0 0.8 -1.5  " * 4
+    xml = xml.replace(f'qpos="0 0 0.33 1 0 0 0  {legs.strip()}"', f'qpos="0 0 0.33 1 0 0 0  0.3  {legs.strip()}"')
+    xml = xml.replace(f'ctrl="{legs.strip()}"', 'ctrl="' + " ".join(["0"] * 4 + ["0.8"] * 4 + ["-1.5"] * 4) + '"')
+    folder.mkdir(parents=True, exist_ok=True)
+    for item in hound_dir.iterdir():
+        if item.is_dir():
+            shutil.copytree(item, folder / item.name, dirs_exist_ok=True)
+    (folder / "hound.xml").write_text(xml)
+    (folder / "hound.yaml").write_text((hound_dir / "hound.yaml").read_text() + "name: hound_shuffled\n")
+    return folder / "hound.yaml"
+
+
+@pytest.mark.parametrize("backend", ["mujoco", "flashnerd"])
+def test_actions_and_joint_observations_follow_the_actuators_whatever_the_mjcfs_joint_order(tmp_path, hound_dir,
+                                                                                          backend):
+    """A robot whose actuators are not in tree order and which has a passive joint: the env's joint positions and
+    velocities are the actuated joints' own columns in actuator order (read from MuJoCo's model by name), a reset puts
+    each joint near its own default angle and leaves the passive joint alone, and the robot stands under actions of
+    zero (it fell within 2 s when the env read the trailing qpos columns as the joints)."""
+    spec = _shuffled_hound(tmp_path / "shuffled", hound_dir)
+    robot = get_robot(str(spec))
+    assert robot.joint_names[:4] == ("FL_hip_joint", "FR_hip_joint", "RL_hip_joint", "RR_hip_joint")
+    model = mujoco.MjModel.from_xml_path(str(spec.parent / "hound.xml"))
+    qadr = [int(model.jnt_qposadr[model.joint(j).id]) for j in robot.joint_names]
+    vadr = [int(model.jnt_dofadr[model.joint(j).id]) for j in robot.joint_names]
+    tail = int(model.jnt_qposadr[model.joint("tail_joint").id])
+    assert qadr != list(range(8, 20)) and tail == 7
+    kwargs = {}
+    if backend == "flashnerd":  # a model of this robot: its layout is all the test needs, not its accuracy
+        pytest.importorskip("h5py")
+        data, ckpt = tmp_path / "d.h5", tmp_path / "m.safetensors"
+        assert main(["record", "--robot", str(spec), "--num_worlds", "4", "--steps", "20", "--traj_len", "20",
+                     "--out", str(data)]) == 0
+        assert main(["fit", "--data", str(data), "--out", str(ckpt), "--max_steps", "2", "--size", "cpu",
+                     "--contact_head_steps", "0"]) == 0
+        kwargs = {"checkpoint": str(ckpt)}
+    env = gym.make(TASK, num_envs=8, robot=str(spec), dynamics=backend, **kwargs).unwrapped
+    env.reset(seed=0)
+    state = env.state
+    assert torch.equal(state.joint_pos, state.qpos[:, qadr]) and torch.equal(state.joint_vel, state.qvel[:, vadr])
+    default = torch.tensor(robot.default_joint_pos)
+    ratio = state.joint_pos[:, default != 0] / default[default != 0]  # reset: default angle times a factor
+    low, high = env.cfg.events["reset_robot_joints"].params["position_range"]
+    assert ((ratio >= low - 1e-5) & (ratio <= high + 1e-5)).all()
+    assert torch.allclose(state.qpos[:, tail], torch.tensor(0.3))  # the passive joint starts where the keyframe has it
+    steps = 100 if backend == "mujoco" else 2  # 2 s of zero actions (the default targets) in MuJoCo
+    fell = torch.zeros(8, dtype=torch.bool)
+    for _ in range(steps):
+        obs, _, terminated, _, _ = env.step(torch.zeros(8, 12))
+        fell |= terminated.cpu()
+    assert torch.isfinite(obs["policy"]).all() and env.joint_acc.shape == (8, 12)
+    if backend == "mujoco":
+        assert not fell.any()
+    env.close()
+
+
+def test_a_users_sensor_under_a_name_the_backends_read_must_be_that_sensor(tmp_path, hound_dir):
+    """A touch sensor named `FL_calf_contact`, or a torque sensor of the wrong kind under `<joint>_torque`, would be
+    read as the net contact force or the actuator torque: one-line errors. A user's own sensor that is the right one
+    is used as it is."""
+    xml = (hound_dir / "hound.xml").read_text()
+    site = '<site name="fl_tip" pos="0 0 -0.2" size="0.02"/>'
+    cases = (('<touch name="FL_calf_contact" site="fl_tip"/>', "sensor named 'FL_calf_contact'"),
+             ('<contact name="base_contact" body1="base" data="found" reduce="mindist"/>',
+              "sensor named 'base_contact'"),
+             ('<jointactuatorfrc name="FL_hip_joint_torque" joint="FL_hip_joint"/>', "'FL_hip_joint_torque'"),
+             ('<contact name="base_contact" body1="base" data="found force" reduce="netforce" num="1"/>', None))
+    for k, (sensor, message) in enumerate(cases):
+        edited = xml.replace('<geom name="FL" class="foot"', site + '<geom name="FL" class="foot"', 1)
+        edited = edited.replace("</actuator>", f"</actuator>\n  <sensor>{sensor}</sensor>", 1)
+        spec = _write_spec(tmp_path / f"s{k}", f"mjcf: robot.xml\nname: hound_sensor{k}\n", edited)
+        shutil.copytree(hound_dir / "meshes", spec.parent / "meshes")
+        robot = get_robot(str(spec))
+        if message is None:
+            model = build_scene(robot)
+            assert model.sensor("base_contact").id == 0 and model.nsensor == 1 + len(robot.all_contact_bodies) - 1 + 12
+            continue
+        with pytest.raises(ValueError, match=re.escape(message)) as err:
+            build_scene(robot)
+        assert "rename that sensor" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_named_bodies_welded_to_the_base_that_collide_are_in_the_base_group(tmp_path, hound_dir):
+    """A head with a collision sphere welded to the base: the robot lying on it has fallen, so it joins `base` (a
+    welded visual-only mast does not), and MuJoCo's contact with the head reaches the task's base termination."""
+    head = ('<body name="head" pos="0.24 0 0.04"><geom class="collision" type="sphere" size="0.05"/>'
+            '<body name="mast" pos="0 0 0.05"><geom class="visual" type="cylinder" size="0.01 0.05"/></body></body>\n'
+            '      <body name="FL_hip"')
+    xml = (hound_dir / "hound.xml").read_text().replace('<body name="FL_hip"', head, 1)
+    spec = _write_spec(tmp_path / "headed", "mjcf: robot.xml\nname: hound_headed\n", xml)
+    shutil.copytree(hound_dir / "meshes", spec.parent / "meshes")
+    robot = get_robot(str(spec))
+    assert robot.contact_bodies["base"] == ("base", "head")
+    env = gym.make(TASK, num_envs=2, robot=str(spec)).unwrapped
+    env.reset(seed=0)
+    qpos = env.state.qpos.clone()
+    qpos[:, 2] = 0.04  # nose down: the head on the floor
+    qpos[:, 3:7] = torch.tensor([0.9239, 0.0, 0.3827, 0.0])  # pitched 45 degrees forward
+    env.dyn.reset(torch.arange(2), qpos, torch.zeros_like(env.state.qvel))
+    env.dyn.step(torch.tensor(robot.default_joint_pos).repeat(2, 1))
+    assert (env.contact_force("base")[:, 1] > 1.0).all()
+    env.close()
+
+
 def test_a_robot_without_what_the_task_needs_is_refused(hound_dir):
     spec = str(hound_dir / "hound.yaml")
     cfg, _ = task_cfgs(TASK)

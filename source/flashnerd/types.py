@@ -24,6 +24,10 @@ class RobotState:
     qpos and qvel follow MuJoCo's conventions. Floating base: qpos = [pos_w(3), quat_w(4, wxyz), joints],
     qvel = [lin_vel_w(3), ang_vel_b(3), joint velocities]; fixed base: joints only (the root properties are then
     meaningless). Objects in the scene are not part of it (see `ObjectDynamics.object_state()`).
+
+    `joint_pos`, `joint_vel` and `joint_torque` are the actuated joints in actuator order (the action order): the
+    trailing qpos/qvel columns when the MJCF lists its actuators in tree order and has no passive joints, else the
+    columns `joint_qpos_ids` / `joint_qvel_ids` (built by `actuated_columns`) name.
     """
 
     qpos: torch.Tensor  # (N, nq)
@@ -34,6 +38,8 @@ class RobotState:
     # (N,) spread of a learned ensemble's predictions of the last step, in units of the increments' std (0: the
     # members agree); None where the backend has no ensemble (analytical physics, a single learned model)
     disagreement: torch.Tensor | None = None
+    joint_qpos_ids: torch.Tensor | None = None  # (nu,) qpos column of each actuated joint; None: the trailing ones
+    joint_qvel_ids: torch.Tensor | None = None  # (nu,) qvel column of each actuated joint; None: the trailing ones
 
     @property
     def root_pos_w(self) -> torch.Tensor:
@@ -45,6 +51,9 @@ class RobotState:
 
     @property
     def joint_pos(self) -> torch.Tensor:
+        """(N, nu) positions of the actuated joints in actuator order (a view when they are the trailing columns)."""
+        if self.joint_qpos_ids is not None:
+            return self.qpos[:, self.joint_qpos_ids]
         return self.qpos[:, 7:] if self.floating_base else self.qpos
 
     @property
@@ -57,7 +66,23 @@ class RobotState:
 
     @property
     def joint_vel(self) -> torch.Tensor:
+        """(N, nu) velocities of the actuated joints in actuator order (a view when they are the trailing columns)."""
+        if self.joint_qvel_ids is not None:
+            return self.qvel[:, self.joint_qvel_ids]
         return self.qvel[:, 6:] if self.floating_base else self.qvel
+
+
+def actuated_columns(model: mujoco.MjModel, floating_base: bool, nq: int, nv: int,
+                     device: torch.device | str) -> dict[str, torch.Tensor | None]:
+    """`RobotState`'s joint_qpos_ids / joint_qvel_ids for a robot of `nq` / `nv` leading columns compiled into `model`:
+    each actuated joint's qpos and qvel column in actuator order, or None where those are exactly the columns after
+    the root in order (most robots; the properties then return views)."""
+    joints = model.actuator_trnid[:, 0]  # (nu,) joint of each actuator
+    qpos_ids, qvel_ids = model.jnt_qposadr[joints].astype(int), model.jnt_dofadr[joints].astype(int)
+    q0, v0 = (7, 6) if floating_base else (0, 0)
+    trailing = lambda ids, start, end: np.array_equal(ids, np.arange(start, end))  # noqa: E731
+    return {"joint_qpos_ids": None if trailing(qpos_ids, q0, nq) else torch.as_tensor(qpos_ids, device=device),
+            "joint_qvel_ids": None if trailing(qvel_ids, v0, nv) else torch.as_tensor(qvel_ids, device=device)}
 
 
 @runtime_checkable

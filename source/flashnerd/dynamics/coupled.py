@@ -35,7 +35,7 @@ from flashnerd.dynamics.learned import LearnedConfig, LearnedDynamics
 from flashnerd.models import MODEL_KINDS
 from flashnerd.robots import RobotSpec
 from flashnerd.sim.scene import CUBE_MASS, build_scene, build_scene_spec, check_actuators, default_qpos, robot_columns
-from flashnerd.types import RobotState
+from flashnerd.types import RobotState, actuated_columns
 
 
 class FreeMotion(Protocol):
@@ -194,7 +194,7 @@ class CoupledDynamics:
         self._torque = torch.zeros(num_worlds, self.nu, **f32)  # generalized force on each actuated joint
         self._act_dof = m.jnt_dofadr[m.actuator_trnid[:, 0]]  # (nu,) DOF of each actuator's joint
         self._state = RobotState(self._qpos, self._qvel, self._torque, torch.zeros(num_worlds, 0, **f32),
-                                 floating_base=False)
+                                 floating_base=False, **actuated_columns(m, False, self.nq_r, self.nv_r, self.device))
         self._gather()
 
     @staticmethod

@@ -23,8 +23,8 @@ from flashnerd.dynamics.representation import StateRepresentation
 from flashnerd.models import Ensemble, disagreement
 from flashnerd.models.checkpoint import SUFFIX, contact_head_from_checkpoint, model_from_checkpoint, read_checkpoint
 from flashnerd.robots import RobotSpec
-from flashnerd.sim.scene import build_scene, default_qpos
-from flashnerd.types import RobotState
+from flashnerd.sim.scene import actuator_ctrl_limits, build_scene, default_qpos
+from flashnerd.types import RobotState, actuated_columns
 
 # Shipped checkpoints live in the repository's checkpoints/ folder (editable installs); FLASHNERD_CHECKPOINTS
 # points elsewhere, e.g. for a copy of that folder next to a non-editable install.
@@ -111,6 +111,7 @@ class LearnedDynamics:
         if rep_info["layout"] != self.rep.layout():
             raise ValueError(f"checkpoint '{path}' uses another state layout than this flashnerd; fit it again")
         self.nq, self.nv, self.nu = self.scene.nq, self.scene.nv, self.scene.nu
+        self._joint_columns = actuated_columns(self.scene, robot.floating_base, self.nq, self.nv, self.device)
         self.cache = self.network.init_cache(num_worlds, device=self.device)
         self.num_members = self.network.num_members if isinstance(self.network, Ensemble) else 1
         if config.members not in MEMBER_MODES:
@@ -137,6 +138,9 @@ class LearnedDynamics:
         self._kd = torch.as_tensor(-self.scene.actuator_biasprm[:, 2], dtype=torch.float32, device=self.device)
         limit = np.where(self.scene.actuator_forcelimited, np.abs(self.scene.actuator_forcerange).max(1), np.inf)
         self._effort = torch.as_tensor(limit, dtype=torch.float32, device=self.device)  # (nu,) per-actuator limit
+        # MuJoCo clamps each target to its actuator's ctrlrange (+-inf where unlimited); the model sees the same target
+        ctrl_range = torch.as_tensor(actuator_ctrl_limits(self.scene), dtype=torch.float32, device=self.device)
+        self._ctrl_low, self._ctrl_high = ctrl_range[:, 0], ctrl_range[:, 1]  # (nu,), (nu,)
 
         f32 = dict(dtype=torch.float32, device=self.device)
         q0 = torch.as_tensor(self.default_qpos(), **f32)
@@ -192,8 +196,9 @@ class LearnedDynamics:
         self.network.reset_cache(self.cache, world_ids.to(self.device))
 
     def step(self, ctrl: torch.Tensor) -> None:
-        """One model call for all worlds: frame features -> normalized increment -> next state."""
-        ctrl = ctrl.to(self._qpos)
+        """One model call for all worlds: frame features -> normalized increment -> next state. Targets outside an
+        actuator's ctrlrange are clamped to it, as MuJoCo does (and as recorded data was)."""
+        ctrl = torch.clamp(ctrl.to(self._qpos), self._ctrl_low, self._ctrl_high)  # (N, nu)
         if self.differentiable:
             # the functional step: new caches and states, the graph from ctrl and the earlier states kept
             if self.grad_checkpoint:
@@ -266,7 +271,7 @@ class LearnedDynamics:
     def _rebind_state(self) -> None:
         """The reported `RobotState` on the current tensors (replaced, not written, in differentiable mode)."""
         self._state = RobotState(self._qpos, self._qvel, self._torque, self._contact, self.robot.floating_base,
-                                 self._disagreement)
+                                 self._disagreement, **self._joint_columns)
 
     def _combine(self, pred: torch.Tensor) -> torch.Tensor:
         """The normalized increment (N, O) that moves each world: the model's, or from an ensemble's (K, N, O) the

@@ -138,6 +138,8 @@ class FlashNeRDEnv(gym.Env):
                              f"'{self.robot.name}' has actuators without ctrlrange; add one in its MJCF")
         self._actuated_qpos = torch.as_tensor(robot_model.jnt_qposadr[robot_model.actuator_trnid[:, 0]],
                                               device=self.device)  # (nj,) qpos column of each actuated joint
+        self._actuated_qvel = torch.as_tensor(robot_model.jnt_dofadr[robot_model.actuator_trnid[:, 0]],
+                                              device=self.device)  # (nj,) qvel column of each actuated joint
         self._target_low, self._target_high = ctrl_range[:, 0], ctrl_range[:, 1]
         self.prev_actions = torch.zeros(n, nj, device=self.device)
         self.joint_acc = torch.zeros(n, nj, device=self.device)

@@ -244,13 +244,14 @@ def reset_joints_by_scale(
     env: FlashNeRDEnv, env_ids: torch.Tensor, qpos: torch.Tensor, qvel: torch.Tensor,
     position_range: tuple[float, float], velocity_range: tuple[float, float],
 ) -> None:
-    """Scale the default joint positions and velocities by uniform factors."""
+    """Scale the default positions and the velocities of the actuated joints by uniform factors (passive joints keep
+    their values)."""
     nj = env.robot.num_joints
     k = len(env_ids)
     scale = _uniform(env, (k, nj), torch.tensor([position_range] * nj, device=env.device))  # (k, nj)
-    qpos[:, -nj:] = env.default_joint_pos * scale
+    qpos[:, env._actuated_qpos] = env.default_joint_pos * scale
     vscale = _uniform(env, (k, nj), torch.tensor([velocity_range] * nj, device=env.device))  # (k, nj)
-    qvel[:, -nj:] *= vscale
+    qvel[:, env._actuated_qvel] *= vscale
 
 
 def push_by_setting_velocity(

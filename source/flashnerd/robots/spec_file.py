@@ -269,7 +269,12 @@ def _contact_groups(data: dict, model: mujoco.MjModel, floating: bool, qpos: np.
         groups[group] = tuple(dict.fromkeys(hits))
     base = model.body(1).name
     if floating and "base" not in given and not any(base in members for members in groups.values()):
-        groups = {"base": (base,), **groups}  # first in the contact summary, as the shipped robots have it
+        # first in the contact summary, as the shipped robots have it; with the named bodies welded to the base that
+        # collide (a head, a battery box): the robot lying on them has fallen as surely as lying on its base
+        welded = [model.body(b).name for b in _welded_to(model, 1) if model.body(b).name
+                  and any(model.geom_bodyid[g] == b for g in _collision_geoms(model))
+                  and not any(model.body(b).name in members for members in groups.values())]
+        groups = {"base": (base, *welded), **groups}
     if floating and "feet" not in given:
         try:
             feet = _standing_feet(model, qpos)
@@ -294,6 +299,17 @@ def _contact_groups(data: dict, model: mujoco.MjModel, floating: bool, qpos: np.
                                  f"group '{seen[owner]}'), whose contact sensor would not see it; name that body and "
                                  f"add it to the group, or move the geom into '{owner}'")
     return groups
+
+
+def _welded_to(model: mujoco.MjModel, body: int) -> list[int]:
+    """The bodies rigidly attached to `body` through bodies without joints (its welded subtree, `body` excluded)."""
+    out, stack = [], [body]
+    while stack:
+        parent = stack.pop()
+        children = [b for b in range(1, model.nbody) if model.body_parentid[b] == parent and model.body_jntnum[b] == 0]
+        out += children
+        stack += children
+    return out
 
 
 def _ancestors(model: mujoco.MjModel, body: int) -> list[int]:
@@ -440,11 +456,15 @@ def parse_robot_file(data: Any, path: Path) -> RobotSpec:
             raise RobotFileError(f"{where}: init_height_range [{lo:g}, {hi:g}] has low above high")
         extra["init_height_range"] = (lo, hi)
     adr = [int(model.jnt_qposadr[model.joint(j).id]) for j in joints]
+    scalar = (int(mujoco.mjtJoint.mjJNT_HINGE), int(mujoco.mjtJoint.mjJNT_SLIDE))
+    passive = tuple((model.joint(j).name, float(qpos[model.jnt_qposadr[j]])) for j in range(model.njnt)
+                    if from_key and int(model.jnt_type[j]) in scalar and model.joint(j).name not in (*joints, ""))
     return RobotSpec(
         name=name, mjcf=str(mjcf), joint_names=joints, default_joint_pos=tuple(float(qpos[a]) for a in adr),
         stiffness=float(kp.max()), damping=float(max(0.0, -model.actuator_biasprm[:, 2].min())), effort_limit=effort,
         init_base_height=height, floating_base=floating, sim_dt=sim_dt, decimation=decimation,
-        contact_bodies=groups, probes=probes, undesired_contacts=tuple(undesired), source=str(path), **extra,
+        contact_bodies=groups, probes=probes, undesired_contacts=tuple(undesired), source=str(path),
+        passive_joint_pos=passive, **extra,
     )
 
 

@@ -19,7 +19,7 @@ from flashnerd.sim.config import MjwarpConfig
 from flashnerd.sim.randomize import randomization_for
 from flashnerd.sim.scene import build_scene, check_actuators, default_qpos, robot_columns, sensor_address
 from flashnerd.sim.terrain import terrain_height, terrain_heightfield
-from flashnerd.types import RobotState
+from flashnerd.types import RobotState, actuated_columns
 
 try:
     import mujoco_warp as mjw
@@ -135,7 +135,9 @@ class MjwarpDynamics:
         self._torque_adr = torch.tensor(torque_adr, dtype=torch.long, device=self.device)  # (nu,)
         self._torque_t = torch.zeros(num_worlds, self.nu, dtype=torch.float32, device=self.device)
         self._robot_state = RobotState(self._qpos_t[:, :self.nq_r], self._qvel_t[:, :self.nv_r], self._torque_t,
-                                       self._contact_t, robot.floating_base)
+                                       self._contact_t, robot.floating_base,
+                                       **actuated_columns(self.scene, robot.floating_base, self.nq_r, self.nv_r,
+                                                          self.device))
         self._object_t = torch.zeros(num_worlds, 13 if objects else 0, dtype=torch.float32,
                                      device=self.device)  # (N, 13) first object's state
         self._refresh_objects()

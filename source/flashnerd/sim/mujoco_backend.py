@@ -15,7 +15,7 @@ from flashnerd.sim.actuation import actuation_for
 from flashnerd.sim.config import MujocoConfig
 from flashnerd.sim.randomize import randomization_for
 from flashnerd.sim.scene import build_scene, check_actuators, default_qpos, robot_columns, sensor_address
-from flashnerd.types import RobotState
+from flashnerd.types import RobotState, actuated_columns
 
 _STATE_SPEC = mujoco.mjtState.mjSTATE_FULLPHYSICS
 
@@ -85,7 +85,8 @@ class MujocoDynamics:
         self._torque_t = torch.zeros(num_worlds, self.nu, **f32)
         self._contact_t = torch.zeros(num_worlds, len(self._contact_adr), **f32)
         self._robot_state = RobotState(self._qpos_t[:, :self.nq_r], self._qvel_t[:, :self.nv_r], self._torque_t,
-                                       self._contact_t, robot.floating_base)
+                                       self._contact_t, robot.floating_base,
+                                       **actuated_columns(m, robot.floating_base, self.nq_r, self.nv_r, self.device))
         self._object_t = torch.zeros(num_worlds, 13 if objects else 0, **f32)  # (N, 13) first object's state
 
         # Start every world in the model's default pose, standing at the spawn height; objects at their spawn.

@@ -69,21 +69,44 @@ def build_scene_spec(robot: RobotSpec, terrain: str = "flat", objects: tuple[str
 def add_robot_sensors(spec: mujoco.MjSpec, robot: RobotSpec) -> None:
     """Add the sensors the analytical backends read, where the robot's MJCF lacks them: `<body>_contact` (the net
     contact force on each contact body, found + force) and `<joint>_torque` (the force of the actuator driving each
-    joint). An unnamed actuator is named after its joint."""
-    have = {s.name for s in spec.sensors}
+    joint). An unnamed actuator is named after its joint. A sensor of the MJCF's own that has one of these names
+    must be that sensor (the backends read its data by the name); anything else is a one-line error."""
+    have = {s.name: s for s in spec.sensors}
     for body in robot.all_contact_bodies:
-        if f"{body}_contact" not in have:
-            spec.add_sensor(name=f"{body}_contact", type=mujoco.mjtSensor.mjSENS_CONTACT,
-                            objtype=mujoco.mjtObj.mjOBJ_BODY, objname=body, intprm=[3, 3, 1])  # found|force, net, 1
+        name = f"{body}_contact"
+        if name not in have:
+            spec.add_sensor(name=name, type=mujoco.mjtSensor.mjSENS_CONTACT, objtype=mujoco.mjtObj.mjOBJ_BODY,
+                            objname=body, intprm=[3, 3, 1])  # data found|force, reduce netforce, num 1
+        elif not _is_sensor(have[name], mujoco.mjtSensor.mjSENS_CONTACT, mujoco.mjtObj.mjOBJ_BODY, body, [3, 3, 1]):
+            raise _reserved_sensor(robot, name, f'<contact body1="{body}" data="found force" reduce="netforce" '
+                                                'num="1"/>')
     by_joint = {a.target: a for a in spec.actuators if a.trntype == mujoco.mjtTrn.mjTRN_JOINT}
     for joint in robot.joint_names:
-        act = by_joint.get(joint)
-        if f"{joint}_torque" in have or act is None:
+        act, name = by_joint.get(joint), f"{joint}_torque"
+        if act is None:
+            continue
+        if name in have:
+            if not act.name or not _is_sensor(have[name], mujoco.mjtSensor.mjSENS_ACTUATORFRC,
+                                              mujoco.mjtObj.mjOBJ_ACTUATOR, act.name):
+                raise _reserved_sensor(robot, name, f'<actuatorfrc actuator="{act.name or joint}"/>')
             continue
         if not act.name:
             act.name = f"{joint}_actuator"
-        spec.add_sensor(name=f"{joint}_torque", type=mujoco.mjtSensor.mjSENS_ACTUATORFRC,
-                        objtype=mujoco.mjtObj.mjOBJ_ACTUATOR, objname=act.name)
+        spec.add_sensor(name=name, type=mujoco.mjtSensor.mjSENS_ACTUATORFRC, objtype=mujoco.mjtObj.mjOBJ_ACTUATOR,
+                        objname=act.name)
+
+
+def _is_sensor(sensor, kind, objtype, objname: str, intprm: list[int] | None = None) -> bool:
+    """Whether an `MjsSensor` is a `kind` sensor on `objname` (of `objtype`), with `intprm` leading its integer
+    parameters where given, and no second object."""
+    return (sensor.type == kind and sensor.objtype == objtype and sensor.objname == objname
+            and sensor.reftype == mujoco.mjtObj.mjOBJ_UNKNOWN
+            and (intprm is None or [int(v) for v in sensor.intprm[:len(intprm)]] == intprm))
+
+
+def _reserved_sensor(robot: RobotSpec, name: str, expected: str) -> ValueError:
+    return ValueError(f"the MJCF of robot '{robot.name}' has a sensor named '{name}' that is not what the backends "
+                      f"read under that name ({expected}); rename that sensor, or make it that one")
 
 
 def build_scene(robot: RobotSpec, terrain: str = "flat", objects: tuple[str, ...] = (),
@@ -131,13 +154,15 @@ def robot_columns(robot: RobotSpec, model: mujoco.MjModel) -> tuple[int, int]:
 
 def default_qpos(robot: RobotSpec, model: mujoco.MjModel) -> np.ndarray:
     """The robot's standing configuration (its qpos columns only): base at the spawn height, identity orientation,
-    default joint angles."""
+    default joint angles (of the passive joints too where the robot's keyframe sets them)."""
     qpos = model.qpos0.copy()[:robot_columns(robot, model)[0]]
     if robot.floating_base:
         qpos[0:3] = (0.0, 0.0, robot.init_base_height)
         qpos[3:7] = (1.0, 0.0, 0.0, 0.0)
     actuated_qpos = model.jnt_qposadr[model.actuator_trnid[:, 0]]  # (nu,) qpos address of each actuated joint
     qpos[actuated_qpos] = robot.default_joint_pos
+    for name, value in robot.passive_joint_pos:  # unactuated joints the keyframe places
+        qpos[model.jnt_qposadr[model.joint(name).id]] = value
     return qpos
 
 
