@@ -3,6 +3,8 @@ actuation follows (a scaled torque limit clips where it says), and bad variant f
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import mujoco
 import numpy as np
 import pytest
@@ -12,7 +14,7 @@ from conftest import TASK
 
 from flashnerd.cli.main import main
 from flashnerd.dynamics import make_dynamics
-from flashnerd.robots.variant import VariantError, parse_variant
+from flashnerd.robots.variant import VariantError, load_variant, parse_variant
 from flashnerd.sim.scene import build_scene
 from flashnerd.sim.variant import PAYLOAD_BODY
 
@@ -150,7 +152,13 @@ def test_malformed_variant_content_is_refused(spec, message):
     ("robot: anymal_c\nactuators: {'.*': {delay_s: 0.003}}\n", "is not a whole number of anymal_c's physics steps"),
     ("robot: anymal_c\n  - not: [valid\n", "is not valid YAML"),
     ("- a list\n", "must be a YAML mapping"),
-    ("!!python/object/apply:os.system ['touch {tmp}/ran']\n", "is not valid YAML"),
+    ("!!python/object/apply:os.system ['touch {tmp}/ran']\n", "tags are not allowed"),
+    ("robot: anymal_c\nmass_scale: {'.*THIGH': 1.1}\nmass_scale: {'.*SHANK': 1.1}\n",
+     "found the key 'mass_scale' a second time at line 3"),  # YAML would silently keep the second one
+    ("robot: anymal_c\nactuators: {'.*': {delay_s: 1.0e-9}}\n", "is not a whole number"),  # not rounded to no delay
+    ("robot: anymal_c\npayload: {body: base, mass: 1:30}\n", "must be a finite number, got '1:30'"),  # not 90
+    ("robot: anymal_c\npayload: {body: base, mass: " + "9" * 400 + "}\n", "must be a finite number, got 999"),
+    ("robot: anymal_c\nmass_scale: " + "[" * 5000 + "]" * 5000 + "\n", "nested too deeply"),
 ])
 def test_bad_variant_files_are_one_line_errors_of_every_command(content, message, tmp_path, capsys):
     bad = tmp_path / "bad.yaml"
@@ -166,6 +174,69 @@ def test_bad_variant_files_are_one_line_errors_of_every_command(content, message
         err = capsys.readouterr().err.strip()
         assert message in err and len(err.splitlines()) == 1, (argv, err)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.yaml"]  # nothing written, no code ran
+
+
+def test_numbers_read_as_written_and_a_self_repeating_file_is_refused_at_once(tmp_path):
+    """YAML 1.1 reads 010 as 8 and 5e-3 as a string; a variant's numbers read as written. A "billion laughs" file
+    (aliases nested nine deep) is refused in one short line without expanding it."""
+    import time
+
+    good = tmp_path / "good.yaml"
+    good.write_text("robot: anymal_c\npayload: {body: base, mass: 010, pos: [0, 0, 5e-3]}\n")
+    variant = load_variant(good)
+    assert variant.spec["payload"]["mass"] == 10.0 and variant.spec["payload"]["pos"] == [0.0, 0.0, 0.005]
+    levels = ["&a [" + ", ".join(["lol"] * 9) + "]"]
+    levels += [f"&{c} [{', '.join(['*' + p] * 9)}]" for p, c in zip("abcdefgh", "bcdefghi")]  # 9**9 lols unrolled
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text("robot: anymal_c\npayload: {body: base, mass: 1.0, pos: [" + ", ".join(levels) + "]}\n")
+    start = time.perf_counter()
+    with pytest.raises(VariantError) as err:
+        load_variant(bomb)
+    assert time.perf_counter() - start < 5.0 and len(str(err.value)) < 400 and "payload.pos must be" in str(err.value)
+
+
+def test_overlapping_friction_patterns_multiply_in_any_order(anymal):
+    """Two patterns matching LF_FOOT scale its contact friction by both factors, whichever comes first, as mass and
+    actuator scales do."""
+    nominal = build_scene(anymal)
+    g = next(g for g in range(nominal.ngeom) if nominal.body(int(nominal.geom_bodyid[g])).name == "LF_FOOT")
+    expected = 2.0 * 0.5 * max(nominal.geom_friction[g, 0], 1.0)
+    for order in ({"LF_FOOT": 2.0, ".*FOOT": 0.5}, {".*FOOT": 0.5, "LF_FOOT": 2.0}):
+        _, m = _compiled(anymal, friction_scale=order)
+        assert m.geom_friction[g, 0] == pytest.approx(expected)
+
+
+def test_effort_scale_of_an_actuator_without_a_force_range_is_a_one_line_error(tmp_path):
+    """Scaling a force range the actuator lacks would compile to an invalid range (MuJoCo's own multi-part error)."""
+    from flashnerd.robots import get_robot
+    from flashnerd.sim.scene import variant_robot
+
+    hound = Path(__file__).parent / "assets" / "hound"
+    xml = (hound / "hound.xml").read_text().replace(' forcerange="-25 25"', "")
+    (tmp_path / "meshes").mkdir()
+    for mesh in (hound / "meshes").iterdir():
+        (tmp_path / "meshes" / mesh.name).write_bytes(mesh.read_bytes())
+    (tmp_path / "hound.xml").write_text(xml)
+    (tmp_path / "hound.yaml").write_text("mjcf: hound.xml\nname: hound_unlimited\n")
+    (tmp_path / "v.yaml").write_text("robot: hound_unlimited\nactuators: {'FL_.*': {effort_scale: 0.5}}\n")
+    get_robot(str(tmp_path / "hound.yaml"))
+    with pytest.raises(VariantError, match="which has none; give it a forcerange") as err:
+        variant_robot(str(tmp_path / "hound.yaml"), str(tmp_path / "v.yaml"))
+    assert "\n" not in str(err.value)
+
+
+def test_the_variant_command_never_writes_over_its_input_or_one_output_over_the_other(tmp_path, capsys):
+    variant = tmp_path / "v.yaml"
+    variant.write_text("robot: anymal_c\nmass_scale: {'.*THIGH': 1.1}\nrandomize: {mass_scale: [1.0, 1.2]}\n")
+    before = variant.read_text()
+    for flags in (["--fixed", str(variant)], ["--fixed", str(tmp_path / "o.yaml"), "--ranges_only",
+                                               str(tmp_path / "o.yaml")]):
+        assert main(["variant", str(variant), *flags]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "write each to a file of its own" in err and len(err.splitlines()) == 1, err
+    assert variant.read_text() == before and not (tmp_path / "o.yaml").exists()
+    assert main(["variant", str(variant), "--fixed", str(tmp_path / "new" / "fixed.yaml")]) == 0  # a new folder
+    assert load_variant(tmp_path / "new" / "fixed.yaml").spec["mass_scale"] == {".*THIGH": 1.1}
 
 
 def test_a_variant_survives_the_yaml_round_trip(anymal, tmp_path):
@@ -252,3 +323,16 @@ def test_the_torque_limit_falls_linearly_to_zero_at_the_no_load_speed(cartpole, 
         expected = torch.minimum(asked, 100.0 * room)
         assert torch.allclose(dyn.state().joint_torque[:, 0], expected, atol=1e-3), (robot.variant, backend)
         dyn.close()
+
+
+def test_a_training_run_keeps_the_variant_it_trained_on(tmp_path):
+    """params/robot_variant.yaml is a checked copy of the variant: the same content (digest) when the file the config
+    names is later edited or gone."""
+    source = tmp_path / "worn.yaml"
+    source.write_text((Path(__file__).parents[1] / "variants" / "anymal_c_worn.yaml").read_text())
+    digest = load_variant(source).digest()
+    assert main(["train", "--task", TASK, "--num_envs", "4", "--max_iterations", "1", "--eval_episodes", "0",
+                 "--robot_variant", str(source), "--log_root", str(tmp_path / "logs")]) == 0
+    source.unlink()
+    kept = next((tmp_path / "logs").glob("*/*/params/robot_variant.yaml"))
+    assert load_variant(kept).digest() == digest

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 from flashnerd.cli.common import CLIError, check_writable
 from flashnerd.robots import ROBOTS, get_robot
@@ -36,9 +37,14 @@ def run(args: argparse.Namespace) -> dict:
                        "spec file (--robot path/to/robot.yaml)")
     variant_robot(variant.robot, args.file)  # compiles the scene: what matches nothing fails here, in one line
     outputs = {"fixed": variant.fixed, "ranges_only": variant.ranges_only}
+    seen = {Path(args.file).resolve(): "the variant file itself"}
     for flag in outputs:
         if getattr(args, flag) is not None:
             check_writable(flag, getattr(args, flag))
+            target = Path(getattr(args, flag)).resolve()
+            if target in seen:
+                raise CLIError(f"--{flag} '{getattr(args, flag)}' is {seen[target]}; write each to a file of its own")
+            seen[target] = f"--{flag}'s file too"
     if args.ranges_only is not None and not variant.randomized:
         raise CLIError(f"robot variant '{args.file}' has no randomize ranges; --ranges_only needs some")
     written = {}

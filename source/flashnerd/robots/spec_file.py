@@ -31,7 +31,7 @@ a geom on an unnamed body welded to its parent rides on the nearest named ancest
 Cylinders, ellipsoids and meshes have no such form: `unsupported_geoms` names what happens (`bounding_box`: the
 corners of the geom's bounding box, which reach at least as far as the geom; `skip`: no spheres).
 The backends add the sensors they need (contact per contact body, torque per actuator) through `MjSpec` when the
-MJCF lacks them (sim/scene.py). The file is read with `yaml.safe_load` (it runs no code).
+MJCF lacks them (sim/scene.py). The file is read with `utils.strict_yaml` (a safe loader: it runs no code).
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ import yaml
 
 from flashnerd.robots.spec import Probe, RobotSpec
 from flashnerd.robots.variant import number_in_range
+from flashnerd.utils.strict_yaml import brief, load_yaml, yaml_problem
 
 KEYS = ("mjcf", "name", "keyframe", "default_joint_pos", "init_base_height", "sim_dt", "decimation", "contact_bodies",
         "undesired_contacts", "probes", "unsupported_geoms", "explore_amplitude", "init_joint_noise",
@@ -72,7 +73,7 @@ def _number(where: str, value: Any, low: float, high: float = math.inf, low_open
 def _regex_matches(where: str, pattern: Any, names: list[str]) -> list[str]:
     """The names that `pattern` matches in full; a bad or matchless pattern is a one-line error."""
     if not isinstance(pattern, str) or not pattern:
-        raise RobotFileError(f"{where}: a name regex must be a non-empty string, got {pattern!r}")
+        raise RobotFileError(f"{where}: a name regex must be a non-empty string, got {brief(pattern)}")
     try:
         rx = re.compile(pattern)
     except re.error as err:
@@ -138,7 +139,7 @@ def _default_pose(data: dict, model: mujoco.MjModel, joints: tuple[str, ...], wh
     """(qpos (nq,), from a keyframe) of the default pose: the keyframe's when present, then `default_joint_pos`."""
     key = data.get("keyframe", "home")
     if not isinstance(key, str):
-        raise RobotFileError(f"{where}: keyframe must be a keyframe name, got {key!r}")
+        raise RobotFileError(f"{where}: keyframe must be a keyframe name, got {brief(key)}")
     names = [model.key(k).name for k in range(model.nkey)]
     if "keyframe" in data and key not in names:
         raise RobotFileError(f"{where}: the MJCF has no keyframe '{key}' (it has {', '.join(names) or 'none'})")
@@ -240,12 +241,12 @@ def _listed_probes(where: str, value: Any, bodies: list[str]) -> tuple[Probe, ..
     for i, p in enumerate(value):
         if not isinstance(p, dict) or set(p) - {"body", "pos", "radius", "to"} or p.get("body") not in bodies:
             raise RobotFileError(f"{where}: probes[{i}] must be {{body: <a body of the model>, pos: [x, y, z], "
-                                 f"radius: r, to: [x, y, z] (a capsule, optional)}}, got {p!r}")
+                                 f"radius: r, to: [x, y, z] (a capsule, optional)}}, got {brief(p)}")
         ends = []
         for key in ("pos", "to"):
             xyz = p.get(key, [0.0, 0.0, 0.0] if key == "pos" else None)
             if xyz is not None and (not isinstance(xyz, list) or len(xyz) != 3):
-                raise RobotFileError(f"{where}: probes[{i}].{key} must be [x, y, z], got {xyz!r}")
+                raise RobotFileError(f"{where}: probes[{i}].{key} must be [x, y, z], got {brief(xyz)}")
             ends.append(None if xyz is None else
                         tuple(_number(f"{where}: probes[{i}].{key}", x, -10.0, 10.0) for x in xyz))
         out.append(Probe(p["body"], ends[0], _number(f"{where}: probes[{i}].radius", p.get("radius", 0.0), 0.0, 10.0),
@@ -263,7 +264,7 @@ def _contact_groups(data: dict, model: mujoco.MjModel, floating: bool, qpos: np.
     groups: dict[str, tuple[str, ...]] = {}
     for group, patterns in given.items():
         if not isinstance(group, str) or not _NAME.fullmatch(group):
-            raise RobotFileError(f"{where}: contact group name {group!r} must be letters, digits, _ or -")
+            raise RobotFileError(f"{where}: contact group name {brief(group)} must be letters, digits, _ or -")
         patterns = patterns if isinstance(patterns, list) else [patterns]
         hits = [b for p in patterns for b in _regex_matches(f"{where}: contact_bodies['{group}']", p, bodies)]
         groups[group] = tuple(dict.fromkeys(hits))
@@ -385,7 +386,7 @@ def parse_robot_file(data: Any, path: Path) -> RobotSpec:
     model_name, model = _compile(mjcf, where)
     name = data.get("name", model_name or mjcf.stem)
     if not isinstance(name, str) or not _NAME.fullmatch(name):
-        raise RobotFileError(f"{where}: robot name {name!r} must be letters, digits, _ or - (set 'name:')")
+        raise RobotFileError(f"{where}: robot name {brief(name)} must be letters, digits, _ or - (set 'name:')")
     joints = _joints(model, where)
     floating = _floating(model, where)
     qpos, from_key = _default_pose(data, model, joints, where)
@@ -393,10 +394,11 @@ def parse_robot_file(data: Any, path: Path) -> RobotSpec:
     undesired = data.get("undesired_contacts", [])
     if not isinstance(undesired, list) or any(not isinstance(g, str) or g not in groups for g in undesired):
         raise RobotFileError(f"{where}: undesired_contacts must list contact groups ({', '.join(groups) or 'none'}), "
-                             f"got {undesired!r}")
+                             f"got {brief(undesired)}")
     unsupported = data.get("unsupported_geoms", "error")
     if unsupported not in UNSUPPORTED:
-        raise RobotFileError(f"{where}: unsupported_geoms must be one of {', '.join(UNSUPPORTED)}, got {unsupported!r}")
+        raise RobotFileError(f"{where}: unsupported_geoms must be one of {', '.join(UNSUPPORTED)}, got "
+                             f"{brief(unsupported)}")
     probes_given = data.get("probes", "collision")
     if probes_given == "collision":
         try:
@@ -409,7 +411,7 @@ def parse_robot_file(data: Any, path: Path) -> RobotSpec:
     decimation = data.get("decimation", max(1, round(CONTROL_DT / sim_dt)))
     if isinstance(decimation, bool) or not isinstance(decimation, int) or not 1 <= decimation <= 1000:
         raise RobotFileError(f"{where}: decimation must be a whole number of physics steps (1-1000), got "
-                             f"{decimation!r}")
+                             f"{brief(decimation)}")
     height = 0.0
     if floating:
         if "init_base_height" in data:
@@ -445,12 +447,12 @@ def parse_robot_file(data: Any, path: Path) -> RobotSpec:
     if "object_spawn" in data:
         xyz = data["object_spawn"]
         if not isinstance(xyz, list) or len(xyz) != 3:
-            raise RobotFileError(f"{where}: object_spawn must be [x, y, z] (m, world frame), got {xyz!r}")
+            raise RobotFileError(f"{where}: object_spawn must be [x, y, z] (m, world frame), got {brief(xyz)}")
         extra["object_spawn"] = tuple(_number(f"{where}: object_spawn", x, -100.0, 100.0) for x in xyz)
     if "init_height_range" in data:
         r = data["init_height_range"]
         if not isinstance(r, list) or len(r) != 2:
-            raise RobotFileError(f"{where}: init_height_range must be [low, high] (m), got {r!r}")
+            raise RobotFileError(f"{where}: init_height_range must be [low, high] (m), got {brief(r)}")
         lo, hi = (_number(f"{where}: init_height_range", x, -10.0, 10.0) for x in r)
         if lo > hi:
             raise RobotFileError(f"{where}: init_height_range [{lo:g}, {hi:g}] has low above high")
@@ -477,9 +479,9 @@ def load_robot_file(path: str | Path) -> RobotSpec:
         if path.stat().st_size > MAX_SPEC_BYTES:
             raise RobotFileError(f"robot spec '{path}' is {path.stat().st_size} bytes; a spec file is a few lines of "
                                  "YAML")
-        data = yaml.safe_load(path.read_text())
+        data = load_yaml(path.read_text())
     except OSError as err:
         raise RobotFileError(f"robot spec '{path}' cannot be read ({err.strerror or type(err).__name__})") from err
     except (yaml.YAMLError, UnicodeDecodeError, RecursionError) as err:
-        raise RobotFileError(f"robot spec '{path}' is not valid YAML ({type(err).__name__})") from err
+        raise RobotFileError(f"robot spec '{path}' is not valid YAML: {yaml_problem(err)}") from None
     return parse_robot_file(data, path)

@@ -1,6 +1,6 @@
 """Robot variants: how a robot differs from its nominal MJCF (payload, masses, joints, actuators, friction), as data.
 
-A variant is a YAML file (read with `yaml.safe_load`, so it runs no code):
+A variant is a YAML file (read with `utils.strict_yaml`, a safe loader, so it runs no code):
 
     robot: anymal_c
     payload: {body: base, mass: 8.0, pos: [0.0, 0.0, 0.05]}            # a point mass welded to a body
@@ -36,6 +36,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from flashnerd.utils.strict_yaml import brief, load_yaml, yaml_problem
 
 JOINT_KEYS = ("damping", "armature", "frictionloss")
 # actuator key -> (low, high, low excluded): scales are positive factors, a delay may be zero
@@ -107,9 +109,13 @@ class RobotVariant:
         """Write the checked content as a variant file that `load_variant` reads back to the same content (a
         temporary file renamed into place)."""
         path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(path.name + ".tmp")
         tmp.write_text(yaml.safe_dump(self.spec, sort_keys=False))
         tmp.replace(path)
+
+
+MAX_VARIANT_BYTES = 1 << 20  # a variant is a few lines; anything near this is not one
 
 
 class VariantError(ValueError):
@@ -120,11 +126,15 @@ def number_in_range(where: str, value: Any, low: float, high: float = math.inf, 
                     error: type[ValueError] = ValueError) -> float:
     """`value` as a float if it is a finite number in [low, high] ((low, high] with `low_open`), else `error` with a
     one-line reason naming `where` (the robot files' shared check)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise error(f"{where} must be a finite number, got {value!r}")
+    try:
+        finite = not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+    except OverflowError:  # an integer too large for a float
+        finite = False
+    if not finite:
+        raise error(f"{where} must be a finite number, got {brief(value)}")
     if value < low or (low_open and value == low) or value > high:
         bound = f"{'>' if low_open else '>='} {low:g}" + ("" if high == math.inf else f" and <= {high:g}")
-        raise error(f"{where} must be {bound}, got {value!r}")
+        raise error(f"{where} must be {bound}, got {brief(value)}")
     return float(value)
 
 
@@ -134,7 +144,7 @@ def _number(where: str, value: Any, low: float, high: float = math.inf, low_open
 
 def _regex(where: str, pattern: Any) -> str:
     if not isinstance(pattern, str) or not pattern:
-        raise VariantError(f"{where}: a name regex must be a non-empty string, got {pattern!r}")
+        raise VariantError(f"{where}: a name regex must be a non-empty string, got {brief(pattern)}")
     try:
         re.compile(pattern)
     except re.error as err:
@@ -144,7 +154,7 @@ def _regex(where: str, pattern: Any) -> str:
 
 def _mapping(where: str, value: Any) -> dict:
     if not isinstance(value, dict) or not value:
-        raise VariantError(f"{where} must be a non-empty mapping, got {value!r}")
+        raise VariantError(f"{where} must be a non-empty mapping, got {brief(value)}")
     return value
 
 
@@ -178,7 +188,7 @@ def parse_variant(data: Any, name: str, source: str = "") -> RobotVariant:
             raise VariantError(f"{where}: payload.body must name a body")
         pos = p.get("pos", [0.0, 0.0, 0.0])
         if not isinstance(pos, list) or len(pos) != 3:
-            raise VariantError(f"{where}: payload.pos must be [x, y, z], got {pos!r}")
+            raise VariantError(f"{where}: payload.pos must be [x, y, z], got {brief(pos)}")
         spec["payload"] = {"body": p["body"], "mass": _number(f"{where}: payload.mass", p.get("mass"), 0.0, 1e4, True),
                            "pos": [_number(f"{where}: payload.pos", x, -10.0, 10.0) for x in pos]}
     if "mass_scale" in data:
@@ -213,7 +223,7 @@ def _ranges(where: str, value: Any, spec: dict[str, Any]) -> dict[str, list[floa
         if path not in RANDOM_PATHS:
             raise VariantError(f"{where}: randomize has unknown path '{path}'; use {', '.join(RANDOM_PATHS)}")
         if not isinstance(bounds, list) or len(bounds) != 2:
-            raise VariantError(f"{where}: randomize '{path}' must be a range [low, high], got {bounds!r}")
+            raise VariantError(f"{where}: randomize '{path}' must be a range [low, high], got {brief(bounds)}")
         lo, hi = (_number(f"{where}: randomize '{path}'", b, *RANDOM_PATHS[path]) for b in bounds)
         if lo > hi:
             raise VariantError(f"{where}: randomize '{path}' has low {lo:g} above high {hi:g}; write [low, high]")
@@ -228,10 +238,15 @@ def _ranges(where: str, value: Any, spec: dict[str, Any]) -> dict[str, list[floa
 def load_variant(path: str | Path) -> RobotVariant:
     """Read and check a variant file (YAML, safe loader)."""
     path = Path(path)
+    if path.is_dir():
+        raise VariantError(f"robot variant '{path}' is a folder; pass the variant's YAML file")
     if not path.is_file():
         raise FileNotFoundError(f"robot variant '{path}' does not exist")
+    if path.stat().st_size > MAX_VARIANT_BYTES:
+        raise VariantError(f"robot variant '{path}' is {path.stat().st_size} bytes; a variant file is a few lines of "
+                           "YAML")
     try:
-        data = yaml.safe_load(path.read_text())
-    except (yaml.YAMLError, UnicodeDecodeError) as err:
-        raise VariantError(f"robot variant '{path}' is not valid YAML ({type(err).__name__})") from err
+        data = load_yaml(path.read_text())
+    except (yaml.YAMLError, UnicodeDecodeError, RecursionError) as err:
+        raise VariantError(f"robot variant '{path}' is not valid YAML: {yaml_problem(err)}") from None
     return parse_variant(data, path.stem, str(path))

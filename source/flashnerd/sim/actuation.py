@@ -93,7 +93,7 @@ def actuation_for(robot: RobotSpec, model: mujoco.MjModel) -> Actuation | None:
                 speed[a] = values.get("no_load_speed", speed[a])
     steps = delay_s / robot.sim_dt
     delay = np.rint(steps).astype(int)
-    bad = np.flatnonzero(np.abs(steps - delay) > 1e-6)
+    bad = np.flatnonzero((np.abs(steps - delay) > 1e-6) | ((delay_s > 0) & (delay == 0)))
     if bad.size:
         a = bad[0]
         raise VariantError(f"{where}: delay_s {delay_s[a]:g} of actuator '{model.actuator(a).name}' is not a whole "

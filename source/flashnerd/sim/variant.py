@@ -91,19 +91,26 @@ def apply_variant(spec: mujoco.MjSpec, variant: RobotVariant) -> None:
             bias[2] *= scales.get("kv_scale", 1.0)
             act.gainprm, act.biasprm = gain, bias
             if "effort_scale" in scales:
+                if not np.any(np.asarray(act.forcerange, dtype=float)):
+                    raise VariantError(f"{where}: actuators '{pattern}' scales the force range of actuator "
+                                       f"'{act.name}', which has none; give it a forcerange in the MJCF, or drop "
+                                       "effort_scale")
                 act.forcerange = np.asarray(act.forcerange, dtype=float) * scales["effort_scale"]
                 act.forcelimited = mujoco.mjtLimited.mjLIMITED_TRUE
+    scaled: dict[int, list] = {}  # id(geom) -> [geom, product of the factors of every pattern matching it]
     for pattern, factor in v.get("friction_scale", {}).items():
         factor = 1.0 if "friction_scale" in drawn else factor
         geoms = [g for b in bodies for g in b.geoms
                  if (g.name and re.fullmatch(pattern, g.name)) or re.fullmatch(pattern, b.name)]
         if not geoms:
             raise VariantError(f"{where}: friction_scale '{pattern}' matches no geom and no body of the robot")
-        for geom in geoms:
-            # MuJoCo takes the larger friction of two geoms of equal priority, so scaling the robot's geom alone
-            # would change nothing on a grippier ground: scale the friction the contact had, and let it win
-            friction = np.asarray(geom.friction, dtype=float).copy()
-            friction[0] = factor * max(friction[0], GROUND_FRICTION)
-            geom.friction = friction
-            geom.priority = max(geom.priority, 1)
+        for geom in geoms:  # overlapping patterns multiply, as mass and actuator scales do
+            scaled.setdefault(id(geom), [geom, 1.0])[1] *= factor
+    for geom, factor in scaled.values():
+        # MuJoCo takes the larger friction of two geoms of equal priority, so scaling the robot's geom alone
+        # would change nothing on a grippier ground: scale the friction the contact had, and let it win
+        friction = np.asarray(geom.friction, dtype=float).copy()
+        friction[0] = factor * max(friction[0], GROUND_FRICTION)
+        geom.friction = friction
+        geom.priority = max(geom.priority, 1)
 
