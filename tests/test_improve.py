@@ -197,8 +197,11 @@ def test_the_target_evaluation_takes_the_overrides_once_with_or_without_a_play_v
     from flashnerd.envs.registry import task_cfgs
 
     for task, term in ((TASK, "feet_air_time"), ("FlashNeRD-Reorient-Cube-Allegro-v0", "joint_vel_l2")):
-        args = argparse.Namespace(task=task, robot_variant=None, overrides=[f"env.rewards.{term}=null"])
+        pushes = ["env.events.push_robot.interval_range_s=[5.0,8.0]"] if task == TASK else []  # -Play- has none
+        args = argparse.Namespace(task=task, robot_variant=None, overrides=[f"env.rewards.{term}=null", *pushes])
         env_cfg, agent_cfg = task_cfgs(task)
         _apply(args, env_cfg, agent_cfg)
         name, cfg = _target_cfg(args, env_cfg)  # a term dropped twice would be an error
         assert term not in cfg.rewards and (name != task) == task.startswith("FlashNeRD-Velocity")
+        assert "push_robot" not in cfg.events
+        assert not pushes or env_cfg.events["push_robot"].interval_range_s == (5.0, 8.0)

@@ -159,6 +159,8 @@ def test_malformed_variant_content_is_refused(spec, message):
     ("robot: anymal_c\npayload: {body: base, mass: 1:30}\n", "must be a finite number, got '1:30'"),  # not 90
     ("robot: anymal_c\npayload: {body: base, mass: " + "9" * 400 + "}\n", "must be a finite number, got 999"),
     ("robot: anymal_c\nmass_scale: " + "[" * 5000 + "]" * 5000 + "\n", "nested too deeply"),
+    ("robot: anymal_c\npayload: {body: base, mass: " + "9" * 5000 + "}\n", "is not a whole number of at most 4300"),
+    ("robot: anymal_c\npayload: {body: base, mass: !!float heavy}\n", "'heavy' is not a number"),
 ])
 def test_bad_variant_files_are_one_line_errors_of_every_command(content, message, tmp_path, capsys):
     bad = tmp_path / "bad.yaml"
@@ -193,6 +195,18 @@ def test_numbers_read_as_written_and_a_self_repeating_file_is_refused_at_once(tm
     with pytest.raises(VariantError) as err:
         load_variant(bomb)
     assert time.perf_counter() - start < 5.0 and len(str(err.value)) < 400 and "payload.pos must be" in str(err.value)
+
+
+def test_merge_keys_work_and_what_is_written_reads_back_the_same(tmp_path):
+    """`<<: *defaults` merges as in YAML (an explicit key overrides a merged one); a name YAML 1.2 would read as a
+    number (`1e3`) is written quoted, so `write` then `load_variant` gives the same content."""
+    merged = tmp_path / "merged.yaml"
+    merged.write_text("robot: anymal_c\nactuators:\n  'LF_.*': &soft {kp_scale: 0.8, kv_scale: 0.9}\n"
+                      "  'RF_.*': {<<: *soft, kv_scale: 0.5}\n")
+    assert load_variant(merged).spec["actuators"]["RF_.*"] == {"kp_scale": 0.8, "kv_scale": 0.5}
+    odd = parse_variant({"robot": "anymal_c", "mass_scale": {"1e3": 1.1, "0o17": 1.2}}, "odd")
+    odd.write(tmp_path / "odd.yaml")
+    assert load_variant(tmp_path / "odd.yaml").spec == odd.spec
 
 
 def test_overlapping_friction_patterns_multiply_in_any_order(anymal):

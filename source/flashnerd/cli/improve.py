@@ -199,7 +199,8 @@ def _target_cfg(args: argparse.Namespace, env_cfg) -> tuple[str, object]:
     target = dataclasses.replace(env_cfg, robot_variant=args.robot_variant)
     task, cfg = play_variant(args.task, target)
     if cfg is not target:  # the -Play- variant's own config, built without them
-        apply_overrides({"env": cfg}, of_root(args.overrides, "env"), flags=vars(args), owned_by=IMPROVE_OWNS)
+        apply_overrides({"env": cfg}, of_root(args.overrides, "env"), flags=vars(args), owned_by=IMPROVE_OWNS,
+                        skip_missing=True)  # the terms -Play- drops (pushes) stay dropped
     return task, cfg
 
 

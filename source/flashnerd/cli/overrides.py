@@ -58,12 +58,15 @@ def of_root(items: list[str], root: str) -> list[str]:
 
 
 def apply_overrides(configs: dict[str, Any], items: list[str], later: tuple[str, ...] = (),
-                    flags: dict | None = None, owned_by: dict[str, str] | None = None) -> list[str]:
+                    flags: dict | None = None, owned_by: dict[str, str] | None = None,
+                    skip_missing: bool = False) -> list[str]:
     """Apply every `root.path=value` of `items` to `configs` (root name -> config object, edited in place) in order,
     skipping the roots in `later` (applied by the caller once their config exists); returns the items applied. Any
     other root is an error, and so is a field of FLAG_KEYS whose flag is among the command's `flags` (its parsed
     arguments, `vars(args)`), or one of `owned_by` (field -> what sets it in this command: a flag of another name,
-    such as `--num_worlds` for env.num_envs, or the reason the command sets it itself)."""
+    such as `--num_worlds` for env.num_envs, or the reason the command sets it itself). With `skip_missing` an item
+    whose field or term the configs lack is left out (a variant of a task without some of its terms, e.g. the -Play-
+    one without pushes, takes the overrides of the terms it has)."""
     applied = []
     for item in items:
         key, sep, text = item.partition("=")
@@ -85,6 +88,8 @@ def apply_overrides(configs: dict[str, Any], items: list[str], later: tuple[str,
         if owned is not None and FLAG_KEYS[owned].lstrip("-") in (flags or {}):
             raise CLIError(f"override '{item}': {owned} is set with {FLAG_KEYS[owned]} (and checked there); use "
                            "that flag")
+        if skip_missing and not _has_path(configs[path[0]], path[1:]):
+            continue
         try:
             value = yaml.safe_load(text) if text.strip() else ""
         except Exception as err:  # noqa: BLE001 (the safe loader runs no code; a bad tag raises IndexError, KeyError..)
@@ -99,6 +104,18 @@ def apply_overrides(configs: dict[str, Any], items: list[str], later: tuple[str,
         _set(node, hint, path[-1], value, key, text)
         applied.append(item)
     return applied
+
+
+def _has_path(node: Any, names: list[str]) -> bool:
+    """Whether the config `node` has the nested field or entry `names`."""
+    for name in names:
+        if isinstance(node, dict) and name in node:
+            node = node[name]
+        elif dataclasses.is_dataclass(node) and name in _names(node):
+            node = getattr(node, name)
+        else:
+            return False
+    return True
 
 
 def _field_hints(node: Any) -> dict[str, Any]:

@@ -31,7 +31,6 @@ from flashnerd.envs.evaluate import evaluate_on_backends
 from flashnerd.envs.rsl_rl import make_runner
 from flashnerd.envs.shac import ShacCfg, differentiable_cfg, make_shac
 from flashnerd.models import MODEL_KINDS
-from flashnerd.robots.variant import load_variant
 from flashnerd.utils.distributed import dist_info, shutdown
 from flashnerd.utils.seeding import seed_everything
 
@@ -119,7 +118,7 @@ def run(args: argparse.Namespace) -> dict:
     env, runner = make_runner(args.task, env_cfg, agent_cfg, str(log_dir) if info.is_main else None,
                               verbose=info.is_main, max_seconds=args.max_seconds)
     if info.is_main:
-        save_params(log_dir, env_cfg, agent_cfg)
+        save_params(log_dir, env, env_cfg, agent_cfg)
     remaining = agent_cfg.max_iterations
     if resume_path is not None:
         runner.load(str(resume_path), map_location=agent_cfg.device)
@@ -211,23 +210,24 @@ def shac_args(args: argparse.Namespace, env_cfg) -> ShacCfg | None:
     return cfg
 
 
-def save_params(log_dir, env_cfg, agent_cfg, shac_cfg: ShacCfg | None = None) -> None:
-    """The run's configs in `params/` (Isaac Lab's layout), and the robot variant it trained on as a checked copy
+def save_params(log_dir, env, env_cfg, agent_cfg, shac_cfg: ShacCfg | None = None) -> None:
+    """The run's configs in `params/` (Isaac Lab's layout), and the robot variant `env` trains on as a checked copy
     (`params/robot_variant.yaml`): the file the config names may change or vanish, the policy's robot must not."""
     params = log_dir / "params"
     dump_yaml(params / "env.yaml", env_cfg)
     dump_yaml(params / "agent.yaml", agent_cfg)
     if shac_cfg is not None:
         dump_yaml(params / "shac.yaml", shac_cfg)
-    if env_cfg.robot_variant:
-        load_variant(env_cfg.robot_variant).write(params / "robot_variant.yaml")
+    variant = env.unwrapped.robot.variant  # the one read when the env was built
+    if variant is not None:
+        variant.write(params / "robot_variant.yaml")
 
 
 def run_shac(args: argparse.Namespace, env_cfg, agent_cfg, shac_cfg: ShacCfg, log_dir, resume_path) -> dict:
     """`flashnerd train --algo shac`: SHAC with the agent config's actor and critic, rsl_rl's checkpoint layout. The
     training env's learned backend is made differentiable; the evaluation afterwards runs `env_cfg` as given."""
     env, runner, trainer = make_shac(args.task, env_cfg, agent_cfg, shac_cfg, str(log_dir))
-    save_params(log_dir, differentiable_cfg(env_cfg, shac_cfg.grad_checkpoint), agent_cfg, shac_cfg)
+    save_params(log_dir, env, differentiable_cfg(env_cfg, shac_cfg.grad_checkpoint), agent_cfg, shac_cfg)
     if resume_path is not None:
         trainer.load(str(resume_path))
         if trainer.iteration >= agent_cfg.max_iterations:

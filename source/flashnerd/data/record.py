@@ -147,7 +147,7 @@ class PolicySource:
         noise = self.noise_std * torch.randn(actions.shape, generator=self.gen)  # (N, na) drawn on the CPU generator
         actions = actions + noise.to(actions.device)
         _, _, terminated, truncated, _ = env.step(actions)
-        ctrl = env.joint_targets  # (N, nu) what the backend received
+        ctrl = env.joint_targets  # (N, nu) what the backend received, within the control ranges
         return ctrl, terminated | truncated
 
     def close(self) -> None:

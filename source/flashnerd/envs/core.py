@@ -284,10 +284,11 @@ class FlashNeRDEnv(gym.Env):
         return actions
 
     def _action_to_targets(self, actions: torch.Tensor) -> torch.Tensor:
-        """Joint position targets (N, nj) of actions (N, na), as `cfg.action_mode` says."""
-        if self.cfg.action_mode == "offset":
-            return self.default_joint_pos + self.cfg.action_scale * actions
+        """Joint position targets (N, nj) of actions (N, na), as `cfg.action_mode` says, within the actuators' control
+        ranges: what MuJoCo applies (it clamps each target), so what recording stores and a learned backend sees."""
         lo, hi = self._target_low, self._target_high
+        if self.cfg.action_mode == "offset":
+            return torch.clamp(self.default_joint_pos + self.cfg.action_scale * actions, lo, hi)  # (N, nj)
         fresh = lo + 0.5 * (actions.clamp(-1.0, 1.0) + 1.0) * (hi - lo)  # (N, nj) action range -> joint range
         return torch.lerp(self.joint_targets, fresh, self.cfg.action_ema_alpha)
 

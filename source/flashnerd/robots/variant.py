@@ -37,7 +37,7 @@ from typing import Any
 
 import yaml
 
-from flashnerd.utils.strict_yaml import brief, load_yaml, yaml_problem
+from flashnerd.utils.strict_yaml import brief, dump_yaml_text, load_yaml, yaml_problem
 
 JOINT_KEYS = ("damping", "armature", "frictionloss")
 # actuator key -> (low, high, low excluded): scales are positive factors, a delay may be zero
@@ -111,7 +111,7 @@ class RobotVariant:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(yaml.safe_dump(self.spec, sort_keys=False))
+        tmp.write_text(dump_yaml_text(self.spec))
         tmp.replace(path)
 
 
@@ -163,7 +163,7 @@ def _fields(where: str, value: Any, allowed, check) -> dict[str, float]:
     out = {}
     for key, v in value.items():
         if key not in allowed:
-            raise VariantError(f"{where}: unknown key '{key}'; use {', '.join(allowed)}")
+            raise VariantError(f"{where}: unknown key {brief(key)}; use {', '.join(allowed)}")
         out[key] = check(f"{where}.{key}", v, key)
     return out
 
@@ -175,7 +175,7 @@ def parse_variant(data: Any, name: str, source: str = "") -> RobotVariant:
         raise VariantError(f"variant '{where}' must be a YAML mapping with a 'robot' key")
     for key in data:
         if key not in TOP_KEYS:
-            raise VariantError(f"variant '{where}': unknown key '{key}'; use {', '.join(TOP_KEYS)}")
+            raise VariantError(f"variant '{where}': unknown key {brief(key)}; use {', '.join(TOP_KEYS)}")
     if not isinstance(data.get("robot"), str):
         raise VariantError(f"variant '{where}' must name its robot ('robot: anymal_c')")
     spec: dict[str, Any] = {"robot": data["robot"]}
@@ -183,7 +183,8 @@ def parse_variant(data: Any, name: str, source: str = "") -> RobotVariant:
         p = _mapping(f"{where}: payload", data["payload"])
         unknown = set(p) - {"body", "mass", "pos"}
         if unknown:
-            raise VariantError(f"{where}: payload has unknown key '{sorted(unknown)[0]}'; use body, mass, pos")
+            raise VariantError(f"{where}: payload has unknown key {brief(sorted(map(str, unknown))[0])}; use body, "
+                               "mass, pos")
         if not isinstance(p.get("body"), str):
             raise VariantError(f"{where}: payload.body must name a body")
         pos = p.get("pos", [0.0, 0.0, 0.0])
@@ -221,7 +222,7 @@ def _ranges(where: str, value: Any, spec: dict[str, Any]) -> dict[str, list[floa
             raise VariantError(f"{where}: randomize '{path}' is not supported (a world's delay sizes the target "
                                f"history); give it one value in 'actuators'")
         if path not in RANDOM_PATHS:
-            raise VariantError(f"{where}: randomize has unknown path '{path}'; use {', '.join(RANDOM_PATHS)}")
+            raise VariantError(f"{where}: randomize has unknown path {brief(path)}; use {', '.join(RANDOM_PATHS)}")
         if not isinstance(bounds, list) or len(bounds) != 2:
             raise VariantError(f"{where}: randomize '{path}' must be a range [low, high], got {brief(bounds)}")
         lo, hi = (_number(f"{where}: randomize '{path}'", b, *RANDOM_PATHS[path]) for b in bounds)

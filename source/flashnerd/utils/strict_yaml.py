@@ -1,5 +1,6 @@
 """YAML for the files people write by hand (robot spec files, robot variants): PyYAML's safe loader (no tags that
-build objects, so reading a file never runs code), with YAML 1.2's core rules for plain scalars and no repeated keys.
+build objects, so reading a file never runs code), with YAML 1.2's core rules for plain scalars (no dates, no `=`),
+and no repeated keys (merge keys `<<` work as in YAML).
 
 PyYAML follows YAML 1.1, where `mass: 010` is 8 (octal), `1:30` is 90 (base 60), `on` is True and `5e-3` is a
 string, and a repeated key silently replaces the first. Here numbers read as written (`010` is 10, `5e-3` is 0.005,
@@ -26,6 +27,8 @@ class StrictLoader(yaml.SafeLoader):
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
         seen: set = set()
         for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *defaults`; an explicit key may override a merged one
+                continue
             key = self.construct_object(key_node, deep=True)
             try:
                 repeated = key in seen
@@ -40,20 +43,28 @@ class StrictLoader(yaml.SafeLoader):
 
     def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
         text = self.construct_scalar(node)
-        if text.startswith(("0o", "0x")):
-            return int(text[2:], 8 if text[1] == "o" else 16)
-        return int(text, 10)
+        try:
+            if text.startswith(("0o", "0x")):
+                return int(text[2:], 8 if text[1] == "o" else 16)
+            return int(text, 10)
+        except ValueError:  # an explicit !!int tag on other text, or more digits than Python converts
+            raise yaml.constructor.ConstructorError(None, None, f"{brief(text)} is not a whole number of at most "
+                                                    "4300 digits", node.start_mark) from None
 
     def construct_yaml_float(self, node: yaml.ScalarNode) -> float:
-        text = self.construct_scalar(node).lower()
-        return float(text.replace(".inf", "inf").replace(".nan", "nan"))
+        text = self.construct_scalar(node)
+        try:
+            return float(text.lower().replace(".inf", "inf").replace(".nan", "nan"))
+        except ValueError:  # an explicit !!float tag on other text
+            raise yaml.constructor.ConstructorError(None, None, f"{brief(text)} is not a number",
+                                                    node.start_mark) from None
 
 
 # YAML 1.2 core resolvers in place of PyYAML's 1.1 ones (booleans, ints, floats, nulls)
 StrictLoader.yaml_implicit_resolvers = {
     first: [(tag, regexp) for tag, regexp in resolvers
             if tag not in ("tag:yaml.org,2002:bool", "tag:yaml.org,2002:int", "tag:yaml.org,2002:float",
-                           "tag:yaml.org,2002:null")]
+                           "tag:yaml.org,2002:null", "tag:yaml.org,2002:timestamp", "tag:yaml.org,2002:value")]
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
 for _tag, _pattern, _first in (("bool", _BOOL, "tTfF"), ("int", _INT, "-+0123456789"),
                                ("float", _FLOAT, "-+.0123456789"), ("null", _NULL, ["~", "n", "N", ""])):
@@ -63,9 +74,22 @@ StrictLoader.add_constructor("tag:yaml.org,2002:int", StrictLoader.construct_yam
 StrictLoader.add_constructor("tag:yaml.org,2002:float", StrictLoader.construct_yaml_float)
 
 
+class StrictDumper(yaml.SafeDumper):
+    """`yaml.SafeDumper` that quotes every string `StrictLoader` would read as something else (`1e3`, `0o17`), so
+    what it writes reads back the same."""
+
+
+StrictDumper.yaml_implicit_resolvers = StrictLoader.yaml_implicit_resolvers
+
+
 def load_yaml(text: str) -> Any:
     """The YAML document in `text`, read by `StrictLoader` (yaml.YAMLError on bad syntax, a tag, a repeated key)."""
     return yaml.load(text, Loader=StrictLoader)  # noqa: S506 (StrictLoader is a SafeLoader)
+
+
+def dump_yaml_text(data: Any) -> str:
+    """`data` as YAML text that `load_yaml` reads back to `data` (keys in their order)."""
+    return yaml.dump(data, Dumper=StrictDumper, sort_keys=False)
 
 
 def yaml_problem(err: BaseException) -> str:
@@ -74,9 +98,11 @@ def yaml_problem(err: BaseException) -> str:
         return "nested too deeply"
     if isinstance(err, UnicodeDecodeError):
         return "not UTF-8 text"
-    problem = getattr(err, "problem", None) or type(err).__name__
+    problem = getattr(err, "problem", None) or getattr(err, "reason", None) or type(err).__name__
     mark = getattr(err, "problem_mark", None)
     where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    if isinstance(err, yaml.reader.ReaderError):  # a character YAML does not allow, e.g. a control character
+        where = f" at character {err.position}"
     if isinstance(err, yaml.constructor.ConstructorError) and "tag" in problem:
         problem += " (tags are not allowed: a file is data, never code)"
     return " ".join(f"{problem}{where}".split())
