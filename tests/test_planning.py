@@ -486,6 +486,16 @@ def test_plan_table_joins_an_earlier_tables_backends_and_refuses_one_it_cannot_j
     refused([write("p.json", _plan_json(3, {"rwm": [True]}))], str(table), "run the same platforms")
     refused([write("f.json", _plan_json(3, {"flashnerd": [True, True]}))], str(table),
             "already has backend 'flashnerd'")
+    # --replace: a backend measured over more seeds later replaces its row whole; the others are kept as they were
+    nerd3 = write("n3.json", _plan_json(3, {"nerd": [True, True]}))
+    assert main(["plan-table", nerd, nerd3, "--table", str(table), "--out", str(tmp_path / "r.json"), "--replace"]) == 0
+    replaced = json.loads((tmp_path / "r.json").read_text())
+    assert replaced["backends"]["nerd"]["seeds"] == [2, 3] and replaced["seeds"] == [1, 2, 3]
+    assert replaced["backends"]["nerd"]["per_platform"] == {"0": [1, 2], "1": [2, 2]}
+    assert replaced["backends"]["flashnerd"] == before["backends"]["flashnerd"]
+    capsys.readouterr()
+    assert main(["plan-table", nerd3, "--out", str(tmp_path / "x.json"), "--replace"]) == 2
+    assert "add --table FILE" in capsys.readouterr().err
     malformed = json.loads(table.read_text())
     malformed["backends"]["nerd"]["climbs_per_seed"] = [1, 1]  # two seeds' counts for one seed
     refused([rwm], write("m1.json", malformed), "backend 'nerd' is not a table row")

@@ -31,6 +31,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--table", default=None,
                    help="an earlier plan-table JSON whose backends are kept; the runs add other backends planned with "
                         "the same settings on the same platforms (it may be --out itself)")
+    p.add_argument("--replace", action="store_true",
+                   help="with --table: the runs' backends replace the table's rows of the same backends (a backend "
+                        "measured over more seeds in a later session; pass all of its runs)")
     p.set_defaults(func=run)
 
 
@@ -39,8 +42,10 @@ def run(args: argparse.Namespace) -> dict:
     check_writable("out", args.out)
     runs = [_read(Path(path)) for path in args.runs]
     table = merge_runs(runs, [str(p) for p in args.runs])
+    if args.replace and not args.table:
+        raise CLIError("--replace replaces rows of the table given with --table; add --table FILE, or drop it")
     if args.table:
-        table = join_table(_read_table(Path(args.table)), table, args.table)
+        table = join_table(_read_table(Path(args.table)), table, args.table, replace=args.replace)
     write_json(Path(args.out), table)
     print(json.dumps({b: {k: r[k] for k in ("seeds", "climbs_per_seed", "median_planning_ms")}
                       for b, r in table["backends"].items()}))
@@ -115,22 +120,24 @@ def _is_table_backend(r, lanes: list[str], seeds: list[int]) -> bool:
             and sum(c[1] for c in r["per_platform"].values()) == sum(r["platforms_per_seed"]))
 
 
-def join_table(earlier: dict, table: dict, name: str) -> dict:
+def join_table(earlier: dict, table: dict, name: str, replace: bool = False) -> dict:
     """An earlier plan-table's backends joined with `table`'s (both from `merge_runs`): the same settings and
     platforms (lanes and heights) are required, a backend in both is refused (which of its seeds to keep is the
-    user's call)."""
+    user's call) unless `replace`, where `table`'s row replaces the earlier one whole."""
     if differ := [k for k in TABLE_SETTINGS if _setting(earlier, k) != _setting(table, k)]:
         raise CLIError(f"--table '{name}' was planned with other {', '.join(differ)} than the runs; a table over seeds "
                        "needs one planner setting")
     if earlier["platforms"] != table["platforms"]:
         raise CLIError(f"--table '{name}' holds platforms {[p['lane'] for p in earlier['platforms']]}, the runs "
                        f"{[p['lane'] for p in table['platforms']]}; run the same platforms")
-    if both := [b for b in table["backends"] if b in earlier["backends"]]:
-        raise CLIError(f"--table '{name}' already has backend '{both[0]}'; pass all its runs without --table, or "
+    if (both := [b for b in table["backends"] if b in earlier["backends"]]) and not replace:
+        raise CLIError(f"--table '{name}' already has backend '{both[0]}'; pass --replace with all its runs, or "
                        "only other backends' runs")
+    kept = {b: r for b, r in earlier["backends"].items() if b not in table["backends"]}
+    seeds = [s for s in earlier["seeds"] if any(s in r["seeds"] for r in kept.values())]  # a replaced row's seeds go
     joined = dict(table)
-    joined.update(seeds=earlier["seeds"] + [s for s in table["seeds"] if s not in earlier["seeds"]],
-                  runs=earlier["runs"] + table["runs"], backends={**earlier["backends"], **table["backends"]})
+    joined.update(seeds=seeds + [s for s in table["seeds"] if s not in seeds],
+                  runs=list(dict.fromkeys(earlier["runs"] + table["runs"])), backends={**kept, **table["backends"]})
     return joined
 
 
