@@ -72,13 +72,18 @@ class RobotState:
         return self.qvel[:, 6:] if self.floating_base else self.qvel
 
 
+def actuator_joint_columns(model: mujoco.MjModel) -> tuple[np.ndarray, np.ndarray]:
+    """(qpos columns (nu,), qvel columns (nu,)) of the joint each actuator drives, in actuator order."""
+    joints = model.actuator_trnid[:, 0]  # (nu,) joint of each actuator
+    return model.jnt_qposadr[joints].astype(int), model.jnt_dofadr[joints].astype(int)
+
+
 def actuated_columns(model: mujoco.MjModel, floating_base: bool, nq: int, nv: int,
                      device: torch.device | str) -> dict[str, torch.Tensor | None]:
     """`RobotState`'s joint_qpos_ids / joint_qvel_ids for a robot of `nq` / `nv` leading columns compiled into `model`:
     each actuated joint's qpos and qvel column in actuator order, or None where those are exactly the columns after
     the root in order (most robots; the properties then return views)."""
-    joints = model.actuator_trnid[:, 0]  # (nu,) joint of each actuator
-    qpos_ids, qvel_ids = model.jnt_qposadr[joints].astype(int), model.jnt_dofadr[joints].astype(int)
+    qpos_ids, qvel_ids = actuator_joint_columns(model)
     q0, v0 = (7, 6) if floating_base else (0, 0)
     trailing = lambda ids, start, end: np.array_equal(ids, np.arange(start, end))  # noqa: E731
     return {"joint_qpos_ids": None if trailing(qpos_ids, q0, nq) else torch.as_tensor(qpos_ids, device=device),

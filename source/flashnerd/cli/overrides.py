@@ -79,15 +79,12 @@ def apply_overrides(configs: dict[str, Any], items: list[str], later: tuple[str,
         if path[0] not in configs:
             raise CLIError(f"override '{item}': unknown root '{path[0]}'; this command takes "
                            f"{', '.join((*configs, *later))}")
-        mine = next((k for k in owned_by or {} if key == k or key.startswith(k + ".")), None)
-        if mine is not None:
-            how = owned_by[mine]
-            raise CLIError(f"override '{item}': {mine} is set with {how} (and checked there); use that flag"
-                           if how.startswith("--") else f"override '{item}': {mine} is not free here: {how}")
-        owned = next((k for k in FLAG_KEYS if key == k or key.startswith(k + ".")), None)
-        if owned is not None and FLAG_KEYS[owned].lstrip("-") in (flags or {}):
-            raise CLIError(f"override '{item}': {owned} is set with {FLAG_KEYS[owned]} (and checked there); use "
-                           "that flag")
+        owners = {**{k: f for k, f in FLAG_KEYS.items() if f.lstrip("-") in (flags or {})}, **(owned_by or {})}
+        owned = next((k for k in owners if key == k or key.startswith(k + ".")), None)
+        if owned is not None:
+            how = owners[owned]
+            raise CLIError(f"override '{item}': {owned} is set with {how} (and checked there); use that flag"
+                           if how.startswith("--") else f"override '{item}': {owned} is not free here: {how}")
         if skip_missing and not _has_path(configs[path[0]], path[1:]):
             continue
         try:
@@ -108,13 +105,11 @@ def apply_overrides(configs: dict[str, Any], items: list[str], later: tuple[str,
 
 def _has_path(node: Any, names: list[str]) -> bool:
     """Whether the config `node` has the nested field or entry `names`."""
-    for name in names:
-        if isinstance(node, dict) and name in node:
-            node = node[name]
-        elif dataclasses.is_dataclass(node) and name in _names(node):
-            node = getattr(node, name)
-        else:
-            return False
+    try:
+        for name in names:
+            node, _ = _child(node, Any, name, "")
+    except CLIError:  # _child's "has no" error
+        return False
     return True
 
 

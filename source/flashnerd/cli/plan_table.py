@@ -144,11 +144,11 @@ def join_table(earlier: dict, table: dict, name: str, replace: bool = False) -> 
 def _is_backend_result(r) -> bool:
     """Whether `r` has the shape of a backend's entry in a plan JSON (what `merge_runs` reads of it), each platform
     once."""
-    return isinstance(r, dict) and isinstance(r.get("per_platform"), list) and all(
+    return (isinstance(r, dict) and isinstance(r.get("per_platform"), list) and all(
         isinstance(p, dict) and isinstance(p.get("lane"), int) and _finite(p.get("height"))
         and isinstance(p.get("climbed"), bool) and isinstance(p.get("planning_ms", []), list)
-        and all(_finite(ms) for ms in p.get("planning_ms", [])) for p in r["per_platform"]) \
-        and len({p["lane"] for p in r["per_platform"]}) == len(r["per_platform"])
+        and all(_finite(ms) for ms in p.get("planning_ms", [])) for p in r["per_platform"])
+        and len({p["lane"] for p in r["per_platform"]}) == len(r["per_platform"]))
 
 
 def merge_runs(runs: list[dict], names: list[str]) -> dict:

@@ -22,6 +22,7 @@ from flashnerd.envs.config import DoneTerm, EnvCfg, RewTerm
 from flashnerd.envs.registry import load_entry_point, with_robot
 from flashnerd.envs.terrain import terrain_height_map
 from flashnerd.sim.scene import actuator_ctrl_limits, build_scene, variant_robot
+from flashnerd.types import actuator_joint_columns
 from flashnerd.utils.allocator import retain_freed_memory
 from flashnerd.utils.math import quat_apply_inverse, yaw_from_quat
 
@@ -136,10 +137,9 @@ class FlashNeRDEnv(gym.Env):
         if cfg.action_mode == "ema_limits" and not torch.isfinite(ctrl_range).all():
             raise ValueError(f"action_mode 'ema_limits' maps actions onto the joints' control ranges, and robot "
                              f"'{self.robot.name}' has actuators without ctrlrange; add one in its MJCF")
-        self._actuated_qpos = torch.as_tensor(robot_model.jnt_qposadr[robot_model.actuator_trnid[:, 0]],
-                                              device=self.device)  # (nj,) qpos column of each actuated joint
-        self._actuated_qvel = torch.as_tensor(robot_model.jnt_dofadr[robot_model.actuator_trnid[:, 0]],
-                                              device=self.device)  # (nj,) qvel column of each actuated joint
+        # (nj,), (nj,) qpos and qvel column of each actuated joint
+        self._actuated_qpos, self._actuated_qvel = (torch.as_tensor(c, device=self.device)
+                                                    for c in actuator_joint_columns(robot_model))
         self._target_low, self._target_high = ctrl_range[:, 0], ctrl_range[:, 1]
         self.prev_actions = torch.zeros(n, nj, device=self.device)
         self.joint_acc = torch.zeros(n, nj, device=self.device)

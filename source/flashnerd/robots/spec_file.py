@@ -272,8 +272,8 @@ def _contact_groups(data: dict, model: mujoco.MjModel, floating: bool, qpos: np.
     if floating and "base" not in given and not any(base in members for members in groups.values()):
         # first in the contact summary, as the shipped robots have it; with the named bodies welded to the base that
         # collide (a head, a battery box): the robot lying on them has fallen as surely as lying on its base
-        welded = [model.body(b).name for b in _welded_to(model, 1) if model.body(b).name
-                  and any(model.geom_bodyid[g] == b for g in _collision_geoms(model))
+        colliding = {int(model.geom_bodyid[g]) for g in _collision_geoms(model)}
+        welded = [model.body(b).name for b in _welded_to(model, 1) if model.body(b).name and b in colliding
                   and not any(model.body(b).name in members for members in groups.values())]
         groups = {"base": (base, *welded), **groups}
     if floating and "feet" not in given:

@@ -15,6 +15,7 @@ from flashnerd.sim.naming import unused_name
 from flashnerd.sim.randomize import randomization_for
 from flashnerd.sim.terrain import TERRAINS, add_terrain
 from flashnerd.sim.variant import apply_variant
+from flashnerd.types import actuator_joint_columns
 
 OBJECTS = ("cube",)
 CUBE_SIZE = 0.065  # m, edge (Isaac Lab's in-hand cube)
@@ -159,8 +160,7 @@ def default_qpos(robot: RobotSpec, model: mujoco.MjModel) -> np.ndarray:
     if robot.floating_base:
         qpos[0:3] = (0.0, 0.0, robot.init_base_height)
         qpos[3:7] = (1.0, 0.0, 0.0, 0.0)
-    actuated_qpos = model.jnt_qposadr[model.actuator_trnid[:, 0]]  # (nu,) qpos address of each actuated joint
-    qpos[actuated_qpos] = robot.default_joint_pos
+    qpos[actuator_joint_columns(model)[0]] = robot.default_joint_pos
     for name, value in robot.passive_joint_pos:  # unactuated joints the keyframe places
         qpos[model.jnt_qposadr[model.joint(name).id]] = value
     return qpos

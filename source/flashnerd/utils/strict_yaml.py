@@ -37,7 +37,7 @@ class StrictLoader(yaml.SafeLoader):
                 continue
             if repeated:
                 raise yaml.constructor.ConstructorError(
-                    "while reading a mapping", node.start_mark, f"found the key {key!r} a second time",
+                    "while reading a mapping", node.start_mark, f"found the key {brief(key)} a second time",
                     key_node.start_mark)
         return super().construct_mapping(node, deep=deep)
 
