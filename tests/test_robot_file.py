@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import re
 import shutil
 from pathlib import Path
@@ -203,13 +204,14 @@ def test_the_velocity_task_runs_a_robot_from_a_spec_file(hound, hound_dir):
 
 def _shuffled_hound(folder: Path, hound_dir: Path) -> Path:
     """The hound with its actuators listed by joint kind (all abductions, then hips, then knees: not tree order) and a
-    passive, spring-loaded tail hinge as the base's first child (so every leg joint's qpos column moves by one)."""
+    passive, spring-loaded tail hinge as the base's first child (so every leg joint's qpos column moves by one), left
+    unnamed as MJCFs often leave their passive joints."""
     xml = (hound_dir / "hound.xml").read_text()
     lines = re.findall(r"\n    <position [^\n]*/>", xml)
     by_kind = sorted(lines, key=lambda line: ("abduction", "hip", "knee").index(re.search(r'class="(\w+)"',
                                                                                          line).group(1)))
     xml = xml.replace("".join(lines), "".join(by_kind))
-    tail = ('<body name="tail" pos="-0.2 0 0.02"><joint name="tail_joint" axis="0 1 0" stiffness="5" damping="0.2" '
+    tail = ('<body name="tail" pos="-0.2 0 0.02"><joint axis="0 1 0" stiffness="5" damping="0.2" '
             'range="-1 1"/><geom class="visual" type="capsule" size="0.01" fromto="0 0 0 -0.15 0 0"/>'
             '<inertial mass="0.1" pos="-0.07 0 0" diaginertia="0.0002 0.0002 0.00001"/></body>\n'
             '      <body name="FL_hip"')
@@ -239,7 +241,7 @@ def test_actions_and_joint_observations_follow_the_actuators_whatever_the_mjcfs_
     model = mujoco.MjModel.from_xml_path(str(spec.parent / "hound.xml"))
     qadr = [int(model.jnt_qposadr[model.joint(j).id]) for j in robot.joint_names]
     vadr = [int(model.jnt_dofadr[model.joint(j).id]) for j in robot.joint_names]
-    tail = int(model.jnt_qposadr[model.joint("tail_joint").id])
+    tail = int(model.jnt_qposadr[model.body_jntadr[model.body("tail").id]])
     assert qadr != list(range(8, 20)) and tail == 7
     kwargs = {}
     if backend == "flashnerd":  # a model of this robot: its layout is all the test needs, not its accuracy
@@ -354,6 +356,33 @@ def test_bad_spec_files_are_one_line_errors(tmp_path, hound_dir, text, xml_edit,
     shutil.copytree(hound_dir / "meshes", tmp_path / "r" / "meshes")
     spec = _write_spec(tmp_path / "r", text, xml)
     with pytest.raises(RobotFileError, match=match) as err:
+        get_robot(str(spec))
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("ctrl_in_degrees", [True, False])
+def test_a_ctrlrange_written_in_degrees_is_refused_and_one_in_radians_is_kept(tmp_path, hound_dir, ctrl_in_degrees):
+    """Under angle="degree" MuJoCo converts joint ranges but not ctrlrange: a ctrlrange copied from the joint's range
+    in degrees would let targets through 57x too far. Refused with the radian values; one in radians loads as is."""
+    xml = (hound_dir / "hound.xml").read_text().replace('model="hound"', 'model="other"')
+    xml = xml.replace('angle="radian"', 'angle="degree"')
+
+    def in_degrees(match: re.Match) -> str:
+        lo, hi = (math.degrees(float(v)) for v in match.group(2).split())
+        ctrl = f"{lo:.6f} {hi:.6f}" if ctrl_in_degrees else match.group(2)
+        return f'{match.group(1)}range="{lo:.6f} {hi:.6f}"/><position ctrlrange="{ctrl}"/>'
+
+    xml, n = re.subn(r'(<joint axis="[^"]+" )range="([^"]+)"/><position ctrlrange="[^"]+"/>', in_degrees, xml)
+    assert n == 3
+    shutil.copytree(hound_dir / "meshes", tmp_path / "r" / "meshes")
+    spec = _write_spec(tmp_path / "r", "mjcf: robot.xml\n", xml)
+    if not ctrl_in_degrees:
+        robot = get_robot(str(spec))
+        model = mujoco.MjModel.from_xml_path(str(spec.parent / "robot.xml"))
+        assert np.allclose(model.jnt_range[model.joint(robot.joint_names[0]).id], [-0.8, 0.8], atol=1e-6)
+        return
+    with pytest.raises(RobotFileError, match=r"ctrlrange \[-45.8366, 45.8366\], its joint's range in degrees.*"
+                                             r"write it in radians \(-0\.8 0\.8\)") as err:
         get_robot(str(spec))
     assert "\n" not in str(err.value)
 

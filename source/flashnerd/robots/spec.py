@@ -55,9 +55,9 @@ class RobotSpec:
     variant: RobotVariant | None = None  # how this robot differs from its MJCF (robots/variant.py); None: nominal
     undesired_contacts: tuple[str, ...] = ()  # contact groups a locomotion task penalizes touching (Isaac Lab: thighs)
     source: str = ""  # the spec file this robot was read from (absolute path); "" for a robot built into the package
-    # (joint name, position) of each unactuated hinge or slide joint where the default pose (a keyframe) sets it;
-    # the others start at the MJCF's qpos0
-    passive_joint_pos: tuple[tuple[str, float], ...] = ()
+    # (joint index in the MJCF, position) of each unactuated hinge or slide joint where the default pose (a keyframe)
+    # sets it, named or not (the scene keeps the robot's joints first, in the MJCF's order); the others start at qpos0
+    passive_joint_pos: tuple[tuple[int, float], ...] = ()
 
     @property
     def mjcf_path(self) -> Path:

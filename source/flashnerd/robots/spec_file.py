@@ -85,11 +85,11 @@ def _regex_matches(where: str, pattern: Any, names: list[str]) -> list[str]:
     return hits
 
 
-def _compile(mjcf: Path, where: str) -> tuple[str, mujoco.MjModel]:
-    """(model name, compiled model) of an MJCF file."""
+def _compile(mjcf: Path, where: str) -> tuple[str, mujoco.MjModel, bool]:
+    """(model name, compiled model, whether its angles are in degrees) of an MJCF file."""
     try:
         spec = mujoco.MjSpec.from_file(str(mjcf))
-        return spec.modelname, spec.compile()
+        return spec.modelname, spec.compile(), bool(spec.compiler.degree)
     except Exception as err:  # MuJoCo raises ValueError with a multi-line message
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise RobotFileError(f"{where}: MJCF '{mjcf}' failed to load: {first}") from err
@@ -123,6 +123,26 @@ def _joints(model: mujoco.MjModel, where: str) -> tuple[str, ...]:
     if len(set(names)) != len(names):
         raise RobotFileError(f"{where}: two actuators drive the same joint; keep one actuator per joint")
     return tuple(names)
+
+
+def _check_ctrlrange_units(model: mujoco.MjModel, degree: bool, where: str) -> None:
+    """Under `<compiler angle="degree">` MuJoCo converts joint ranges to radians but not `ctrlrange` (a target is
+    whatever unit the actuator takes), so a hinge servo's ctrlrange copied from its joint's range in degrees lets
+    targets 57x too far through: refused, with the radian values to write."""
+    if not degree:
+        return
+    for a in range(model.nu):
+        j = int(model.actuator_trnid[a, 0])
+        if not (model.actuator_ctrllimited[a] and model.jnt_limited[j]
+                and int(model.jnt_type[j]) == int(mujoco.mjtJoint.mjJNT_HINGE)):
+            continue
+        ctrl, in_degrees = model.actuator_ctrlrange[a], np.degrees(model.jnt_range[j])  # (2,), (2,)
+        if np.abs(ctrl).max() > 2 * math.pi and np.allclose(ctrl, in_degrees, rtol=1e-3, atol=1e-6):
+            lo, hi = model.jnt_range[j]
+            raise RobotFileError(f"{where}: actuator '{model.actuator(a).name or f'#{a}'}' has ctrlrange "
+                                 f"[{ctrl[0]:g}, {ctrl[1]:g}], its joint's range in degrees, but MuJoCo does not "
+                                 f"convert ctrlrange under angle=\"degree\"; write it in radians ({lo:.4g} {hi:.4g}) "
+                                 "or use inheritrange=\"1\"")
 
 
 def _floating(model: mujoco.MjModel, where: str) -> bool:
@@ -383,11 +403,12 @@ def parse_robot_file(data: Any, path: Path) -> RobotSpec:
     mjcf = (path.parent / data["mjcf"]).resolve()
     if not mjcf.is_file():
         raise RobotFileError(f"{where}: MJCF file '{mjcf}' does not exist (mjcf is relative to the spec file)")
-    model_name, model = _compile(mjcf, where)
+    model_name, model, degree = _compile(mjcf, where)
     name = data.get("name", model_name or mjcf.stem)
     if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise RobotFileError(f"{where}: robot name {brief(name)} must be letters, digits, _ or - (set 'name:')")
     joints = _joints(model, where)
+    _check_ctrlrange_units(model, degree, where)
     floating = _floating(model, where)
     qpos, from_key = _default_pose(data, model, joints, where)
     groups = _contact_groups(data, model, floating, qpos, where)
@@ -459,8 +480,8 @@ def parse_robot_file(data: Any, path: Path) -> RobotSpec:
         extra["init_height_range"] = (lo, hi)
     adr = [int(model.jnt_qposadr[model.joint(j).id]) for j in joints]
     scalar = (int(mujoco.mjtJoint.mjJNT_HINGE), int(mujoco.mjtJoint.mjJNT_SLIDE))
-    passive = tuple((model.joint(j).name, float(qpos[model.jnt_qposadr[j]])) for j in range(model.njnt)
-                    if from_key and int(model.jnt_type[j]) in scalar and model.joint(j).name not in (*joints, ""))
+    passive = tuple((j, float(qpos[model.jnt_qposadr[j]])) for j in range(model.njnt)
+                    if from_key and int(model.jnt_type[j]) in scalar and model.joint(j).name not in joints)
     return RobotSpec(
         name=name, mjcf=str(mjcf), joint_names=joints, default_joint_pos=tuple(float(qpos[a]) for a in adr),
         stiffness=float(kp.max()), damping=float(max(0.0, -model.actuator_biasprm[:, 2].min())), effort_limit=effort,

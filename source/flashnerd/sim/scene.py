@@ -161,8 +161,8 @@ def default_qpos(robot: RobotSpec, model: mujoco.MjModel) -> np.ndarray:
         qpos[0:3] = (0.0, 0.0, robot.init_base_height)
         qpos[3:7] = (1.0, 0.0, 0.0, 0.0)
     qpos[actuator_joint_columns(model)[0]] = robot.default_joint_pos
-    for name, value in robot.passive_joint_pos:  # unactuated joints the keyframe places
-        qpos[model.jnt_qposadr[model.joint(name).id]] = value
+    for joint, value in robot.passive_joint_pos:  # unactuated joints the keyframe places
+        qpos[model.jnt_qposadr[joint]] = value
     return qpos
 
 
