@@ -24,7 +24,7 @@ from flashnerd.dynamics import make_dynamics
 from flashnerd.envs import DoneTerm, mdp
 from flashnerd.envs.registry import task_cfgs, with_robot
 from flashnerd.robots import RobotFileError, get_robot
-from flashnerd.robots.spec_file import collision_probes
+from flashnerd.robots.spec_file import actuator_force_limits, collision_probes
 from flashnerd.robots.variant import load_variant
 from flashnerd.sim.scene import build_scene
 
@@ -281,7 +281,8 @@ def test_a_users_sensor_under_a_name_the_backends_read_must_be_that_sensor(tmp_p
     cases = (('<touch name="FL_calf_contact" site="fl_tip"/>', "sensor named 'FL_calf_contact'"),
              ('<contact name="base_contact" body1="base" data="found" reduce="mindist"/>',
               "sensor named 'base_contact'"),
-             ('<jointactuatorfrc name="FL_hip_joint_torque" joint="FL_hip_joint"/>', "'FL_hip_joint_torque'"),
+             ('<jointactuatorfrc name="FL_hip_joint_torque" joint="FR_hip_joint"/>', "'FL_hip_joint_torque'"),
+             ('<jointactuatorfrc name="FL_hip_joint_torque" joint="FL_hip_joint"/>', None),
              ('<contact name="base_contact" body1="base" data="found force" reduce="netforce" num="1"/>', None))
     for k, (sensor, message) in enumerate(cases):
         edited = xml.replace('<geom name="FL" class="foot"', site + '<geom name="FL" class="foot"', 1)
@@ -291,7 +292,8 @@ def test_a_users_sensor_under_a_name_the_backends_read_must_be_that_sensor(tmp_p
         robot = get_robot(str(spec))
         if message is None:
             model = build_scene(robot)
-            assert model.sensor("base_contact").id == 0 and model.nsensor == 1 + len(robot.all_contact_bodies) - 1 + 12
+            own = re.search(r'name="([^"]+)"', sensor).group(1)  # kept as the user wrote it, not added again
+            assert model.sensor(own).id == 0 and model.nsensor == len(robot.all_contact_bodies) + 12
             continue
         with pytest.raises(ValueError, match=re.escape(message)) as err:
             build_scene(robot)
@@ -598,6 +600,52 @@ def test_a_group_holding_the_floating_body_replaces_the_derived_base_group(tmp_p
                                       f"init_joint_noise: {noise}\nobject_spawn: [0.1, 0.2, 0.3]\n", xml)))
     assert list(robot.contact_bodies) == ["trunk", "feet"] and robot.contact_bodies["trunk"] == ("base",)
     assert robot.init_joint_noise == pytest.approx(tuple(noise)) and robot.object_spawn == (0.1, 0.2, 0.3)
+
+
+def test_a_joints_actuatorfrcrange_is_the_torque_limit_every_backend_reads_and_a_variant_scales(tmp_path, hound_dir):
+    """Rear legs limited by their joints' actuatorfrcrange (15 N m) and not by their actuators (forcelimited="false",
+    an inherited forcerange of 25), RL_hip by neither. MuJoCo clamps the joint's force, not the actuator's: the scene
+    folds the joint's clamp into the actuator's, so the physics is MuJoCo's own to rounding, the torque sensor reads
+    what the joint gets (it read the unclamped actuator force), the learned backends' clamp (the actuator's range)
+    is the joint's, and effort_scale scales the limit that acts (it scaled the inherited, disabled forcerange)."""
+    xml = (hound_dir / "hound.xml").read_text().replace('model="hound"', 'model="hound_jointlimited"')
+    for joint in ("RL_thigh", "RL_calf", "RR_hip", "RR_thigh", "RR_calf"):
+        xml = xml.replace(f'<joint name="{joint}_joint" ', f'<joint name="{joint}_joint" actuatorfrcrange="-15 15" ')
+    xml = re.sub(r'(<position class="\w+" name="R[LR]_\w+")', r'\1 forcelimited="false"', xml)
+    shutil.copytree(hound_dir / "meshes", tmp_path / "j" / "meshes")
+    spec = _write_spec(tmp_path / "j", "mjcf: robot.xml\n", xml)
+    robot = get_robot(str(spec))
+    raw = mujoco.MjModel.from_xml_path(str(spec.parent / "robot.xml"))
+    expected = np.array([25.0] * 6 + [np.inf] + [15.0] * 5)  # FL, FR, RL_hip, RL_thigh .. RR_calf
+    assert np.array_equal(actuator_force_limits(raw)[:, 1], expected) and robot.effort_limit == 25.0
+    scene = build_scene(robot)
+    assert np.array_equal(np.where(scene.actuator_forcelimited, scene.actuator_forcerange[:, 1], np.inf), expected)
+    assert not scene.jnt_actfrclimited.any()
+    # the same motion as the MJCF itself, in the air, targets at the far ends of their ranges
+    runs = []
+    for model in (raw, scene):
+        data = mujoco.MjData(model)
+        mujoco.mj_resetDataKeyframe(model, data, model.key("home").id)
+        data.qpos[2] = 1.0
+        data.ctrl[:] = np.where(np.arange(12) % 2, model.actuator_ctrlrange[:, 1], model.actuator_ctrlrange[:, 0])
+        torques = []
+        for _ in range(40):
+            mujoco.mj_step(model, data)
+            torques.append(data.qfrc_actuator[model.jnt_dofadr[model.actuator_trnid[:, 0]]].copy())  # (12,)
+        runs.append((data.qpos.copy(), np.array(torques), data))
+    assert np.allclose(runs[0][0], runs[1][0][:raw.nq], atol=1e-9)
+    data = runs[1][2]
+    sensed = np.array([data.sensor(f"{j}_torque").data[0] for j in robot.joint_names])  # (12,) the last step's
+    assert np.allclose(sensed, runs[0][1][-1], atol=1e-6) and np.abs(sensed[7:]).max() <= 15.0 + 1e-9
+    assert np.abs(runs[0][1][:, 7:]).max() == pytest.approx(15.0)  # the joints' clamp did bind
+    stronger = tmp_path / "j" / "stronger.yaml"
+    stronger.write_text("robot: hound_jointlimited\n"
+                        "actuators: {'(FL|FR|RR)_.*|RL_(thigh|calf)': {effort_scale: 1.2}}\n")
+    varied = build_scene(robot.with_variant(load_variant(stronger)))
+    assert np.allclose(actuator_force_limits(varied)[:, 1], 1.2 * expected)
+    stronger.write_text("robot: hound_jointlimited\nactuators: {'RL_hip': {effort_scale: 1.2}}\n")
+    with pytest.raises(ValueError, match="scales the force range of actuator 'RL_hip', which has none"):
+        build_scene(robot.with_variant(load_variant(stronger)))
 
 
 def test_a_learned_backend_without_a_model_of_the_robot_says_how_to_get_one(hound):

@@ -119,10 +119,32 @@ def _joints(model: mujoco.MjModel, where: str) -> tuple[str, ...]:
         name = model.joint(j).name
         if not name:
             raise RobotFileError(f"{where}: actuator '{label}' drives an unnamed joint; name every actuated joint")
+        if model.actuator_gear[a, 0] != 1.0:
+            raise RobotFileError(f"{where}: actuator '{label}' has gear {model.actuator_gear[a, 0]:g}; the tasks' "
+                                 "joint targets and torques are the joint's own, use gear 1 (fold the gear into kp, "
+                                 "kv and the ranges)")
+        if model.jnt_actgravcomp[j] and model.jnt_actfrclimited[j]:
+            raise RobotFileError(f"{where}: joint '{name}' has both actuatorgravcomp and actuatorfrcrange, whose clamp "
+                                 "then bounds gravity compensation too; drop one of them")
         names.append(name)
     if len(set(names)) != len(names):
         raise RobotFileError(f"{where}: two actuators drive the same joint; keep one actuator per joint")
     return tuple(names)
+
+
+def actuator_force_limits(model: mujoco.MjModel) -> np.ndarray:
+    """(nu, 2) force each actuator can apply to its joint: its `forcerange` where force-limited, within its joint's
+    `actuatorfrcrange` (over the gear) where that is limited (MuJoCo clamps the joint's summed actuator force to it;
+    with one actuator per joint the two clamps are one); [-inf, inf] where neither limits it."""
+    limits = np.where(model.actuator_forcelimited.astype(bool)[:, None], model.actuator_forcerange,
+                      np.array([-np.inf, np.inf]))  # (nu, 2)
+    on_joint = model.actuator_trntype == int(mujoco.mjtTrn.mjTRN_JOINT)  # (nu,)
+    joints = np.where(on_joint, model.actuator_trnid[:, 0], 0)  # (nu,)
+    by_joint = np.sort(model.jnt_actfrcrange[joints] / model.actuator_gear[:, :1], axis=1)  # (nu, 2) in actuator units
+    clamped = on_joint & model.jnt_actfrclimited[joints].astype(bool)  # (nu,)
+    limits[clamped, 0] = np.maximum(limits[clamped, 0], by_joint[clamped, 0])
+    limits[clamped, 1] = np.minimum(limits[clamped, 1], by_joint[clamped, 1])
+    return limits
 
 
 def _check_ctrlrange_units(model: mujoco.MjModel, degree: bool, where: str) -> None:
@@ -447,8 +469,8 @@ def parse_robot_file(data: Any, path: Path) -> RobotSpec:
             raise RobotFileError(f"{where}: cannot place the floating base without a keyframe or collision geometry; "
                                  "set init_base_height")
     kp = model.actuator_gainprm[:, 0]
-    limited = model.actuator_forcelimited.astype(bool)
-    effort = float(np.abs(model.actuator_forcerange[limited]).max()) if limited.any() else math.inf
+    force = np.abs(actuator_force_limits(model))  # (nu, 2)
+    effort = float(force[np.isfinite(force)].max()) if np.isfinite(force).any() else math.inf
     # spawn heights for exploration scale with the robot, as ANYmal-C's (-0.15, 0.05) m do around its 0.6 m
     extra: dict[str, Any] = {"init_height_range": (-0.25 * height, 0.08 * height)} if floating else {}
     for key, low, high in (("explore_amplitude", 0.0, 10.0), ("init_vel_noise", 0.0, 100.0),

@@ -146,7 +146,8 @@ def randomization_for(robot: RobotSpec, model: mujoco.MjModel) -> Randomization 
                 unlimited = [i for i in ids if not model.actuator_forcelimited[i]]
                 if unlimited:
                     raise VariantError(f"{where}: randomize '{path}' scales the force range of actuator "
-                                       f"'{act_names[unlimited[0]]}', which has none; give it a forcerange")
+                                       f"'{act_names[unlimited[0]]}', which has none; give it a forcerange (or its "
+                                       "joint an actuatorfrcrange)")
                 ws = [FieldWrite("actuator_forcerange", ids, None, True)]
             elif key == "kp_scale":
                 ws = [FieldWrite("actuator_gainprm", ids, (0,), True), FieldWrite("actuator_biasprm", ids, (1,), True)]

@@ -9,6 +9,7 @@ import mujoco
 import numpy as np
 
 from flashnerd.robots import RobotSpec, get_robot
+from flashnerd.robots.spec_file import actuator_force_limits
 from flashnerd.robots.variant import load_variant
 from flashnerd.sim.actuation import actuation_for
 from flashnerd.sim.naming import unused_name
@@ -44,6 +45,7 @@ def build_scene_spec(robot: RobotSpec, terrain: str = "flat", objects: tuple[str
     # a robot's MJCF may bring its own floor (a user's often does); the scene adds the one every backend agrees on
     for geom in [g for g in spec.worldbody.geoms if g.type == mujoco.mjtGeom.mjGEOM_PLANE]:
         spec.delete(geom)
+    fold_joint_force_limits(spec)
     add_robot_sensors(spec, robot)
     if robot.variant is not None:  # before terrain and objects, so its regexes see the robot alone
         apply_variant(spec, robot.variant)
@@ -67,11 +69,29 @@ def build_scene_spec(robot: RobotSpec, terrain: str = "flat", objects: tuple[str
     return spec
 
 
+def fold_joint_force_limits(spec: mujoco.MjSpec) -> None:
+    """Write each joint actuator's whole force limit (`actuator_force_limits`: its forcerange within its joint's
+    actuatorfrcrange) into its own forcerange and lift the joint's clamp. The physics is the same (one actuator per
+    joint), and the actuator force that the torque sensors and the learned backends read is then the torque the joint
+    gets, and a variant's effort_scale scales the limit that acts. An actuator with no limit is left unlimited
+    (forcerange zero), whatever forcerange it inherited."""
+    model = spec.compile()
+    limits = actuator_force_limits(model)  # (nu, 2)
+    for a, act in enumerate(spec.actuators):
+        limited = bool(np.isfinite(limits[a]).all())
+        act.forcelimited = mujoco.mjtLimited.mjLIMITED_TRUE if limited else mujoco.mjtLimited.mjLIMITED_FALSE
+        act.forcerange = limits[a] if limited else np.zeros(2)
+        j = int(model.actuator_trnid[a, 0])
+        if act.trntype == mujoco.mjtTrn.mjTRN_JOINT and model.jnt_actfrclimited[j] and not model.jnt_actgravcomp[j]:
+            spec.joint(model.joint(j).name).actfrclimited = mujoco.mjtLimited.mjLIMITED_FALSE
+
+
 def add_robot_sensors(spec: mujoco.MjSpec, robot: RobotSpec) -> None:
     """Add the sensors the analytical backends read, where the robot's MJCF lacks them: `<body>_contact` (the net
     contact force on each contact body, found + force) and `<joint>_torque` (the force of the actuator driving each
-    joint). An unnamed actuator is named after its joint. A sensor of the MJCF's own that has one of these names
-    must be that sensor (the backends read its data by the name); anything else is a one-line error."""
+    joint; a `jointactuatorfrc` of the user's on that joint reads the same). An unnamed actuator is named after its
+    joint. A sensor of the MJCF's own that has one of these names must be that sensor (the backends read its data by
+    the name); anything else is a one-line error."""
     have = {s.name: s for s in spec.sensors}
     for body in robot.all_contact_bodies:
         name = f"{body}_contact"
@@ -87,8 +107,12 @@ def add_robot_sensors(spec: mujoco.MjSpec, robot: RobotSpec) -> None:
         if act is None:
             continue
         if name in have:
-            if not act.name or not _is_sensor(have[name], mujoco.mjtSensor.mjSENS_ACTUATORFRC,
-                                              mujoco.mjtObj.mjOBJ_ACTUATOR, act.name):
+            # the joint's summed actuator force is the same number (one actuator per joint, gear 1, its clamp folded
+            # into the actuator's) unless gravity compensation is added to it
+            on_joint = (_is_sensor(have[name], mujoco.mjtSensor.mjSENS_JOINTACTFRC, mujoco.mjtObj.mjOBJ_JOINT, joint)
+                        and not spec.joint(joint).actgravcomp)
+            if not on_joint and (not act.name or not _is_sensor(have[name], mujoco.mjtSensor.mjSENS_ACTUATORFRC,
+                                                                mujoco.mjtObj.mjOBJ_ACTUATOR, act.name)):
                 raise _reserved_sensor(robot, name, f'<actuatorfrc actuator="{act.name or joint}"/>')
             continue
         if not act.name:

@@ -90,11 +90,11 @@ def apply_variant(spec: mujoco.MjSpec, variant: RobotVariant) -> None:
             bias[1] *= scales.get("kp_scale", 1.0)
             bias[2] *= scales.get("kv_scale", 1.0)
             act.gainprm, act.biasprm = gain, bias
-            if "effort_scale" in scales:
-                if not np.any(np.asarray(act.forcerange, dtype=float)):
+            if "effort_scale" in scales:  # the scene folded a joint's actuatorfrcrange into this forcerange
+                if act.forcelimited != mujoco.mjtLimited.mjLIMITED_TRUE:
                     raise VariantError(f"{where}: actuators '{pattern}' scales the force range of actuator "
-                                       f"'{act.name}', which has none; give it a forcerange in the MJCF, or drop "
-                                       "effort_scale")
+                                       f"'{act.name}', which has none; give it a forcerange (or its joint an "
+                                       "actuatorfrcrange) in the MJCF, or drop effort_scale")
                 act.forcerange = np.asarray(act.forcerange, dtype=float) * scales["effort_scale"]
                 act.forcelimited = mujoco.mjtLimited.mjLIMITED_TRUE
     scaled: dict[int, list] = {}  # id(geom) -> [geom, product of the factors of every pattern matching it]
