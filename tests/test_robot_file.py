@@ -26,7 +26,7 @@ from flashnerd.envs.registry import task_cfgs, with_robot
 from flashnerd.robots import RobotFileError, get_robot
 from flashnerd.robots.spec_file import actuator_force_limits, collision_probes
 from flashnerd.robots.variant import load_variant
-from flashnerd.sim.scene import build_scene
+from flashnerd.sim.scene import build_scene, default_qpos
 
 HOUND = Path(__file__).parent / "assets" / "hound"
 TASK = "FlashNeRD-Velocity-Flat-Anymal-C-v0"
@@ -646,6 +646,44 @@ def test_a_joints_actuatorfrcrange_is_the_torque_limit_every_backend_reads_and_a
     stronger.write_text("robot: hound_jointlimited\nactuators: {'RL_hip': {effort_scale: 1.2}}\n")
     with pytest.raises(ValueError, match="scales the force range of actuator 'RL_hip', which has none"):
         build_scene(robot.with_variant(load_variant(stronger)))
+
+
+def test_a_default_pose_other_than_the_keyframes_spawns_on_the_floor_and_resets_keep_joint_ranges(tmp_path, hound_dir):
+    """Knees at -0.6 rad instead of the keyframe's -1.5 stretch the legs: the keyframe's base height would put the feet
+    inside the floor, so the height comes from the geometry (lowest point 1 cm up); and the velocity task's reset,
+    which scales the default angles by 0.5-1.5, would put knees at -0.3 rad, above their limit of -0.5."""
+    xml = (hound_dir / "hound.xml").read_text().replace('model="hound"', 'model="hound_stretched"')
+    shutil.copytree(hound_dir / "meshes", tmp_path / "s" / "meshes")
+    spec = _write_spec(tmp_path / "s", "mjcf: robot.xml\ndefault_joint_pos: {'.*_calf_joint': -0.6}\n", xml)
+    robot = get_robot(str(spec))
+    model = build_scene(robot)
+    data = mujoco.MjData(model)
+    data.qpos[:model.nq] = default_qpos(robot, model)
+    mujoco.mj_forward(model, data)
+    feet = [model.geom(g).id for g in ("FL", "FR", "RL", "RR")]
+    lowest = min(data.geom_xpos[g][2] - model.geom_size[g][0] for g in feet)
+    assert lowest == pytest.approx(0.01, abs=1e-6) and data.ncon == 0
+    env = gym.make(TASK, num_envs=256, robot=str(spec)).unwrapped
+    env.reset(seed=0)
+    knees = [robot.joint_names.index(j) for j in robot.joint_names if j.endswith("calf_joint")]
+    q = env.state.joint_pos[:, knees]  # (256, 4)
+    assert (q <= -0.5 + 1e-6).all() and (q >= -0.9 - 1e-6).all() and (q > -0.5 - 1e-6).any()
+    env.close()
+
+
+def test_the_model_hash_covers_the_files_an_mjcf_includes(tmp_path, hound_dir):
+    """A Menagerie-style scene.xml that <include>s the robot: editing the robot's file must change the hash that
+    datasets and checkpoints are checked against (it hashed scene.xml alone), and only then."""
+    folder = tmp_path / "m"
+    shutil.copytree(hound_dir / "meshes", folder / "meshes")
+    xml = (hound_dir / "hound.xml").read_text()
+    (folder / "hound.xml").write_text(xml)
+    (folder / "scene.xml").write_text('<mujoco model="hound_scene">\n  <include file="hound.xml"/>\n</mujoco>\n')
+    spec = _write_spec(folder, "mjcf: scene.xml\n")
+    before = get_robot(str(spec)).model_hash()
+    assert get_robot(str(spec)).model_hash() == before
+    (folder / "hound.xml").write_text(xml.replace('kp="40"', 'kp="80"'))
+    assert get_robot(str(spec)).stiffness == 80.0 and get_robot(str(spec)).model_hash() != before
 
 
 def test_a_learned_backend_without_a_model_of_the_robot_says_how_to_get_one(hound):

@@ -141,6 +141,10 @@ class FlashNeRDEnv(gym.Env):
         self._actuated_qpos, self._actuated_qvel = (torch.as_tensor(c, device=self.device)
                                                     for c in actuator_joint_columns(robot_model))
         self._target_low, self._target_high = ctrl_range[:, 0], ctrl_range[:, 1]
+        joints = robot_model.actuator_trnid[:, 0]  # (nj,) each actuator's joint
+        joint_range = np.where(robot_model.jnt_limited[joints].astype(bool)[:, None], robot_model.jnt_range[joints],
+                               np.array([-np.inf, np.inf]))  # (nj, 2)
+        self._joint_low, self._joint_high = torch.as_tensor(joint_range.T, dtype=torch.float32, device=self.device)
         self.prev_actions = torch.zeros(n, nj, device=self.device)
         self.joint_acc = torch.zeros(n, nj, device=self.device)
         self._prev_joint_vel = torch.zeros(n, nj, device=self.device)

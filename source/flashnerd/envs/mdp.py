@@ -244,12 +244,12 @@ def reset_joints_by_scale(
     env: FlashNeRDEnv, env_ids: torch.Tensor, qpos: torch.Tensor, qvel: torch.Tensor,
     position_range: tuple[float, float], velocity_range: tuple[float, float],
 ) -> None:
-    """Scale the default positions and the velocities of the actuated joints by uniform factors (passive joints keep
-    their values)."""
+    """Scale the default positions and the velocities of the actuated joints by uniform factors, positions kept within
+    the joints' ranges as Isaac Lab's event keeps them (passive joints keep their values)."""
     nj = env.robot.num_joints
     k = len(env_ids)
     scale = _uniform(env, (k, nj), torch.tensor([position_range] * nj, device=env.device))  # (k, nj)
-    qpos[:, env._actuated_qpos] = env.default_joint_pos * scale
+    qpos[:, env._actuated_qpos] = torch.clamp(env.default_joint_pos * scale, env._joint_low, env._joint_high)
     vscale = _uniform(env, (k, nj), torch.tensor([velocity_range] * nj, device=env.device))  # (k, nj)
     qvel[:, env._actuated_qvel] *= vscale
 

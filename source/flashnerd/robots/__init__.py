@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from flashnerd.robots.spec import ASSET_DIR, Probe, RobotSpec
+from flashnerd.robots.spec import ASSET_DIR, Probe, RobotSpec, included_files
 from flashnerd.robots.spec_file import RobotFileError, load_robot_file
 
 BUILT_IN = ("allegro", "anymal_c", "cartpole", "franka", "g1", "microduck")  # assets/<name>.yaml and <name>.xml
@@ -23,7 +23,7 @@ def _built_in(name: str) -> RobotSpec:
 
 ROBOTS: dict[str, RobotSpec] = {name: _built_in(name) for name in BUILT_IN}
 _FROM_FILES: dict[str, RobotSpec] = {}  # robots read from spec files in this process, by name
-_BY_PATH: dict[str, tuple[tuple, RobotSpec]] = {}  # resolved spec path -> (file stamps, robot)
+_BY_PATH: dict[str, tuple[tuple, tuple, RobotSpec]] = {}  # resolved spec path -> (files read, their stamps, robot)
 
 
 def is_spec_path(name: str) -> bool:
@@ -45,10 +45,13 @@ def get_robot(name: str) -> RobotSpec:
         known = _FROM_FILES.get(robot.name)
         same = known is not None and (dataclasses.replace(known, mjcf=robot.mjcf, source=robot.source) == robot
                                       and known.model_hash() == robot.model_hash())
-        if known is not None and not same:  # a copy of the same robot elsewhere is the same robot
+        # a copy of the same robot elsewhere is the same robot (the first file read stays the registered one); that
+        # file read again after an edit replaces it
+        if known is not None and not same and known.source != robot.source:
             raise RobotFileError(f"robot spec '{robot.source}' names robot '{robot.name}', as '{known.source}' "
                                  "does, for another robot; give one of them another 'name:'")
-        _FROM_FILES[robot.name] = robot
+        if known is None or not same:
+            _FROM_FILES[robot.name] = robot
         return robot
     if name in _FROM_FILES:
         return _FROM_FILES[name]
@@ -58,7 +61,7 @@ def get_robot(name: str) -> RobotSpec:
 
 def _stamp(*paths: str | Path) -> tuple:
     """(modification time, size) of each file, None for one that cannot be read: a cached robot is reused while its
-    spec file and MJCF keep theirs."""
+    spec file, MJCF and the files that includes keep theirs."""
     out = []
     for p in paths:
         try:
@@ -72,10 +75,11 @@ def _stamp(*paths: str | Path) -> tuple:
 def _read_spec_file(name: str) -> RobotSpec:
     path = str(Path(name).expanduser().resolve())
     cached = _BY_PATH.get(path)
-    if cached is not None and None not in cached[0] and cached[0] == _stamp(path, cached[1].mjcf):
-        return cached[1]
+    if cached is not None and None not in cached[1] and cached[1] == _stamp(*cached[0]):
+        return cached[2]
     robot = load_robot_file(path)
-    _BY_PATH[path] = (_stamp(path, robot.mjcf), robot)
+    files = (path, robot.mjcf, *included_files(Path(robot.mjcf)))  # the files the robot was read from
+    _BY_PATH[path] = (files, _stamp(*files), robot)
     return robot
 
 

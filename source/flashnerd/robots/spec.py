@@ -4,12 +4,28 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from flashnerd.robots.variant import RobotVariant
 
 ASSET_DIR = Path(__file__).parent / "assets"
+_INCLUDE = re.compile(rb"<include\s[^>]*?file\s*=\s*[\"']([^\"']+)[\"']")
+
+
+def included_files(mjcf: Path, limit: int = 100) -> list[Path]:
+    """Files an MJCF `<include>`s, nested ones too, in the order met (MuJoCo resolves them against the main file's
+    folder); each once, missing ones left to MuJoCo's own error."""
+    found: list[Path] = []
+    todo = [mjcf]
+    while todo and len(found) < limit:
+        for name in _INCLUDE.findall(todo.pop(0).read_bytes()):
+            path = (mjcf.parent / name.decode(errors="replace")).resolve()
+            if path.is_file() and path not in found and path != mjcf.resolve():
+                found.append(path)
+                todo.append(path)
+    return found
 
 
 @dataclass(frozen=True)
@@ -93,5 +109,10 @@ class RobotSpec:
         return self.with_variant(self.variant.fixed())
 
     def model_hash(self) -> str:
-        """A short hash of the MJCF text: checkpoints and datasets carry it to refuse data from another robot."""
-        return hashlib.sha256(self.mjcf_path.read_bytes()).hexdigest()[:16]
+        """A short hash of the MJCF text and of the files it `<include>`s (a Menagerie-style scene.xml holds the robot
+        in one): checkpoints and datasets carry it to refuse data from another robot. Mesh and texture files are not
+        hashed (collision meshes are not taken exactly anyway)."""
+        digest = hashlib.sha256(self.mjcf_path.read_bytes())
+        for path in included_files(self.mjcf_path):
+            digest.update(path.read_bytes())
+        return digest.hexdigest()[:16]

@@ -4,7 +4,8 @@
     name: my_quadruped                 # default: the MJCF's model name (letters, digits, _ and -)
     keyframe: home                     # default pose from this keyframe when the MJCF has it
     default_joint_pos: {".*_knee": -1.2}   # joint-name regex -> angle, or one list in actuator order
-    init_base_height: 0.35             # spawn height of a floating base (default: the keyframe's, else from geometry)
+    init_base_height: 0.35             # spawn height of a floating base (default: the keyframe's; from geometry
+                                       # without a keyframe or with default_joint_pos)
     sim_dt: 0.005                      # default: the MJCF's timestep
     decimation: 4                      # physics steps per control step (default: a 50 Hz control step)
     contact_bodies: {base: base, feet: ".*_foot", thighs: ".*_thigh"}   # group -> body-name regex or list of them
@@ -459,8 +460,8 @@ def parse_robot_file(data: Any, path: Path) -> RobotSpec:
     if floating:
         if "init_base_height" in data:
             height = _number(f"{where}: init_base_height", data["init_base_height"], 0.0, 100.0, True)
-        elif from_key:
-            height = float(qpos[2])
+        elif from_key and ("default_joint_pos" not in data or not probes):
+            height = float(qpos[2])  # the keyframe's height fits the keyframe's pose, not another one
         elif probes:
             standing = qpos.copy()
             standing[0:7] = (0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0)
