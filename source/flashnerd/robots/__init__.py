@@ -42,16 +42,20 @@ def get_robot(name: str) -> RobotSpec:
         if robot.name in ROBOTS:
             raise RobotFileError(f"robot spec '{robot.source}' names robot '{robot.name}', which is built in; set "
                                  "another 'name:'")
-        known = _FROM_FILES.get(robot.name)
-        same = known is not None and (dataclasses.replace(known, mjcf=robot.mjcf, source=robot.source) == robot
-                                      and known.model_hash() == robot.model_hash())
-        # a copy of the same robot elsewhere is the same robot (the first file read stays the registered one); that
-        # file read again after an edit replaces it
-        if known is not None and not same and known.source != robot.source:
-            raise RobotFileError(f"robot spec '{robot.source}' names robot '{robot.name}', as '{known.source}' "
-                                 "does, for another robot; give one of them another 'name:'")
-        if known is None or not same:
-            _FROM_FILES[robot.name] = robot
+        # a copy of the same robot elsewhere is the same robot; a spec file read again after an edit replaces its own
+        # robot, but not another file's of that name
+        for other in (entry[2] for entry in list(_BY_PATH.values())):
+            if other.name != robot.name or other.source == robot.source:
+                continue
+            try:
+                same = (dataclasses.replace(other, mjcf=robot.mjcf, source=robot.source) == robot
+                        and other.model_hash() == robot.model_hash())
+            except OSError:  # that file is gone: nothing to confuse this robot with
+                continue
+            if not same:
+                raise RobotFileError(f"robot spec '{robot.source}' names robot '{robot.name}', as '{other.source}' "
+                                     "does, for another robot; give one of them another 'name:'")
+        _FROM_FILES[robot.name] = robot
         return robot
     if name in _FROM_FILES:
         return _FROM_FILES[name]
