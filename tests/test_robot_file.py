@@ -678,8 +678,9 @@ def test_the_model_hash_covers_the_files_an_mjcf_includes(tmp_path, hound_dir):
     shutil.copytree(hound_dir / "meshes", folder / "meshes")
     xml = (hound_dir / "hound.xml").read_text()
     (folder / "hound.xml").write_text(xml)
-    (folder / "scene.xml").write_text('<mujoco model="hound_scene">\n  <include file="hound.xml"/>\n</mujoco>\n')
+    (folder / "scene.xml").write_text('<mujoco model="hound scene 2">\n  <include file="hound.xml"/>\n</mujoco>\n')
     spec = _write_spec(folder, "mjcf: scene.xml\n")
+    assert get_robot(str(spec)).name == "hound_scene_2"  # from the model name "hound scene 2", made a valid name
     before = get_robot(str(spec)).model_hash()
     assert get_robot(str(spec)).model_hash() == before
     (folder / "hound.xml").write_text(xml.replace('kp="40"', 'kp="80"'))

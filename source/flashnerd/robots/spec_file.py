@@ -1,7 +1,7 @@
 """A robot from its own MJCF: a YAML spec file that needs only `mjcf:`, the rest derived from the compiled model.
 
     mjcf: my_quadruped.xml             # required: the robot alone (no floor), relative to this file
-    name: my_quadruped                 # default: the MJCF's model name (letters, digits, _ and -)
+    name: my_quadruped                 # default: the MJCF's model name, other than letters, digits, _ and - as _
     keyframe: home                     # default pose from this keyframe when the MJCF has it
     default_joint_pos: {".*_knee": -1.2}   # joint-name regex -> angle, or one list in actuator order
     init_base_height: 0.35             # spawn height of a floating base (default: the keyframe's; from geometry
@@ -427,7 +427,8 @@ def parse_robot_file(data: Any, path: Path) -> RobotSpec:
     if not mjcf.is_file():
         raise RobotFileError(f"{where}: MJCF file '{mjcf}' does not exist (mjcf is relative to the spec file)")
     model_name, model, degree = _compile(mjcf, where)
-    name = data.get("name", model_name or mjcf.stem)
+    # a derived name is made a valid one (Menagerie's scene files are "go2 scene"); a name given must be one already
+    name = data.get("name", re.sub(r"[^A-Za-z0-9_-]+", "_", model_name or mjcf.stem).strip("_") or "robot")
     if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise RobotFileError(f"{where}: robot name {brief(name)} must be letters, digits, _ or - (set 'name:')")
     joints = _joints(model, where)
