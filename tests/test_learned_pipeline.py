@@ -516,7 +516,10 @@ def test_fit_killed_mid_run_resumes_to_the_requested_step_count(tiny, tmp_path):
     assert read_checkpoint(out)["step"] == target
 
 
-def test_a_diverging_world_is_reset_alone(tiny_ckpt):
+@pytest.mark.parametrize("poison_value", [float("nan"), 1e6])
+def test_a_diverging_world_is_reset_alone(tiny_ckpt, poison_value):
+    """A world whose state turns NaN, or finite at an impossible speed (a weak model's worlds drift off to 1e6 m),
+    earns nothing, is terminated and reset alone; the others go on exactly as without it."""
     import gymnasium as gym
 
     def run(poison: bool):
@@ -527,10 +530,11 @@ def test_a_diverging_world_is_reset_alone(tiny_ckpt):
         for t in range(6):
             if poison and t == 3:
                 qvel = env.state.qvel[1:2].clone()
-                qvel[:, 0] = float("nan")
+                qvel[:, 0] = poison_value
                 env.dyn.set_qvel(torch.tensor([1]), qvel)
             obs, rew, terminated, truncated, extras = env.step(torch.zeros(4, 12))
             assert torch.isfinite(rew).all() and all(torch.isfinite(v).all() for v in obs.values())
+            assert rew.abs().max() < 10.0 and (not poison or t != 3 or rew[1] == 0.0)
             logs.append((terminated.clone(), extras["log"]))
         return env.state.qpos.clone(), env.episode_length_buf.clone(), logs
 

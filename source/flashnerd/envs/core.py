@@ -334,11 +334,12 @@ class FlashNeRDEnv(gym.Env):
 
     def _compute_rewards(self) -> torch.Tensor:
         reward = torch.zeros(self.num_envs, device=self.device)
+        sane = ~mdp.diverged(self)  # (N,)
         for name, term in self.cfg.rewards.items():
             value = term.func(self, **term.params) * (term.weight * self.step_dt)  # (N,)
-            # A diverged world (NaN/Inf state) earns nothing this step and is reset by its termination term;
-            # without this one bad world would poison the batch's returns (rsl_rl stops on NaN rewards).
-            value = torch.nan_to_num(value, nan=0.0, posinf=0.0, neginf=0.0)
+            # A diverged world (NaN/Inf state, or an impossible speed) earns nothing this step and is reset by its
+            # termination term; without this one bad world would poison the batch's returns (rsl_rl stops on NaN).
+            value = torch.where(sane, torch.nan_to_num(value, nan=0.0, posinf=0.0, neginf=0.0), 0.0)
             self.reward_terms[name] = value.detach()
             self.episode_sums[name] += value.detach()
             reward = reward + value

@@ -209,9 +209,20 @@ def illegal_contact(env: FlashNeRDEnv, group: str, threshold: float) -> torch.Te
     return torch.any(env.contact_force(group) > threshold, dim=1)
 
 
+# No robot here moves a body or a joint this fast; a learned model's world that does has diverged (a weak model's
+# worlds drift to 1e6 m and beyond while staying finite, and their rewards would swamp a batch's returns)
+MAX_STATE_SPEED = 1e3  # m/s, rad/s
+
+
+def diverged(env: FlashNeRDEnv) -> torch.Tensor:
+    """(N,) bool: the world's state holds NaN or Inf, or a speed beyond `MAX_STATE_SPEED`."""
+    qvel = env.state.qvel  # (N, nv)
+    return ~torch.isfinite(env.state.qpos).all(dim=1) | ~(qvel.abs() <= MAX_STATE_SPEED).all(dim=1)
+
+
 def non_finite_state(env: FlashNeRDEnv) -> torch.Tensor:
-    """The world's state holds NaN or Inf (a diverged world is ended alone)."""
-    return ~torch.isfinite(env.state.qpos).all(dim=1) | ~torch.isfinite(env.state.qvel).all(dim=1)
+    """The world has diverged (`diverged`: NaN, Inf or an impossible speed); it is ended alone."""
+    return diverged(env)
 
 
 # --- events ------------------------------------------------------------------------------------------------------
