@@ -383,8 +383,8 @@ def test_a_ctrlrange_written_in_degrees_is_refused_and_one_in_radians_is_kept(tm
         model = mujoco.MjModel.from_xml_path(str(spec.parent / "robot.xml"))
         assert np.allclose(model.jnt_range[model.joint(robot.joint_names[0]).id], [-0.8, 0.8], atol=1e-6)
         return
-    with pytest.raises(RobotFileError, match=r"ctrlrange \[-45.8366, 45.8366\], its joint's range in degrees.*"
-                                             r"write it in radians \(-0\.8 0\.8\)") as err:
+    with pytest.raises(RobotFileError, match=r"ctrlrange \[-45.8366, 45.8366\] on a joint whose range is \[-0\.8, "
+                                             r"0\.8\] rad: degrees\?.*write it in radians") as err:
         get_robot(str(spec))
     assert "\n" not in str(err.value)
 
@@ -457,6 +457,34 @@ def test_two_spec_files_for_different_robots_of_one_name_are_refused(tmp_path, h
     (tmp_path / "copy" / "hound.xml").write_text((hound_dir / "hound.xml").read_text().replace('kp="40"', 'kp="60"'))
     with pytest.raises(RobotFileError, match="names robot 'hound', as .* does, for another robot"):
         get_robot(str(tmp_path / "copy" / "hound.yaml"))
+
+
+def test_a_refused_or_removed_spec_file_does_not_block_the_robot_of_that_name(tmp_path, hound_dir, monkeypatch):
+    """B, a changed copy of A under A's name, is refused and not held against A when A is edited; C, a true copy,
+    is held against A while it is there (two files, two robots, one name) and no longer once removed."""
+    monkeypatch.setattr(robots, "_FROM_FILES", dict(robots._FROM_FILES))
+    monkeypatch.setattr(robots, "_BY_PATH", dict(robots._BY_PATH))
+    xml = (hound_dir / "hound.xml").read_text()
+
+    def write(folder: str, kp: str) -> str:
+        if not (tmp_path / folder / "meshes").exists():
+            shutil.copytree(hound_dir / "meshes", tmp_path / folder / "meshes")
+        return str(_write_spec(tmp_path / folder, "mjcf: robot.xml\nname: hound_x\n",
+                               xml.replace('kp="40"', f'kp="{kp}"')))
+
+    a, b = write("a", "40"), write("b", "60.0")
+    assert get_robot(a).stiffness == 40.0
+    with pytest.raises(RobotFileError, match="names robot 'hound_x', as .*/a/robot.yaml' does, for another robot"):
+        get_robot(b)
+    write("a", "70.0")
+    assert get_robot(a).stiffness == 70.0  # the refused B is not held against A
+    c = write("c", "70.0")
+    assert get_robot(c).stiffness == 70.0  # a copy of A: the same robot
+    write("a", "75.00")
+    with pytest.raises(RobotFileError, match="as .*/c/robot.yaml' does, for another robot"):
+        get_robot(a)
+    shutil.rmtree(tmp_path / "c")
+    assert get_robot(a).stiffness == 75.0  # C is gone: nothing to confuse A with
 
 
 def test_a_floor_in_the_users_mjcf_and_site_only_leaf_bodies_are_handled(tmp_path, hound_dir):
@@ -609,17 +637,19 @@ def test_a_joints_actuatorfrcrange_is_the_torque_limit_every_backend_reads_and_a
     what the joint gets (it read the unclamped actuator force), the learned backends' clamp (the actuator's range)
     is the joint's, and effort_scale scales the limit that acts (it scaled the inherited, disabled forcerange)."""
     xml = (hound_dir / "hound.xml").read_text().replace('model="hound"', 'model="hound_jointlimited"')
-    for joint in ("RL_thigh", "RL_calf", "RR_hip", "RR_thigh", "RR_calf"):
+    for joint in ("RL_thigh", "RL_calf", "RR_hip", "RR_thigh"):
         xml = xml.replace(f'<joint name="{joint}_joint" ', f'<joint name="{joint}_joint" actuatorfrcrange="-15 15" ')
+    xml = xml.replace('<joint name="RR_calf_joint" ', '<joint name="RR_calf_joint" actuatorfrcrange="-15 5" ')  # uneven
     xml = re.sub(r'(<position class="\w+" name="R[LR]_\w+")', r'\1 forcelimited="false"', xml)
     shutil.copytree(hound_dir / "meshes", tmp_path / "j" / "meshes")
     spec = _write_spec(tmp_path / "j", "mjcf: robot.xml\n", xml)
     robot = get_robot(str(spec))
     raw = mujoco.MjModel.from_xml_path(str(spec.parent / "robot.xml"))
-    expected = np.array([25.0] * 6 + [np.inf] + [15.0] * 5)  # FL, FR, RL_hip, RL_thigh .. RR_calf
-    assert np.array_equal(actuator_force_limits(raw)[:, 1], expected) and robot.effort_limit == 25.0
+    expected = np.array([[-25.0, 25.0]] * 6 + [[-np.inf, np.inf]] + [[-15.0, 15.0]] * 4 + [[-15.0, 5.0]])  # (12, 2)
+    assert np.array_equal(actuator_force_limits(raw), expected) and robot.effort_limit == 25.0
     scene = build_scene(robot)
-    assert np.array_equal(np.where(scene.actuator_forcelimited, scene.actuator_forcerange[:, 1], np.inf), expected)
+    assert np.array_equal(np.where(scene.actuator_forcelimited[:, None], scene.actuator_forcerange, expected), expected)
+    assert np.array_equal(scene.actuator_forcelimited, np.isfinite(expected[:, 1]))
     assert not scene.jnt_actfrclimited.any()
     # the same motion as the MJCF itself, in the air, targets at the far ends of their ranges
     runs = []
@@ -636,13 +666,14 @@ def test_a_joints_actuatorfrcrange_is_the_torque_limit_every_backend_reads_and_a
     assert np.allclose(runs[0][0], runs[1][0][:raw.nq], atol=1e-9)
     data = runs[1][2]
     sensed = np.array([data.sensor(f"{j}_torque").data[0] for j in robot.joint_names])  # (12,) the last step's
-    assert np.allclose(sensed, runs[0][1][-1], atol=1e-6) and np.abs(sensed[7:]).max() <= 15.0 + 1e-9
-    assert np.abs(runs[0][1][:, 7:]).max() == pytest.approx(15.0)  # the joints' clamp did bind
+    assert np.allclose(sensed, runs[0][1][-1], atol=1e-6)
+    assert (sensed[7:] >= expected[7:, 0] - 1e-9).all() and (sensed[7:] <= expected[7:, 1] + 1e-9).all()
+    assert np.abs(runs[0][1][:, 7:11]).max() == pytest.approx(15.0)  # the joints' clamp did bind
     stronger = tmp_path / "j" / "stronger.yaml"
     stronger.write_text("robot: hound_jointlimited\n"
                         "actuators: {'(FL|FR|RR)_.*|RL_(thigh|calf)': {effort_scale: 1.2}}\n")
     varied = build_scene(robot.with_variant(load_variant(stronger)))
-    assert np.allclose(actuator_force_limits(varied)[:, 1], 1.2 * expected)
+    assert np.allclose(actuator_force_limits(varied), 1.2 * expected)
     stronger.write_text("robot: hound_jointlimited\nactuators: {'RL_hip': {effort_scale: 1.2}}\n")
     with pytest.raises(ValueError, match="scales the force range of actuator 'RL_hip', which has none"):
         build_scene(robot.with_variant(load_variant(stronger)))
@@ -663,6 +694,9 @@ def test_a_default_pose_other_than_the_keyframes_spawns_on_the_floor_and_resets_
     feet = [model.geom(g).id for g in ("FL", "FR", "RL", "RR")]
     lowest = min(data.geom_xpos[g][2] - model.geom_size[g][0] for g in feet)
     assert lowest == pytest.approx(0.01, abs=1e-6) and data.ncon == 0
+    same = _write_spec(tmp_path / "k", "mjcf: ../s/robot.xml\nname: hound_same\n"
+                                       "default_joint_pos: {'.*_calf_joint': -1.5}\n")  # the keyframe's own angle
+    assert get_robot(str(same)).init_base_height == pytest.approx(0.33)  # so the keyframe's height
     env = gym.make(TASK, num_envs=256, robot=str(spec)).unwrapped
     env.reset(seed=0)
     knees = [robot.joint_names.index(j) for j in robot.joint_names if j.endswith("calf_joint")]
@@ -683,7 +717,7 @@ def test_the_model_hash_covers_the_files_an_mjcf_includes(tmp_path, hound_dir):
     assert get_robot(str(spec)).name == "hound_scene_2"  # from the model name "hound scene 2", made a valid name
     before = get_robot(str(spec)).model_hash()
     assert get_robot(str(spec)).model_hash() == before
-    (folder / "hound.xml").write_text(xml.replace('kp="40"', 'kp="80"'))
+    (folder / "hound.xml").write_text(xml.replace('kp="40"', 'kp="80.0"'))  # another size: a new stamp for sure
     assert get_robot(str(spec)).stiffness == 80.0 and get_robot(str(spec)).model_hash() != before
 
 

@@ -136,8 +136,9 @@ class LearnedDynamics:
         self.contact_head = contact_head_from_checkpoint(ckpt, robot.all_contact_bodies, self.device)
         self._kp = torch.as_tensor(self.scene.actuator_gainprm[:, 0], dtype=torch.float32, device=self.device)
         self._kd = torch.as_tensor(-self.scene.actuator_biasprm[:, 2], dtype=torch.float32, device=self.device)
-        limit = np.where(self.scene.actuator_forcelimited, np.abs(self.scene.actuator_forcerange).max(1), np.inf)
-        self._effort = torch.as_tensor(limit, dtype=torch.float32, device=self.device)  # (nu,) per-actuator limit
+        limit = np.where(self.scene.actuator_forcelimited.astype(bool)[:, None], self.scene.actuator_forcerange,
+                         np.array([-np.inf, np.inf]))  # (nu, 2) per-actuator range, as MuJoCo clamps (may be uneven)
+        self._effort_low, self._effort_high = torch.as_tensor(limit.T, dtype=torch.float32, device=self.device)
         # MuJoCo clamps each target to its actuator's ctrlrange (+-inf where unlimited); the model sees the same target
         ctrl_range = torch.as_tensor(actuator_ctrl_limits(self.scene), dtype=torch.float32, device=self.device)
         self._ctrl_low, self._ctrl_high = ctrl_range[:, 0], ctrl_range[:, 1]  # (nu,), (nu,)
@@ -236,7 +237,7 @@ class LearnedDynamics:
         joint_pos = torch.lerp(rep.actuated_pos(self._qpos), rep.actuated_pos(qpos), a)  # (N, nu)
         joint_vel = torch.lerp(rep.actuated_vel(self._qvel), rep.actuated_vel(qvel), a)  # (N, nu)
         torque = self._kp * (ctrl - joint_pos) - self._kd * joint_vel  # (N, nu)
-        return qpos, qvel, torch.minimum(torque.abs(), self._effort) * torque.sign()
+        return qpos, qvel, torch.clamp(torque, self._effort_low, self._effort_high)
 
     def detach(self) -> None:
         """Cut the autograd graph: the current states and caches keep their values and forget how they were made

@@ -39,22 +39,6 @@ def get_robot(name: str) -> RobotSpec:
         return ROBOTS[name]
     if is_spec_path(name):
         robot = _read_spec_file(name)
-        if robot.name in ROBOTS:
-            raise RobotFileError(f"robot spec '{robot.source}' names robot '{robot.name}', which is built in; set "
-                                 "another 'name:'")
-        # a copy of the same robot elsewhere is the same robot; a spec file read again after an edit replaces its own
-        # robot, but not another file's of that name
-        for other in (entry[2] for entry in list(_BY_PATH.values())):
-            if other.name != robot.name or other.source == robot.source:
-                continue
-            try:
-                same = (dataclasses.replace(other, mjcf=robot.mjcf, source=robot.source) == robot
-                        and other.model_hash() == robot.model_hash())
-            except OSError:  # that file is gone: nothing to confuse this robot with
-                continue
-            if not same:
-                raise RobotFileError(f"robot spec '{robot.source}' names robot '{robot.name}', as '{other.source}' "
-                                     "does, for another robot; give one of them another 'name:'")
         _FROM_FILES[robot.name] = robot
         return robot
     if name in _FROM_FILES:
@@ -82,9 +66,26 @@ def _read_spec_file(name: str) -> RobotSpec:
     if cached is not None and None not in cached[1] and cached[1] == _stamp(*cached[0]):
         return cached[2]
     robot = load_robot_file(path)
+    _check_name(robot)
     files = (path, robot.mjcf, *included_files(Path(robot.mjcf)))  # the files the robot was read from
     _BY_PATH[path] = (files, _stamp(*files), robot)
     return robot
+
+
+def _check_name(robot: RobotSpec) -> None:
+    """A spec file's robot may not take a built-in robot's name, nor the name of another spec file's robot that
+    differs (a copy of the same robot elsewhere is the same robot; a file read again after an edit replaces its
+    own). Files since edited or removed are not held against it: they are checked again when read."""
+    if robot.name in ROBOTS:
+        raise RobotFileError(f"robot spec '{robot.source}' names robot '{robot.name}', which is built in; set "
+                             "another 'name:'")
+    for files, stamps, other in list(_BY_PATH.values()):
+        if other.name != robot.name or other.source == robot.source or None in stamps or stamps != _stamp(*files):
+            continue
+        if dataclasses.replace(other, mjcf=robot.mjcf, source=robot.source) != robot \
+                or other.model_hash() != robot.model_hash():
+            raise RobotFileError(f"robot spec '{robot.source}' names robot '{robot.name}', as '{other.source}' "
+                                 "does, for another robot; give one of them another 'name:'")
 
 
 def robot_of_record(name: str, spec: str = "") -> RobotSpec:

@@ -11,20 +11,27 @@ from pathlib import Path
 from flashnerd.robots.variant import RobotVariant
 
 ASSET_DIR = Path(__file__).parent / "assets"
-_INCLUDE = re.compile(rb"<include\s[^>]*?file\s*=\s*[\"']([^\"']+)[\"']")
+_INCLUDE = re.compile(rb"<(?:include|model)\s[^>]*?file\s*=\s*[\"']([^\"']+)[\"']")  # <include>, <asset><model>
+_COMMENT = re.compile(rb"<!--.*?-->", re.S)
 
 
 def included_files(mjcf: Path, limit: int = 100) -> list[Path]:
-    """Files an MJCF `<include>`s, nested ones too, in the order met (MuJoCo resolves them against the main file's
-    folder); each once, missing ones left to MuJoCo's own error."""
+    """Files an MJCF `<include>`s (or attaches as `<model>`), nested ones too, in the order met: each looked for in
+    the main file's folder first, then in the including file's, as MuJoCo does; each once, commented-out and missing
+    ones left out (MuJoCo reports a missing one)."""
     found: list[Path] = []
-    todo = [mjcf]
+    todo = [mjcf.resolve()]
     while todo and len(found) < limit:
-        for name in _INCLUDE.findall(todo.pop(0).read_bytes()):
-            path = (mjcf.parent / name.decode(errors="replace")).resolve()
-            if path.is_file() and path not in found and path != mjcf.resolve():
-                found.append(path)
-                todo.append(path)
+        current = todo.pop(0)
+        for name in _INCLUDE.findall(_COMMENT.sub(b"", current.read_bytes())):
+            relative = name.decode(errors="replace")
+            for folder in (mjcf.parent, current.parent):
+                path = (folder / relative).resolve()
+                if path.is_file():
+                    if path not in found and path != mjcf.resolve():
+                        found.append(path)
+                        todo.append(path)
+                    break
     return found
 
 

@@ -150,8 +150,9 @@ def actuator_force_limits(model: mujoco.MjModel) -> np.ndarray:
 
 def _check_ctrlrange_units(model: mujoco.MjModel, degree: bool, where: str) -> None:
     """Under `<compiler angle="degree">` MuJoCo converts joint ranges to radians but not `ctrlrange` (a target is
-    whatever unit the actuator takes), so a hinge servo's ctrlrange copied from its joint's range in degrees lets
-    targets 57x too far through: refused, with the radian values to write."""
+    whatever unit the actuator takes), so a hinge servo's ctrlrange written in degrees lets targets 57x too far
+    through. Refused where it reaches beyond a full turn while its joint's range does not: the radian values of the
+    joint's range are in the message."""
     if not degree:
         return
     for a in range(model.nu):
@@ -159,13 +160,12 @@ def _check_ctrlrange_units(model: mujoco.MjModel, degree: bool, where: str) -> N
         if not (model.actuator_ctrllimited[a] and model.jnt_limited[j]
                 and int(model.jnt_type[j]) == int(mujoco.mjtJoint.mjJNT_HINGE)):
             continue
-        ctrl, in_degrees = model.actuator_ctrlrange[a], np.degrees(model.jnt_range[j])  # (2,), (2,)
-        if np.abs(ctrl).max() > 2 * math.pi and np.allclose(ctrl, in_degrees, rtol=1e-3, atol=1e-6):
-            lo, hi = model.jnt_range[j]
+        ctrl, (lo, hi) = model.actuator_ctrlrange[a], model.jnt_range[j]  # (2,), rad
+        if np.abs(ctrl).max() > 2 * math.pi >= max(abs(lo), abs(hi)):
             raise RobotFileError(f"{where}: actuator '{model.actuator(a).name or f'#{a}'}' has ctrlrange "
-                                 f"[{ctrl[0]:g}, {ctrl[1]:g}], its joint's range in degrees, but MuJoCo does not "
-                                 f"convert ctrlrange under angle=\"degree\"; write it in radians ({lo:.4g} {hi:.4g}) "
-                                 "or use inheritrange=\"1\"")
+                                 f"[{ctrl[0]:g}, {ctrl[1]:g}] on a joint whose range is [{lo:.4g}, {hi:.4g}] rad: "
+                                 f"degrees? MuJoCo does not convert ctrlrange under angle=\"degree\"; write it in "
+                                 f"radians or use inheritrange=\"1\"")
 
 
 def _floating(model: mujoco.MjModel, where: str) -> bool:
@@ -178,8 +178,10 @@ def _floating(model: mujoco.MjModel, where: str) -> bool:
     return True
 
 
-def _default_pose(data: dict, model: mujoco.MjModel, joints: tuple[str, ...], where: str) -> tuple[np.ndarray, bool]:
-    """(qpos (nq,), from a keyframe) of the default pose: the keyframe's when present, then `default_joint_pos`."""
+def _default_pose(data: dict, model: mujoco.MjModel, joints: tuple[str, ...],
+                  where: str) -> tuple[np.ndarray, bool, bool]:
+    """(qpos (nq,), from a keyframe, the keyframe's pose unchanged) of the default pose: the keyframe's when present,
+    then `default_joint_pos`."""
     key = data.get("keyframe", "home")
     if not isinstance(key, str):
         raise RobotFileError(f"{where}: keyframe must be a keyframe name, got {brief(key)}")
@@ -207,7 +209,7 @@ def _default_pose(data: dict, model: mujoco.MjModel, joints: tuple[str, ...], wh
         if model.jnt_limited[j] and not lo - 1e-6 <= qpos[a] <= hi + 1e-6:
             raise RobotFileError(f"{where}: default position {qpos[a]:g} of joint '{name}' is outside its range "
                                  f"[{lo:g}, {hi:g}]")
-    return qpos, from_key
+    return qpos, from_key, from_key and np.array_equal(qpos, model.key_qpos[names.index(key)])
 
 
 def _collision_geoms(model: mujoco.MjModel) -> list[int]:
@@ -434,7 +436,7 @@ def parse_robot_file(data: Any, path: Path) -> RobotSpec:
     joints = _joints(model, where)
     _check_ctrlrange_units(model, degree, where)
     floating = _floating(model, where)
-    qpos, from_key = _default_pose(data, model, joints, where)
+    qpos, from_key, as_keyframe = _default_pose(data, model, joints, where)
     groups = _contact_groups(data, model, floating, qpos, where)
     undesired = data.get("undesired_contacts", [])
     if not isinstance(undesired, list) or any(not isinstance(g, str) or g not in groups for g in undesired):
@@ -461,7 +463,7 @@ def parse_robot_file(data: Any, path: Path) -> RobotSpec:
     if floating:
         if "init_base_height" in data:
             height = _number(f"{where}: init_base_height", data["init_base_height"], 0.0, 100.0, True)
-        elif from_key and ("default_joint_pos" not in data or not probes):
+        elif as_keyframe or (from_key and not probes):
             height = float(qpos[2])  # the keyframe's height fits the keyframe's pose, not another one
         elif probes:
             standing = qpos.copy()

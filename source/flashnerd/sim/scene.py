@@ -71,18 +71,25 @@ def build_scene_spec(robot: RobotSpec, terrain: str = "flat", objects: tuple[str
 
 def fold_joint_force_limits(spec: mujoco.MjSpec) -> None:
     """Write each joint actuator's whole force limit (`actuator_force_limits`: its forcerange within its joint's
-    actuatorfrcrange) into its own forcerange and lift the joint's clamp. The physics is the same (one actuator per
-    joint), and the actuator force that the torque sensors and the learned backends read is then the torque the joint
-    gets, and a variant's effort_scale scales the limit that acts. An actuator with no limit is left unlimited
-    (forcerange zero), whatever forcerange it inherited."""
+    actuatorfrcrange) into its own forcerange and lift the joint's clamp. The physics is the same where the joint
+    has this one actuator and no gravity compensation (those are folded; others keep both clamps), and the actuator
+    force that the torque sensors and the learned backends read is then the torque the joint gets, and a variant's
+    effort_scale scales the limit that acts. An actuator with no limit is left unlimited (forcerange zero), whatever
+    forcerange it inherited."""
     model = spec.compile()
     limits = actuator_force_limits(model)  # (nu, 2)
+    on_joint = model.actuator_trntype == int(mujoco.mjtTrn.mjTRN_JOINT)  # (nu,)
+    drivers = np.bincount(model.actuator_trnid[on_joint, 0], minlength=model.njnt)  # (njnt,) joint actuators per joint
+    alone = on_joint.all()  # a tendon or site actuator may also push a joint: then no clamp is lifted
     for a, act in enumerate(spec.actuators):
+        j = int(model.actuator_trnid[a, 0])
+        if on_joint[a] and model.jnt_actfrclimited[j] and not (alone and drivers[j] == 1
+                                                                 and not model.jnt_actgravcomp[j]):
+            continue  # the joint's clamp stays the only one that is exact
         limited = bool(np.isfinite(limits[a]).all())
         act.forcelimited = mujoco.mjtLimited.mjLIMITED_TRUE if limited else mujoco.mjtLimited.mjLIMITED_FALSE
         act.forcerange = limits[a] if limited else np.zeros(2)
-        j = int(model.actuator_trnid[a, 0])
-        if act.trntype == mujoco.mjtTrn.mjTRN_JOINT and model.jnt_actfrclimited[j] and not model.jnt_actgravcomp[j]:
+        if on_joint[a] and model.jnt_actfrclimited[j]:
             spec.joint(model.joint(j).name).actfrclimited = mujoco.mjtLimited.mjLIMITED_FALSE
 
 
