@@ -23,6 +23,7 @@ from flashnerd.dynamics.representation import StateRepresentation
 from flashnerd.models import Ensemble, disagreement
 from flashnerd.models.checkpoint import SUFFIX, contact_head_from_checkpoint, model_from_checkpoint, read_checkpoint
 from flashnerd.robots import RobotSpec
+from flashnerd.robots.spec_file import actuator_force_limits
 from flashnerd.sim.scene import actuator_ctrl_limits, build_scene, default_qpos
 from flashnerd.types import RobotState, actuated_columns
 
@@ -136,8 +137,7 @@ class LearnedDynamics:
         self.contact_head = contact_head_from_checkpoint(ckpt, robot.all_contact_bodies, self.device)
         self._kp = torch.as_tensor(self.scene.actuator_gainprm[:, 0], dtype=torch.float32, device=self.device)
         self._kd = torch.as_tensor(-self.scene.actuator_biasprm[:, 2], dtype=torch.float32, device=self.device)
-        limit = np.where(self.scene.actuator_forcelimited.astype(bool)[:, None], self.scene.actuator_forcerange,
-                         np.array([-np.inf, np.inf]))  # (nu, 2) per-actuator range, as MuJoCo clamps (may be uneven)
+        limit = actuator_force_limits(self.scene)  # (nu, 2) per-actuator range, as MuJoCo clamps (may be uneven)
         self._effort_low, self._effort_high = torch.as_tensor(limit.T, dtype=torch.float32, device=self.device)
         # MuJoCo clamps each target to its actuator's ctrlrange (+-inf where unlimited); the model sees the same target
         ctrl_range = torch.as_tensor(actuator_ctrl_limits(self.scene), dtype=torch.float32, device=self.device)

@@ -96,7 +96,6 @@ def apply_variant(spec: mujoco.MjSpec, variant: RobotVariant) -> None:
                                        f"'{act.name}', which has none; give it a forcerange (or its joint an "
                                        "actuatorfrcrange) in the MJCF, or drop effort_scale")
                 act.forcerange = np.asarray(act.forcerange, dtype=float) * scales["effort_scale"]
-                act.forcelimited = mujoco.mjtLimited.mjLIMITED_TRUE
     scaled: dict[int, list] = {}  # id(geom) -> [geom, product of the factors of every pattern matching it]
     for pattern, factor in v.get("friction_scale", {}).items():
         factor = 1.0 if "friction_scale" in drawn else factor
