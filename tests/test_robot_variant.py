@@ -147,7 +147,11 @@ def test_malformed_variant_content_is_refused(spec, message):
 
 @pytest.mark.parametrize("content, message", [
     ("robot: anymal_c\nmass_scale: {'.*WING': 1.1}\n", "matches none of the robot's names"),
-    ("robot: anymal_c\npayload: {body: tail, mass: 1.0}\n", "matches none of the robot's names"),
+    ("robot: anymal_c\npayload: {body: tail, mass: 1.0}\n", "payload.body 'tail' is not a body of the robot"),
+    ("robot: anymal_c\npayload: {body: 'LF_.*', mass: 1.0}\n", "payload.body 'LF_.*' is not a body of the robot (a "
+                                                              "body's name, not a regex)"),
+    ("robot: anymal_c\npayload: {body: base}\n", "payload has no mass; give it in kg"),
+    ("robot: anymal_c\nfriction_scale: {'LF_FOOOT': 0.5}\n", "matches no geom and no body of the robot (base, LF_HIP"),
     ("robot: cartpole\nmass_scale: {'.*': 1.1}\n", "is for robot 'cartpole', not 'anymal_c'"),
     ("robot: anymal_c\nactuators: {'.*': {delay_s: 0.003}}\n", "is not a whole number of anymal_c's physics steps"),
     ("robot: anymal_c\n  - not: [valid\n", "is not valid YAML"),
@@ -220,23 +224,106 @@ def test_overlapping_friction_patterns_multiply_in_any_order(anymal):
         assert m.geom_friction[g, 0] == pytest.approx(expected)
 
 
-def test_effort_scale_of_an_actuator_without_a_force_range_is_a_one_line_error(tmp_path):
-    """Scaling a force range the actuator lacks would compile to an invalid range (MuJoCo's own multi-part error)."""
+def _user_robot(folder: Path, name: str, edits: dict[str, str]):
+    """The test hound (tests/assets/hound) as a user's robot `name` in `folder`, its MJCF edited (old -> new)."""
     from flashnerd.robots import get_robot
-    from flashnerd.sim.scene import variant_robot
 
     hound = Path(__file__).parent / "assets" / "hound"
-    xml = (hound / "hound.xml").read_text().replace(' forcerange="-25 25"', "")
-    (tmp_path / "meshes").mkdir()
+    xml = (hound / "hound.xml").read_text()
+    for old, new in edits.items():
+        assert old in xml, old
+        xml = xml.replace(old, new)
+    (folder / "meshes").mkdir(exist_ok=True)
     for mesh in (hound / "meshes").iterdir():
-        (tmp_path / "meshes" / mesh.name).write_bytes(mesh.read_bytes())
-    (tmp_path / "hound.xml").write_text(xml)
-    (tmp_path / "hound.yaml").write_text("mjcf: hound.xml\nname: hound_unlimited\n")
+        (folder / "meshes" / mesh.name).write_bytes(mesh.read_bytes())
+    (folder / f"{name}.xml").write_text(xml)
+    (folder / f"{name}.yaml").write_text(f"mjcf: {name}.xml\nname: {name}\n")
+    return get_robot(str(folder / f"{name}.yaml"))
+
+
+def test_effort_scale_of_an_actuator_without_a_force_range_is_a_one_line_error(tmp_path):
+    """Scaling a force range the actuator lacks would compile to an invalid range (MuJoCo's own multi-part error)."""
+    from flashnerd.sim.scene import variant_robot
+
+    _user_robot(tmp_path, "hound_unlimited", {' forcerange="-25 25"': ""})
     (tmp_path / "v.yaml").write_text("robot: hound_unlimited\nactuators: {'FL_.*': {effort_scale: 0.5}}\n")
-    get_robot(str(tmp_path / "hound.yaml"))
     with pytest.raises(VariantError, match="which has none; give it a forcerange") as err:
-        variant_robot(str(tmp_path / "hound.yaml"), str(tmp_path / "v.yaml"))
+        variant_robot(str(tmp_path / "hound_unlimited.yaml"), str(tmp_path / "v.yaml"))
     assert "\n" not in str(err.value)
+
+
+def _ground_contacts(model: mujoco.MjModel, qpos: np.ndarray) -> dict[int, tuple]:
+    """Robot geom -> (friction (5,), dim, solref, solimp) of its contact with the floor, as MuJoCo sets them, with
+    the robot pushed into the floor at `qpos`."""
+    data = mujoco.MjData(model)
+    data.qpos[:] = qpos
+    mujoco.mj_forward(model, data)
+    floor = model.geom("floor").id
+    return {int(c.geom[0] + c.geom[1] - floor): (c.friction.copy(), int(c.dim), c.solref.copy(), c.solimp.copy())
+            for c in data.contact[:data.ncon] if floor in c.geom}
+
+
+def test_friction_scale_scales_the_contacts_own_friction_whatever_the_geoms_priority_and_condim(tmp_path):
+    """As in Menagerie's Go2: feet of priority 1 (their own friction 0.8 decides their contacts), other collision
+    geoms frictionless on their own (condim 1, the floor's condim 3 wins) with their own solref and solmix, and a base
+    of priority -1 (the floor decides). Scaled by 0.5, every contact with the floor is the nominal one with half its
+    sliding friction and nothing else changes (scaling the ground's 1.0 instead, a foot slid at 0.5, not 0.4, and
+    promoting a leg's own condim 1 left it frictionless)."""
+    robot = _user_robot(tmp_path, "pup", {
+        'condim="3" friction="0.9 0.005 0.0001"/>': 'condim="1" friction="0.6 0.001 0.00001" solref="0.01 1" '
+                                                    'solmix="3"/>',
+        'friction="1.0 0.02 0.01" condim="3"/>': 'friction="0.8 0.02 0.01" condim="3" priority="1"/>',
+        '<geom class="collision" type="box"': '<geom class="collision" priority="-1" type="box"'})
+    variant = parse_variant({"robot": "pup", "friction_scale": {".*": 0.5}}, "slippery")
+    nominal, scaled = build_scene(robot), build_scene(robot.with_variant(variant))
+    qpos = nominal.qpos0.copy()
+    qpos[2] = 0.05  # base, legs and feet all in the floor
+    before, after = _ground_contacts(nominal, qpos), _ground_contacts(scaled, qpos)
+    assert len(before) == 13 and before.keys() == after.keys()  # the base, 8 leg capsules, 4 feet
+    for g, (friction, dim, solref, solimp) in before.items():
+        assert np.allclose(after[g][0], friction * [0.5, 0.5, 1, 1, 1]), (g, after[g][0], friction)
+        assert after[g][1] == dim == 3 and np.allclose(after[g][2], solref) and np.allclose(after[g][3], solimp)
+    assert sorted({round(f[0], 6) for f, *_ in after.values()}) == [0.4, 0.5]  # feet 0.8 x 0.5, the rest 1.0 x 0.5
+
+
+@pytest.mark.filterwarnings("ignore:compiler attribute 'settotalmass' is deprecated")
+def test_mass_and_damping_keys_change_only_what_they_name_whatever_the_compiler_derives(tmp_path):
+    """A position actuator's `dampratio` compiles to a velocity gain from the joint's inertia: a variant keeps the
+    nominal robot's gain (a controller's gain does not grow with a payload or an armature; kp_scale scales the
+    position gain alone, kv_scale the velocity gain). Under inertiafromgeom="true" a body's mass is its geoms', and
+    mass_scale scales that; settotalmass would scale a payload away, and is a one-line error."""
+    damped = _user_robot(tmp_path, "damped", {'kv="1"': 'dampratio="1"'})
+    kv = build_scene(damped).actuator_biasprm[:, 2]
+    assert (kv < 0).all() and np.ptp(kv) > 0  # gains from each joint's inertia
+    for spec, factor in (({"actuators": {".*": {"kp_scale": 4.0}}}, 1.0), ({"joints": {".*": {"armature": 0.1}}}, 1.0),
+                         ({"payload": {"body": "FL_calf", "mass": 2.0}}, 1.0), ({"mass_scale": {".*": 3.0}}, 1.0),
+                         ({"actuators": {".*": {"kv_scale": 0.5, "kp_scale": 2.0}}}, 0.5)):
+        varied = build_scene(damped.with_variant(parse_variant({"robot": "damped", **spec}, "v")))
+        assert np.allclose(varied.actuator_biasprm[:, 2], factor * kv), spec
+    geoms = _user_robot(tmp_path, "geoms", {'<compiler ': '<compiler inertiafromgeom="true" '})
+    nominal = build_scene(geoms)
+    heavy = build_scene(geoms.with_variant(parse_variant({"robot": "geoms", "mass_scale": {"FL_thigh": 2.0}}, "v")))
+    thigh = nominal.body("FL_thigh").id
+    assert np.isclose(heavy.body_mass[thigh], 2.0 * nominal.body_mass[thigh]) and nominal.body_mass[thigh] != 1.0
+    assert np.allclose(heavy.body_inertia[thigh], 2.0 * nominal.body_inertia[thigh])
+    total = _user_robot(tmp_path, "total", {'<compiler ': '<compiler settotalmass="12" '})
+    laden = parse_variant({"robot": "total", "payload": {"body": "base", "mass": 1.0}}, "v")
+    with pytest.raises(VariantError, match="sets <compiler settotalmass>") as err:
+        build_scene(total.with_variant(laden))
+    assert "\n" not in str(err.value)
+
+
+def test_the_digest_tells_apart_orders_that_step_differently_and_nothing_else():
+    """Where two entries match one actuator the later one's delay wins, so their order is content; the order of
+    top-level keys, of an entry's fields and of mass_scale's factors (they multiply) is not."""
+    later_wins = [{"actuators": {".*": {"delay_s": 0.0, "kp_scale": 0.9}, "LF_.*": {"delay_s": 0.01}}},
+                  {"actuators": {"LF_.*": {"delay_s": 0.01}, ".*": {"kp_scale": 0.9, "delay_s": 0.0}}}]
+    first, second = (_variant(**spec).digest() for spec in later_wins)
+    assert first != second
+    assert _variant(**later_wins[0]).digest() == parse_variant({**later_wins[0], "robot": "anymal_c"}, "x").digest()
+    same = [{"mass_scale": {"base": 1.1, ".*THIGH": 0.9}, "payload": {"mass": 2.0, "body": "base"}},
+            {"payload": {"body": "base", "mass": 2.0}, "mass_scale": {".*THIGH": 0.9, "base": 1.1}}]
+    assert len({_variant(**spec).digest() for spec in same}) == 1
 
 
 def test_the_variant_command_never_writes_over_its_input_or_one_output_over_the_other(tmp_path, capsys):

@@ -52,6 +52,8 @@ RANDOM_PATHS = {"payload.mass": (0.0, 1e4, False), "mass_scale": (0.0, 100.0, Tr
                 **{f"actuators.{k}": ACTUATOR_KEYS[k] for k in ("kp_scale", "kv_scale", "effort_scale")}}
 # a randomized path whose elements come from a section of the file that must be there
 NEEDS_SECTION = {"payload.mass": "payload", "mass_scale": "mass_scale", "friction_scale": "friction_scale"}
+# sections whose pattern order is content: a joint or actuator two patterns match takes the later one's values
+ORDERED_SECTIONS = ("joints", "actuators")
 
 
 @dataclass(frozen=True)
@@ -67,8 +69,13 @@ class RobotVariant:
         return self.spec["robot"]
 
     def digest(self) -> str:
-        """A short hash of the content (not of the file's formatting): datasets and checkpoints record it."""
-        return hashlib.sha256(json.dumps(self.spec, sort_keys=True).encode()).hexdigest()[:16]
+        """A short hash of the content (not of the file's formatting): datasets and checkpoints record it, and a
+        resumed recording must match it. The order of the entries of `ORDERED_SECTIONS` is content, so it counts
+        where it is not the sorted order (a variant in sorted order hashes as its sorted content)."""
+        keys = {s: list(self.spec[s]) for s in ORDERED_SECTIONS if s in self.spec}
+        order = {s: k for s, k in keys.items() if k != sorted(k)}
+        content = {**self.spec, " order": order} if order else self.spec
+        return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()[:16]
 
     def describe(self) -> dict[str, Any]:
         """What datasets and checkpoints store about the variant they came from."""
@@ -187,6 +194,8 @@ def parse_variant(data: Any, name: str, source: str = "") -> RobotVariant:
                                "mass, pos")
         if not isinstance(p.get("body"), str):
             raise VariantError(f"{where}: payload.body must name a body")
+        if "mass" not in p:
+            raise VariantError(f"{where}: payload has no mass; give it in kg (payload: {{body: ..., mass: 2.0}})")
         pos = p.get("pos", [0.0, 0.0, 0.0])
         if not isinstance(pos, list) or len(pos) != 3:
             raise VariantError(f"{where}: payload.pos must be [x, y, z], got {brief(pos)}")

@@ -8,7 +8,7 @@ draws into the model fields a compiled scene with those values would have:
 |---|---|
 | `payload.mass` | `body_mass` of the payload body |
 | `mass_scale` | `body_mass`, `body_inertia` (the nominal values times the draw) |
-| `friction_scale` | `geom_friction[:, 0]` (the draw times the larger of the geom's and the ground's friction) |
+| `friction_scale` | `geom_friction[:, 0]` (the draw times the sliding friction of the geom's ground contacts) |
 | `joints.damping/armature/frictionloss` | `dof_damping`, `dof_armature`, `dof_frictionloss` (the draw) |
 | `actuators.kp_scale` | `actuator_gainprm[:, 0]`, `actuator_biasprm[:, 1]` (times the draw) |
 | `actuators.kv_scale` | `actuator_biasprm[:, 2]` |
