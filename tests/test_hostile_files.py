@@ -7,7 +7,9 @@ import json
 import os
 import pickle
 import struct
+from pathlib import Path
 
+import h5py
 import pytest
 import torch
 from conftest import TASK
@@ -121,6 +123,8 @@ def _rewrite(path, out, **changes) -> None:
     ({"ensemble": 10**6}, "field 'ensemble'"),
     ({"ensemble": "4"}, "field 'ensemble'"),
     ({"ensemble": 3}, "do not match its model config"),  # one model's weights claimed as 3 members
+    ({"fit_config": [1, 2]}, "field 'fit_config' is not a dict"),  # `fit --init` and the suite's card read these
+    ({"metrics": [0.1]}, "field 'metrics' is not a dict"),
 ])
 def test_crafted_safetensors_fields_are_one_line_errors(change, message, tmp_path):
     out = tmp_path / "crafted.safetensors"
@@ -202,8 +206,6 @@ def _copy_with(src, dst, edit) -> None:
     """Copy an HDF5 dataset and apply `edit(h5file)` to the copy."""
     import shutil
 
-    import h5py
-
     shutil.copy(src, dst)
     with h5py.File(dst, "a") as f:
         edit(f)
@@ -262,6 +264,35 @@ def _bad_version(f):
     f.attrs["format_version"] = float("inf")
 
 
+def _link_loop(f):  # a soft link to itself: HDF5 gives up after 16 hops with a RuntimeError
+    del f["qpos"]
+    f["qpos"] = h5py.SoftLink("/qpos")
+
+
+def _external_link(f):  # qpos read from another file, which the user never named
+    other = Path(f.filename).with_name("elsewhere.h5")
+    with h5py.File(other, "w") as g:
+        g["q"] = f["qpos"][()]
+    del f["qpos"]
+    f["qpos"] = h5py.ExternalLink(str(other), "q")
+
+
+def _external_storage(f):  # an array whose bytes are those of another file (here /dev/zero)
+    shape = f["qpos"].shape
+    del f["qpos"]
+    f.create_dataset("qpos", shape=shape, dtype="f4", external=[("/dev/zero", 0, h5py.h5f.UNLIMITED)])
+
+
+def _deep_layout(f):  # JSON nested past Python's recursion limit
+    f.attrs["state_layout"] = "[" * 100_000 + "]" * 100_000
+
+
+def _fewer_controls(f):
+    ctrl = f["ctrl"][()][:1]
+    del f["ctrl"]
+    f.create_dataset("ctrl", data=ctrl)
+
+
 @pytest.mark.parametrize("edit, message", [
     (_group, "as a group, not an array"),
     (_huge, "more than this machine can hold"),
@@ -270,6 +301,11 @@ def _bad_version(f):
     (_narrow, "stores (nq, nv, nu)"),
     (_other_dt, "control_dt 0.01"),
     (_text, "stores ctrl as 1-d"),
+    (_link_loop, "stores qpos as an HDF5 SoftLink"),
+    (_external_link, "stores qpos as an HDF5 ExternalLink"),
+    (_external_storage, "keeps the data of qpos in other files"),
+    (_deep_layout, "corrupt state_layout attribute"),
+    (_fewer_controls, "inconsistent shapes"),
 ])
 def test_malformed_datasets_are_refused_by_every_reader(hostile, tmp_path, capsys, edit, message):
     _, _, _, data = hostile
@@ -282,6 +318,23 @@ def test_malformed_datasets_are_refused_by_every_reader(hostile, tmp_path, capsy
         err = capsys.readouterr().err.strip()
         assert message in err and len(err.splitlines()) == 1, (argv, err)
     assert not out.exists()
+
+
+def test_a_big_endian_dataset_reads_as_the_same_trajectories(hostile, tmp_path):
+    """Arrays written on a big-endian machine (or by a tool that chose that order) are data like any other."""
+    from flashnerd.data.dataset import load_dataset
+
+    _, _, _, data = hostile
+
+    def swap(f):
+        for name in ("qpos", "qvel", "ctrl"):
+            value = f[name][()]
+            del f[name]
+            f.create_dataset(name, data=value.astype(value.dtype.newbyteorder(">")))
+
+    _copy_with(data, tmp_path / "big.h5", swap)
+    big, native = load_dataset(tmp_path / "big.h5"), load_dataset(data)
+    assert torch.equal(big.qpos, native.qpos) and torch.equal(big.ctrl, native.ctrl)
 
 
 def test_a_fit_that_turns_non_finite_stops_and_keeps_the_last_good_checkpoint(hostile, tmp_path):
@@ -315,6 +368,97 @@ def test_a_non_finite_metric_is_never_shipped(tmp_path):
         export_for_inference("checkpoints/cartpole/rwm.safetensors", tmp_path / "x.safetensors",
                              {"nrmse": {"1": 0.1, "100": float("nan")}})
     assert not list(tmp_path.iterdir())
+
+
+@pytest.fixture(scope="module")
+def fitted(hostile, tmp_path_factory):
+    """A checkpoint of a fit in progress (optimizer, RNG, step and history) on the tiny dataset."""
+    _, _, _, data = hostile
+    out = tmp_path_factory.mktemp("fitted") / "m.safetensors"
+    assert main(["fit", "--data", str(data), "--out", str(out), "--max_steps", "2", "--contact_head_steps", "0",
+                 "--log_dir", str(out.parent / "tb")]) == 0
+    return out
+
+
+def _moment_of_another_shape(ckpt) -> None:
+    state = ckpt["optimizer"]["state"]
+    state[next(iter(state))]["exp_avg"] = torch.zeros(3, 3)
+
+
+RESUME_CASES = {
+    "exported": (lambda c: c.pop("optimizer"), "lacks optimizer, so it cannot be resumed"),
+    "moment_shape": (_moment_of_another_shape, "optimizer exp_avg of shape (3, 3)"),
+    "lr_text": (lambda c: c["optimizer"]["param_groups"][0].update(lr="fast"), "optimizer setting lr=fast"),
+    "history_text": (lambda c: c.update(history="x"), "field 'history' is not a list"),
+    "rng_floats": (lambda c: c.update(rng=torch.zeros(3)), "its step, train_seconds, rng or history"),
+    "normalizer_keys": (lambda c: c.update(input_normalizer={"foo": torch.zeros(3)}),
+                        "weights or normalizers do not fit"),
+}
+
+
+@pytest.mark.parametrize("case", RESUME_CASES)
+def test_a_fit_resumes_only_from_intact_training_state(fitted, hostile, case, tmp_path, capsys):
+    """`fit --resume` on an exported checkpoint (no optimizer) or one whose training state was edited is a one-line
+    error before any step, and the checkpoint is left as it was."""
+    edit, message = RESUME_CASES[case]
+    ckpt = read_checkpoint(fitted)
+    edit(ckpt)
+    out = tmp_path / "m.safetensors"
+    save_checkpoint(out, ckpt)
+    before = out.read_bytes()
+    assert main(["fit", "--data", str(hostile[3]), "--out", str(out), "--resume", "--max_steps", "4",
+                 "--contact_head_steps", "0", "--log_dir", str(tmp_path / "tb")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1, err
+    assert out.read_bytes() == before
+
+
+DEEP_JSON = "[" * 100_000 + "]" * 100_000  # nested past Python's recursion limit: json.loads raises RecursionError
+
+
+def test_json_nested_too_deeply_is_a_one_line_error_wherever_it_is_read(hostile, tmp_path, capsys):
+    """Metrics to ship, a stopped run's state, an interrupted recording's settings, a robot log's variant metadata
+    and a dataset's contact-body names: JSON from a file, each refused in one line (or, for the labels, left out)."""
+    from flashnerd.cli.common import CLIError, run_state
+    from flashnerd.data.dataset import load_dataset
+    from flashnerd.data.logs import log_frame, write_log
+
+    def refused(argv: list[str], message: str) -> None:
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err.strip()
+        assert message in err and len(err.splitlines()) == 1, err
+
+    metrics, out = tmp_path / "metrics.json", tmp_path / "x.safetensors"
+    for text in (DEEP_JSON, "[1, 2]"):  # a list was shipped as the card's metrics
+        metrics.write_text(text)
+        refused(["export-model", "--checkpoint", "checkpoints/cartpole/rwm.safetensors", "--out", str(out),
+                 "--metrics", str(metrics)], "is not the JSON of `flashnerd evaluate-model`")
+    assert not out.exists()
+
+    state = tmp_path / "state.json"
+    state.write_text(DEEP_JSON)
+    with pytest.raises(CLIError, match="is not readable JSON"):
+        run_state(state, {}, True, {"rounds": []})
+    state.write_text('{"settings": {}, "rounds": 5}')
+    with pytest.raises(CLIError, match="holds rounds as a int, not the list this command writes"):
+        run_state(state, {}, True, {"rounds": []})
+
+    parts = tmp_path / "r.h5.parts"
+    parts.mkdir()
+    (parts / "settings.json").write_text(DEEP_JSON)
+    refused(["record", "--robot", "cartpole", "--num_worlds", "2", "--steps", "4", "--traj_len", "4", "--out",
+             str(tmp_path / "r.h5"), "--resume"], "has no readable settings.json")
+
+    _, _, _, data = hostile
+    clean = load_dataset(data)
+    with h5py.File(data, "r") as f:
+        frame = log_frame(get_robot("anymal_c"), f["qpos"][()], f["qvel"][()], f["ctrl"][()])
+    write_log(tmp_path / "log.parquet", frame, variant=DEEP_JSON)
+    refused(["import-logs", str(tmp_path / "log.parquet"), "--out", str(tmp_path / "logs.h5")],
+            "has corrupt flashnerd.variant metadata")
+
+    _copy_with(data, tmp_path / "deep.h5", lambda f: f.attrs.__setitem__("contact_bodies", DEEP_JSON))
+    assert clean.touching is not None and load_dataset(tmp_path / "deep.h5").touching is None
 
 
 # --- flags: used or refused ----------------------------------------------------------------------------------------

@@ -523,3 +523,28 @@ def test_plan_table_joins_an_earlier_tables_backends_and_refuses_one_it_cannot_j
     refused([rwm], write("m8.json", edited), "one of them twice")
     refused([rwm], write("m3.json", _plan_json(1, {"nerd": [True, True]})), "is not a `flashnerd plan-table` JSON")
     refused([rwm], str(tmp_path / "missing.json"), "is not a readable `flashnerd plan-table` JSON")
+
+
+@pytest.mark.parametrize("text, message", [
+    ('{"backends": {"mujoco": "x"}}', "is not a `flashnerd plan --out` JSON"),
+    ('{"backends": {"mujoco": {"per_platform": [{"lane": 0, "height": 0.06, "climbed": "yes", "planning_ms": [1]}]}}}',
+     "is not a `flashnerd plan --out` JSON"),
+    ('{"backends": {"mujoco": {"per_platform": [{"lane": 0, "height": 0.06, "climbed": true, "planning_ms": [NaN]}]}}}',
+     "is not a `flashnerd plan --out` JSON"),
+    ("[" * 100_000 + "]" * 100_000, "exists and is not JSON"),
+], ids=["backend_text", "climbed_text", "nan_time", "deep"])
+def test_a_damaged_plan_file_is_refused_before_planning_and_kept(tmp_path, capsys, text, message):
+    """`flashnerd plan --out` reads the file back (to --resume its platforms, or keep its other backends), and
+    `plan-table` reads it too: an edited or damaged one is a one-line error of each, and stays as it was."""
+    from flashnerd.cli.main import main
+
+    out = tmp_path / "plan.json"
+    out.write_text(text)
+    assert main(["plan", "--dynamics", "mujoco", "--platforms", "0", "--num_samples", "4", "--horizon", "2",
+                 "--iterations", "1", "--episode_s", "0.1", "--out", str(out), "--resume"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1, err
+    assert main(["plan-table", str(out), "--out", str(tmp_path / "table.json")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "is not a" in err and len(err.splitlines()) == 1, err
+    assert out.read_text() == text and not (tmp_path / "table.json").exists()

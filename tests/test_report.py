@@ -51,6 +51,42 @@ def test_a_malformed_measurement_is_a_one_line_error(tmp_path, capsys):
     assert page.read_text() == text and sorted(p.name for p in folder.iterdir()) == ["bench_ppo_x.json"]
 
 
+def test_a_block_that_fails_leaves_the_page_and_every_figure_as_they_were(tmp_path, capsys):
+    """Blocks render one after another, and the first writes its figure: a later block's error must not leave that
+    figure rebuilt from new numbers beside a page that still shows the old ones."""
+    folder = tmp_path / "results"
+    folder.mkdir()
+    shutil.copy(ROOT / "docs" / "results" / "bench_ppo_4096.json", folder / "bench_ppo_a.json")
+    page = tmp_path / "results.md"
+    page.write_text("<!-- report:bench_ppo_a -->\nold\n<!-- /report -->\n")
+    assert main(["report", "--page", str(page), "--results", str(folder)]) == 0
+    figure = (folder / "bench_ppo_a.png").read_bytes()
+    text = page.read_text() + "<!-- report:bench_ppo_b -->\nold\n<!-- /report -->\n"
+    page.write_text(text)
+    (folder / "bench_ppo_b.json").write_text('{"backends": {"mujoco": {}}}')
+    data = json.loads((folder / "bench_ppo_a.json").read_text())
+    data["backends"]["mujoco"]["seconds_per_iteration"] *= 3
+    (folder / "bench_ppo_a.json").write_text(json.dumps(data))
+    assert main(["report", "--page", str(page), "--results", str(folder)]) == 2
+    assert "block 'bench_ppo_b' expects" in capsys.readouterr().err
+    assert page.read_text() == text and (folder / "bench_ppo_a.png").read_bytes() == figure
+    assert not list(folder.glob("*.tmp"))
+
+
+def test_a_measurement_nested_too_deeply_is_a_one_line_error_naming_its_file(tmp_path, capsys):
+    """JSON nested past Python's recursion limit is refused like any malformed measurement; `--check`, which renders
+    a scratch copy of the folder, names the user's file, not the copy."""
+    folder = tmp_path / "results"
+    folder.mkdir()
+    (folder / "bench_ppo_x.json").write_text("[" * 100_000 + "]" * 100_000)
+    page = tmp_path / "results.md"
+    page.write_text("<!-- report:bench_ppo_x -->\nold\n<!-- /report -->\n")
+    for check in ([], ["--check"]):
+        assert main(["report", "--page", str(page), "--results", str(folder), *check]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and f"{folder / 'bench_ppo_x.json'} is not the JSON that block" in err[0], err
+
+
 def test_an_incomplete_climb_run_renders_with_its_missing_platforms(tmp_path, capsys):
     """`flashnerd plan --out` writes after every platform: a backend that stopped early is marked, not misaligned."""
     folder = tmp_path / "results"

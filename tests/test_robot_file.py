@@ -20,9 +20,11 @@ import torch
 import flashnerd.robots as robots
 from flashnerd.cli.main import main
 from flashnerd.contacts import ContactRowDetector
+from flashnerd.data.dataset import load_dataset
 from flashnerd.dynamics import make_dynamics
 from flashnerd.envs import DoneTerm, mdp
 from flashnerd.envs.registry import task_cfgs, with_robot
+from flashnerd.models.checkpoint import read_checkpoint
 from flashnerd.robots import RobotFileError, get_robot
 from flashnerd.robots.spec_file import actuator_force_limits, collision_probes
 from flashnerd.robots.variant import load_variant
@@ -347,6 +349,7 @@ def test_a_robot_without_what_the_task_needs_is_refused(hound_dir):
     ("mjcf: robot.xml\n", ('<position class="abduction" name="FL_hip"', '<motor name="FL_hip"'),
      "actuator 'FL_hip' is not a position actuator"),
     ("mjcf: robot.xml\n", ("<freejoint", "<joint type='ball'/><freejoint"), "failed to load"),
+    ("mjcf: robot.xml\n", ("<worldbody>", "<worldbody><<"), r"failed to load: XML parse error 15: .* Line number=\d+"),
     ("- just\n- a list\n", None, "must be a YAML mapping with an 'mjcf' key"),
     ("mjcf: robot.xml\ninit_joint_noise: [0.1, 0.2]\n", None, "lists 2 values for the 12 joint positions of qpos"),
     ("mjcf: robot.xml\nobject_spawn: [0.0, 0.0]\n", None, r"object_spawn must be \[x, y, z\]"),
@@ -425,6 +428,17 @@ def test_record_fit_bench_train_eval_a_robot_from_outside_the_package(hound_dir,
     bench = json.loads((tmp_path / "bp" / "bench_ppo.json").read_text())
     assert bench["robot"] == spec and np.isfinite(bench["backends"]["flashnerd"]["eval_mujoco"]["mean_return"])
     assert bench["backends"]["flashnerd"]["dynamics_checkpoint"] == str(ckpt)  # the hound's model: loads on no other
+    loop = ["improve", "--task", TASK, "--robot", spec, "--rounds", "1", "--iterations", "1", "--num_envs", "8",
+            "--target_minutes", "0.05", "--target_worlds", "4", "--traj_len", "20", "--fit_budget", "2",
+            "--eval_episodes", "2", "--contact_head_steps", "5", "--out_dir", "imp"]
+    assert main(loop) == 2  # no model of the hound is shipped
+    err = capsys.readouterr().err.strip()
+    assert "no flashnerd model is shipped for robot 'hound'" in err and len(err.splitlines()) == 1, err
+    assert main([*loop, "--dynamics_checkpoint", str(ckpt)]) == 0
+    (row,) = json.loads((tmp_path / "imp" / "improve.json").read_text())["rounds"]
+    rollouts = load_dataset(row["lineages"][0]["data"], get_robot(spec))  # checked against the hound's layout
+    assert rollouts.attrs["robot"] == "hound" and rollouts.qpos.shape[0] > 0
+    assert read_checkpoint(row["next_model"])["robot"] == "hound"
 
 
 def test_mjwarp_steps_a_robot_from_outside_the_package_as_mujoco_does(hound):

@@ -101,6 +101,8 @@ def _bad(recorded, edit):
     (lambda f: f.assign(**{c: np.degrees(f[c]) for c in f if c.startswith(("q_", "dq_"))}),
      "outside the joint's range"),
     (lambda f: f.assign(q_LF_HAA="left"), "column q_LF_HAA holds str, not numbers"),
+    # time in ns: resampled, each run would be 3e10 control steps (a 1e7 s span of two rows was killed for memory)
+    (lambda f: f.assign(time=f["time"] * 1e9), "control steps of 0.02 s (more than 100 per row); log time in s"),
 ])
 def test_bad_logs_are_one_line_errors(recorded, edit, message, capsys, tmp_path):
     path = tmp_path / "bad.parquet"

@@ -118,6 +118,46 @@ def test_corrupt_checkpoint_is_one_line_error(tmp_path, capsys):
     assert len(err) == 1 and "cannot read policy checkpoint" in err[0]
 
 
+def _junk_optimizer(ckpt: dict) -> None:
+    ckpt["optimizer_state_dict"] = {"state": 5, "param_groups": 7}
+
+
+def _moment_of_another_shape(ckpt: dict) -> None:
+    state = ckpt["optimizer_state_dict"]["state"]
+    state[next(iter(state))]["exp_avg"] = torch.zeros(3, 3)
+
+
+def _nan_actor(ckpt: dict) -> None:
+    weights = ckpt["actor_state_dict"]
+    weights[next(k for k in weights if k.endswith("weight"))].fill_(float("nan"))
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda c: c.update(iter="abc"), "its iteration count is 'abc', not a whole number >= 0"),
+    (lambda c: c.update(iter=-5), "its iteration count is '-5'"),
+    (lambda c: c.update(actor_state_dict=[1, 2]), "actor_state_dict is not a mapping"),
+    (_junk_optimizer, "does not fit this task's policy (object of type 'int' has no len())"),
+    (_moment_of_another_shape, "holds an optimizer exp_avg of shape (3, 3)"),
+    (_nan_actor, "holds non-finite values in actor_state_dict"),
+], ids=["iter_text", "iter_negative", "actor_list", "optimizer_junk", "moment_shape", "nan_actor"])
+def test_a_crafted_policy_checkpoint_is_one_line_error(trained_run, edit, message, tmp_path, capsys):
+    """Read with weights_only=True, a policy checkpoint runs no code; one whose plain fields or optimizer state were
+    edited is refused in one line too, before an evaluation or a resumed run starts from it."""
+    ckpt = torch.load(trained_run / "model_1.pt", weights_only=True)
+    edit(ckpt)
+    torch.save(ckpt, tmp_path / "model_1.pt")
+    assert main(["eval", "--task", TASK, "--checkpoint", str(tmp_path / "model_1.pt"), "--num_envs", "2",
+                 "--episodes", "1", "--log_root", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1, err
+
+
+def test_a_bad_load_run_pattern_is_one_line_error(trained_run, capsys):
+    assert main(["eval", "--task", TASK, "--load_run", "(", "--log_root", str(trained_run.parents[1])]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--load_run '(' is not a valid regex" in err and len(err.splitlines()) == 1, err
+
+
 def test_console_script_exit_status():
     proc = subprocess.run([sys.executable, "-m", "flashnerd.cli.main", "eval", "--task", "Nope-v0"],
                           capture_output=True, text=True, timeout=120)

@@ -162,7 +162,7 @@ def run_state(path: Path, settings: dict, resume: bool, fresh: dict, defaults: d
         raise CLIError(f"--resume given but '{path}' does not exist")
     try:
         state = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, ValueError) as err:
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as err:
         raise CLIError(f"--resume: '{path}' is not readable JSON ({type(err).__name__}); give a new "
                        "--out_dir") from None
     if not isinstance(state, dict) or not isinstance(state.get("settings"), dict):
@@ -170,6 +170,11 @@ def run_state(path: Path, settings: dict, resume: bool, fresh: dict, defaults: d
     missing = [k for k in fresh if k not in state]
     if missing:
         raise CLIError(f"--resume: '{path}' lacks {', '.join(missing)}; give a new --out_dir")
+    mistyped = [k for k, v in fresh.items() if isinstance(v, (dict, list)) and not isinstance(state[k], type(v))]
+    if mistyped:
+        raise CLIError(f"--resume: '{path}' holds {mistyped[0]} as a {type(state[mistyped[0]]).__name__}, not the "
+                       f"{type(fresh[mistyped[0]]).__name__} this command writes (edited or damaged); give a new "
+                       "--out_dir")
     if upgrade is not None:
         state = upgrade(state)
     defaults = defaults or {}

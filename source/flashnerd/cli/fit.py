@@ -38,7 +38,8 @@ def adapt_model(data: str | Path | list, init: str | Path, out: Path, time_budge
     fit_cfg = ckpt.get("fit_config", {})
     cfg = dataclasses.replace(FitConfig(), model=ckpt["kind"], size=fit_cfg.get("size", FitConfig.size),
                               contacts=fit_cfg.get("contacts", FitConfig.contacts),
-                              max_rows=fit_cfg.get("max_rows", FitConfig.max_rows), ensemble=ckpt.get("ensemble", 1),
+                              max_rows=ckpt["representation"].get("max_rows", FitConfig.max_rows),  # bounded on read
+                              ensemble=ckpt.get("ensemble", 1),
                               max_steps=10**9, time_budget_s=time_budget_s, init=str(init), mix_data=tuple(mix_data),
                               mix=mix, lr=INIT_LR, patience=INIT_PATIENCE, seed=seed,
                               contact_head_steps=contact_head_steps)
@@ -165,7 +166,9 @@ def run_export(args: argparse.Namespace) -> dict:
     if args.metrics:
         try:
             metrics = json.loads(Path(args.metrics).read_text().strip().splitlines()[-1])
-        except (OSError, ValueError, IndexError) as err:
+            if not (isinstance(metrics, dict) and isinstance(metrics.get("nrmse"), dict)):
+                raise ValueError("no nrmse")
+        except (OSError, ValueError, IndexError, RecursionError) as err:
             raise CLIError(f"--metrics '{args.metrics}' is not the JSON of `flashnerd evaluate-model`") from err
     check_writable("out", args.out)
     result = export_for_inference(args.checkpoint, args.out, metrics)

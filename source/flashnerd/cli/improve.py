@@ -52,10 +52,10 @@ from flashnerd.viz.report import plot_improve
 
 # a run stopped before a setting existed ran with what was then fixed (PPO; contact heads of 1,000 steps)
 SETTING_DEFAULTS = {"algo": "ppo", "shac_horizon": None, "restart_from_policy": False, "contact_head_steps": 1000,
-                    "overrides": []}
+                    "overrides": [], "robot": None}
 # config fields improve sets itself, refused as overrides (the common flag-owned ones are refused by their flags)
 IMPROVE_OWNS = {"agent.max_iterations": "--iterations", "agent.save_interval": "every round saves its last policy",
-                "env.robot": "the rounds train the task's robot, the one its models are of",
+                "env.robot": "--robot",
                 "env.terrain": "the rounds train on the task's terrain, where their rollouts are recorded"}
 
 
@@ -83,6 +83,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--iterations", type=int, default=None,
                    help="PPO (or SHAC) iterations per round (default: the task's)")
     p.add_argument("--num_envs", type=int, default=None, help="training worlds (default: the task's)")
+    p.add_argument("--robot", default=None,
+                   help="another robot for a task that takes any (the velocity tasks): a name or a spec file "
+                        "(path/to/robot.yaml); its models need --dynamics_checkpoint unless one is shipped")
     p.add_argument("--robot_variant", default=None, help="variant YAML of the target system (default: nominal)")
     p.add_argument("--target_minutes", type=float, default=2.0,
                    help="minutes of target-system time per round, summed over --target_worlds and split evenly "
@@ -125,7 +128,8 @@ def _check(args: argparse.Namespace) -> str:
     check_file_stem(args.name)
     check_writable("out_dir", args.out_dir)
     check_device(args.device)
-    env_cfg, agent_cfg = task_cfgs(args.task, robot_variant=args.robot_variant)  # unknown task, bad variant: fail now
+    # an unknown task, a robot it cannot take, a bad variant: fail now
+    env_cfg, agent_cfg = task_cfgs(args.task, robot_variant=args.robot_variant, robot=args.robot)
     if args.algo != "shac" and (items := of_root(args.overrides, "shac")):
         raise CLIError(f"override '{items[0]}' sets SHAC's config; add --algo shac, or drop it")
     _apply(args, env_cfg, agent_cfg, ShacCfg())  # every override checked before any round
@@ -133,6 +137,9 @@ def _check(args: argparse.Namespace) -> str:
     robot = variant_robot(env_cfg.robot, None)
     kind = backend_info(args.dynamics).model_kind
     init = args.dynamics_checkpoint or str(default_checkpoint(robot, kind, env_cfg.terrain))
+    if not Path(init).is_file() and not args.dynamics_checkpoint:
+        raise CLIError(f"no {kind} model is shipped for robot '{robot.name}' ({init}); fit one (`flashnerd fit`) and "
+                       "pass it as --dynamics_checkpoint")
     read_checkpoint(init, robot)  # a missing or foreign model fails before any training
     if args.restart_from_policy and not args.policy:
         raise CLIError("--restart_from_policy restarts every round from --policy; give the pretrained checkpoint(s)")
@@ -255,7 +262,7 @@ def _train(args: argparse.Namespace, model: str, start: str | None, folder: Path
     """PPO (or SHAC) on `model` (from the policy `start`, if any), saved as folder/policy.pt, evaluated on the model
     and in the target system."""
     env_cfg, agent_cfg = task_cfgs(args.task, num_envs=args.num_envs, seed=seed, device=args.device,
-                                   dynamics=args.dynamics, dynamics_checkpoint=model)
+                                   dynamics=args.dynamics, dynamics_checkpoint=model, robot=args.robot)
     apply_uncertainty_args(args, env_cfg)
     if args.iterations is not None:
         agent_cfg.max_iterations = args.iterations
@@ -281,7 +288,7 @@ def _train(args: argparse.Namespace, model: str, start: str | None, folder: Path
 
 def _roll_out(args: argparse.Namespace, policy: str, folder: Path, minutes: float, seed: int) -> dict:
     """The policy plus noise in the target system for `minutes` (summed over worlds), as a dataset."""
-    robot = variant_robot(task_cfgs(args.task)[0].robot, args.robot_variant, check=False)
+    robot = variant_robot(task_cfgs(args.task, robot=args.robot)[0].robot, args.robot_variant, check=False)
     per_world = minutes * 60 / robot.control_dt / args.target_worlds
     steps = max(1, math.ceil(per_world / args.traj_len)) * args.traj_len
     start = time.perf_counter()
@@ -289,7 +296,8 @@ def _roll_out(args: argparse.Namespace, policy: str, folder: Path, minutes: floa
     overrides = [item for item in (*of_root(args.overrides, "env"), *of_root(args.overrides, "agent"))
                  if item.partition("=")[0] not in RECORD_OWNS]
     recorded, _ = record_policy(args.task, args.robot_variant, policy, args.target_worlds, steps, args.traj_len,
-                                args.action_noise, seed, args.device, folder / "rollouts.h5", overrides)
+                                args.action_noise, seed, args.device, folder / "rollouts.h5", overrides,
+                                robot=args.robot)
     return {"data": str(folder / "rollouts.h5"), "target_seconds": round(steps * args.target_worlds *
                                                                          robot.control_dt, 1),
             "record_wall_s": round(time.perf_counter() - start, 1), "transitions": recorded["transitions"]}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -31,6 +32,7 @@ from flashnerd.cli.plan_args import (
 from flashnerd.dynamics import backend_names
 from flashnerd.planning.climb import RolloutRecorder, climb_platform
 from flashnerd.sim.scene import variant_robot
+from flashnerd.utils.hints import is_number
 
 RECORD_PER_CALL = 4  # planning rollouts kept per iteration when recording them
 
@@ -74,14 +76,36 @@ PLAN_SETTINGS = ("task", "seed", "num_samples", "horizon", "iterations", "episod
 SETTING_DEFAULTS = {"grad_steps": 0, "grad_lr": None}
 
 
+def finite_number(x) -> bool:
+    """A finite number (JSON from elsewhere may hold NaN or Infinity)."""
+    try:
+        return is_number(x) and math.isfinite(x)
+    except OverflowError:  # an integer too large for a float
+        return False
+
+
+def is_backend_result(r) -> bool:
+    """Whether `r` has the shape of a backend's entry in a plan JSON (what `--resume` and `flashnerd plan-table`
+    read of it), each platform once."""
+    return (isinstance(r, dict) and isinstance(r.get("per_platform"), list) and all(
+        isinstance(p, dict) and isinstance(p.get("lane"), int) and finite_number(p.get("height"))
+        and isinstance(p.get("climbed"), bool) and isinstance(p.get("planning_ms", []), list)
+        and all(finite_number(ms) for ms in p.get("planning_ms", [])) for p in r["per_platform"])
+        and len({p["lane"] for p in r["per_platform"]}) == len(r["per_platform"]))
+
+
 def _earlier(path: Path | None, summary: dict) -> dict:
     """The backends of an earlier --out file written with the same settings ({} if there is none)."""
     if path is None or not path.is_file():
         return {}
     try:
         old = json.loads(path.read_text())
-    except ValueError as err:
+    except (ValueError, RecursionError) as err:
         raise CLIError(f"--out '{path}' exists and is not JSON; remove it or choose another file") from err
+    if not (isinstance(old, dict) and isinstance(old.get("backends", {}), dict)
+            and all(is_backend_result(r) for r in old.get("backends", {}).values())):
+        raise CLIError(f"--out '{path}' exists and is not a `flashnerd plan --out` JSON (settings, and backends with "
+                       "per_platform results); remove it or choose another file")
     if any(old.get(k, SETTING_DEFAULTS.get(k)) != summary[k] for k in PLAN_SETTINGS):
         raise CLIError(f"--out '{path}' holds a run with other settings ({', '.join(PLAN_SETTINGS)}); remove it or "
                        "choose another file")

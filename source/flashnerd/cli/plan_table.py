@@ -6,14 +6,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 from pathlib import Path
 
 import numpy as np
 
 from flashnerd.cli.common import CLIError, check_writable, write_json
-from flashnerd.cli.plan import PLAN_SETTINGS, SETTING_DEFAULTS
-from flashnerd.utils.hints import is_number
+from flashnerd.cli.plan import PLAN_SETTINGS, SETTING_DEFAULTS, finite_number, is_backend_result
 
 # what runs of one table share: every plan setting but the seed, and the thread count (planning times are compared)
 TABLE_SETTINGS = (*(k for k in PLAN_SETTINGS if k != "seed"), "threads")
@@ -55,11 +53,11 @@ def run(args: argparse.Namespace) -> dict:
 def _read(path: Path) -> dict:
     try:
         data = json.loads(path.read_text())
-    except (OSError, ValueError) as err:
+    except (OSError, ValueError, RecursionError) as err:
         raise CLIError(f"'{path}' is not a readable `flashnerd plan --out` JSON ({err}); pass those files") from None
     if not (isinstance(data, dict) and isinstance(data.get("backends"), dict) and isinstance(data.get("seed"), int)):
         raise CLIError(f"'{path}' is not a `flashnerd plan --out` JSON (no seed and backends); pass those files")
-    if bad := [b for b, r in data["backends"].items() if not _is_backend_result(r)]:
+    if bad := [b for b, r in data["backends"].items() if not is_backend_result(r)]:
         raise CLIError(f"'{path}': backend '{bad[0]}' is not a plan result (per_platform entries with lane, height, "
                        "climbed and planning_ms); pass files written by `flashnerd plan --out`")
     return data
@@ -68,13 +66,13 @@ def _read(path: Path) -> dict:
 def _read_table(path: Path) -> dict:
     try:
         data = json.loads(path.read_text())
-    except (OSError, ValueError) as err:
+    except (OSError, ValueError, RecursionError) as err:
         raise CLIError(f"--table '{path}' is not a readable `flashnerd plan-table` JSON ({err}); pass one") from None
     if not (isinstance(data, dict) and isinstance(data.get("backends"), dict) and _ints(data.get("seeds"))
             and len(set(data["seeds"])) == len(data["seeds"])
             and isinstance(data.get("runs"), list) and all(isinstance(run, str) for run in data["runs"])
             and isinstance(data.get("platforms"), list)
-            and all(isinstance(p, dict) and isinstance(p.get("lane"), int) and _finite(p.get("height"))
+            and all(isinstance(p, dict) and isinstance(p.get("lane"), int) and finite_number(p.get("height"))
                     for p in data["platforms"])):
         raise CLIError(f"--table '{path}' is not a `flashnerd plan-table` JSON (seeds, runs, platforms and backends); "
                        "pass a file that command wrote")
@@ -88,14 +86,6 @@ def _read_table(path: Path) -> dict:
     return data
 
 
-def _finite(x) -> bool:
-    """A finite number (JSON from elsewhere may hold NaN or Infinity)."""
-    try:
-        return is_number(x) and math.isfinite(x)
-    except OverflowError:  # an integer too large for a float
-        return False
-
-
 def _ints(x) -> bool:
     return isinstance(x, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in x)
 
@@ -105,9 +95,9 @@ def _is_table_backend(r, lanes: list[str], seeds: list[int]) -> bool:
     table's `seeds`), every platform counted, no count above what it counts from, and the counts per platform adding
     up to the counts per seed (both count the same climbs)."""
     if not (isinstance(r, dict) and _ints(r.get("seeds")) and _ints(r.get("climbs_per_seed"))
-            and _ints(r.get("platforms_per_seed")) and _finite(r.get("median_planning_ms"))
+            and _ints(r.get("platforms_per_seed")) and finite_number(r.get("median_planning_ms"))
             and isinstance(r.get("median_planning_ms_per_seed"), list)
-            and all(_finite(ms) for ms in r["median_planning_ms_per_seed"])
+            and all(finite_number(ms) for ms in r["median_planning_ms_per_seed"])
             and isinstance(r.get("per_platform"), dict) and sorted(r["per_platform"]) == sorted(lanes)):
         return False
     n = len(r["seeds"])
@@ -139,16 +129,6 @@ def join_table(earlier: dict, table: dict, name: str, replace: bool = False) -> 
     joined.update(seeds=seeds + [s for s in table["seeds"] if s not in seeds],
                   runs=list(dict.fromkeys(earlier["runs"] + table["runs"])), backends={**kept, **table["backends"]})
     return joined
-
-
-def _is_backend_result(r) -> bool:
-    """Whether `r` has the shape of a backend's entry in a plan JSON (what `merge_runs` reads of it), each platform
-    once."""
-    return (isinstance(r, dict) and isinstance(r.get("per_platform"), list) and all(
-        isinstance(p, dict) and isinstance(p.get("lane"), int) and _finite(p.get("height"))
-        and isinstance(p.get("climbed"), bool) and isinstance(p.get("planning_ms", []), list)
-        and all(_finite(ms) for ms in p.get("planning_ms", [])) for p in r["per_platform"])
-        and len({p["lane"] for p in r["per_platform"]}) == len(r["per_platform"]))
 
 
 def merge_runs(runs: list[dict], names: list[str]) -> dict:

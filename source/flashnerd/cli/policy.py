@@ -24,15 +24,24 @@ def resolve_checkpoint(log_root: str, experiment: str, load_run: str | None, che
         raise CLIError(f"checkpoint file '{checkpoint}' does not exist")
     if not root.is_dir():
         raise CLIError(f"no runs under '{root}'; train first or pass --checkpoint PATH")
-    run_re = re.compile(load_run or ".*")
+    run_re = _pattern("load_run", load_run or ".*")
     runs = sorted(d for d in root.iterdir() if d.is_dir() and run_re.fullmatch(d.name))
     if not runs:
         raise CLIError(f"no run in '{root}' matches --load_run '{load_run}'")
-    ckpt_re = re.compile(checkpoint or r"model_\d+\.pt")
+    ckpt_re = _pattern("checkpoint", checkpoint or r"model_\d+\.pt")
     files = [f for f in runs[-1].iterdir() if ckpt_re.fullmatch(f.name)]
     if not files:
         raise CLIError(f"no checkpoint in '{runs[-1]}' matches '{checkpoint or 'model_<it>.pt'}'")
     return _checked(max(files, key=lambda f: [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", f.name)]))
+
+
+def _pattern(flag: str, text: str) -> re.Pattern:
+    """--load_run or --checkpoint (not a file) as the regex it is then read as; a bad one is a one-line error."""
+    try:
+        return re.compile(text)
+    except re.error as err:
+        raise CLIError(f"--{flag} '{text}' is {'not a file, nor' if flag == 'checkpoint' else 'not'} a valid regex "
+                       f"({err})") from err
 
 
 def _checked(path: Path) -> Path:

@@ -104,12 +104,13 @@ def policy_source(args: argparse.Namespace, gen: torch.Generator) -> PolicySourc
 
 def record_policy(task: str, variant: str | None, policy: str, num_worlds: int, steps: int, traj_len: int,
                   action_noise: float, seed: int, device: str, out: Path,
-                  overrides: Sequence[str] = ()) -> tuple[dict, object]:
+                  overrides: Sequence[str] = (), robot: str | None = None) -> tuple[dict, object]:
     """`steps` control steps on each of `num_worlds` MuJoCo worlds of `task` (robot variant file `variant`, or the
-    nominal robot) driven by the policy checkpoint `policy` plus action noise, recorded to `out` (as `flashnerd record
-    --task ... --checkpoint ...` does), with the `env.`/`agent.` overrides the policy was trained with. Returns
+    nominal robot; `robot` another robot for a task that takes any) driven by the policy checkpoint `policy` plus
+    action noise, recorded to `out` (as `flashnerd record --task ... --checkpoint ...` does), with the
+    `env.`/`agent.` overrides the policy was trained with. Returns
     `record`'s summary and the robot."""
-    how = argparse.Namespace(task=task, device=device, robot_variant=variant, robot=None, log_root="", load_run=None,
+    how = argparse.Namespace(task=task, device=device, robot_variant=variant, robot=robot, log_root="", load_run=None,
                              checkpoint=policy, steps=steps, traj_len=traj_len, dynamics=REFERENCE_BACKEND,
                              num_worlds=num_worlds, seed=seed, terrain=None, action_noise=action_noise,
                              overrides=list(overrides))

@@ -25,18 +25,39 @@ def run(args: argparse.Namespace) -> dict:
     page, folder = Path(args.page), Path(args.results)
     if not page.is_file():
         raise CLIError(f"page '{page}' does not exist")
-    if args.check:  # render into a scratch copy, so checking never touches the committed figures
-        with tempfile.TemporaryDirectory() as scratch:
-            shutil.copytree(folder, scratch, dirs_exist_ok=True)
+    # every block renders into a scratch copy of the folder first: checking never touches the committed figures, and
+    # a block that fails leaves the page and every figure as they were
+    with tempfile.TemporaryDirectory() as scratch:
+        shutil.copytree(folder, scratch, dirs_exist_ok=True)
+        try:
             text, names = rebuild(page, scratch)
-        if text != page.read_text():
-            raise CLIError(f"'{page}' is out of date with '{folder}/*.json'; run `flashnerd report`")
-        result = {"page": str(page), "blocks": names, "up_to_date": True}
-    else:
-        text, names = rebuild(page, folder)
-        tmp = page.with_suffix(page.suffix + ".tmp")
-        tmp.write_text(text)
-        os.replace(tmp, page)
-        result = {"page": str(page), "blocks": names, "written": True}
+        except ValueError as err:  # name the user's file, not its scratch copy (gone once this returns)
+            raise CLIError(str(err).replace(scratch, str(folder))) from err
+        if args.check:
+            if text != page.read_text():
+                raise CLIError(f"'{page}' is out of date with '{folder}/*.json'; run `flashnerd report`")
+            result = {"page": str(page), "blocks": names, "up_to_date": True}
+        else:
+            _copy_changed(Path(scratch), folder)
+            _replace_text(page, text)
+            result = {"page": str(page), "blocks": names, "written": True}
     print(json.dumps(result))
     return result
+
+
+def _replace_text(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def _copy_changed(scratch: Path, folder: Path) -> None:
+    """Each file of `scratch` that is new or differs from its copy in `folder` replaces it (temp file, then rename)."""
+    for new in sorted(p for p in scratch.rglob("*") if p.is_file()):
+        old = folder / new.relative_to(scratch)
+        if old.is_file() and old.read_bytes() == new.read_bytes():
+            continue
+        old.parent.mkdir(parents=True, exist_ok=True)
+        tmp = old.with_name(old.name + ".tmp")
+        shutil.copyfile(new, tmp)
+        os.replace(tmp, old)

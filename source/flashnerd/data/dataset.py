@@ -91,6 +91,7 @@ def load_dataset(path: str | Path, robot: RobotSpec | None = None) -> Trajectory
             if missing:
                 raise ValueError(f"dataset '{path}' lacks {', '.join(missing)}; it was not written by flashnerd record")
             attrs = {k: plain_attr(v) for k, v in f.attrs.items()}
+            _refuse_foreign_storage(f, path)
             arrays = {k: f[k] for k in REQUIRED}
             groups = [k for k, a in arrays.items() if not isinstance(a, h5py.Dataset)]
             if groups:
@@ -105,9 +106,10 @@ def load_dataset(path: str | Path, robot: RobotSpec | None = None) -> Trajectory
             if declared > MAX_READ_FRACTION * available_host_bytes():
                 raise ValueError(f"dataset '{path}' declares {declared / 2**30:,.1f} GiB of arrays, more than this "
                                  "machine can hold; split it or use a larger machine")
-            data = {k: torch.from_numpy(a[()]) for k, a in arrays.items()}
+            # in native byte order: torch reads no other (a file written on a big-endian machine is still data)
+            data = {k: torch.from_numpy(a.astype(a.dtype.newbyteorder("="))[()]) for k, a in arrays.items()}
             labels = {k: torch.from_numpy(a.astype("<f4")[()]) for k, a in label_arrays.items()}
-    except (OSError, KeyError, TypeError) as err:
+    except (OSError, KeyError, TypeError, RuntimeError) as err:  # RuntimeError: a cycle of soft links
         raise ValueError(f"dataset '{path}' is truncated or corrupt ({str(err).splitlines()[0][:120]}); "
                          "record it again") from err
     version = attrs.get("format_version", 1)
@@ -121,17 +123,33 @@ def load_dataset(path: str | Path, robot: RobotSpec | None = None) -> Trajectory
     qpos, qvel, ctrl = data["qpos"], data["qvel"], data["ctrl"]
     if qpos.shape[0] == 0:
         raise ValueError(f"dataset '{path}' holds no trajectories")
-    if qpos.shape[1] != ctrl.shape[1] + 1 or qvel.shape[:2] != qpos.shape[:2]:
+    if qpos.shape[1] != ctrl.shape[1] + 1 or qvel.shape[:2] != qpos.shape[:2] or ctrl.shape[0] != qpos.shape[0]:
         raise ValueError(f"dataset '{path}' has inconsistent shapes qpos {tuple(qpos.shape)}, "
                          f"qvel {tuple(qvel.shape)}, ctrl {tuple(ctrl.shape)}")
     if isinstance(attrs.get("state_layout"), str):
         try:
             attrs["state_layout"] = json.loads(attrs["state_layout"])
-        except ValueError as err:
-            raise ValueError(f"dataset '{path}' has a corrupt state_layout attribute ({err})") from err
+        except (ValueError, RecursionError) as err:
+            raise ValueError(f"dataset '{path}' has a corrupt state_layout attribute ({str(err)[:100]})") from err
     robot = robot or _robot_of(attrs, path)
     touching, force = _contact_labels(labels, attrs, robot, qpos.shape[:2])
     return _validated(TrajectoryData(qpos, qvel, ctrl, attrs, touching, force), robot, path)
+
+
+def _refuse_foreign_storage(f: h5py.File, path: Path) -> None:
+    """Refuse arrays whose data is not in the file itself: a link (soft or external) or an external or virtual
+    dataset would read another file, or the same array twice, in place of what `flashnerd record` wrote there."""
+    for name in (*REQUIRED, "contact_force", "contact"):
+        link = f.get(name, getlink=True)
+        if link is None:
+            continue
+        if not isinstance(link, h5py.HardLink):
+            raise ValueError(f"dataset '{path}' stores {name} as an HDF5 {type(link).__name__} to another place; "
+                             "flashnerd reads only arrays stored in the dataset file itself, record it again")
+        node = f[name]
+        if isinstance(node, h5py.Dataset) and (node.external or node.is_virtual):
+            raise ValueError(f"dataset '{path}' keeps the data of {name} in other files (HDF5 external or virtual "
+                             "storage); flashnerd reads only arrays stored in the dataset file itself, record it again")
 
 
 def _label_arrays(f: h5py.File, robot: RobotSpec | None, attrs: dict) -> dict[str, h5py.Dataset]:
@@ -159,7 +177,7 @@ def _contact_labels(labels: dict[str, torch.Tensor], attrs: dict, robot: RobotSp
     try:
         if named is not None and json.loads(named) != list(robot.all_contact_bodies):
             return None, None
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError):
         return None, None
     force = labels.get("contact_force")
     if force is not None and force.shape == (m, t1 - 1, nb) and bool((torch.isfinite(force) & (force >= 0)).all()):
@@ -228,7 +246,7 @@ def _variant_name(attrs: dict, path: Path) -> str:
         return ""
     try:
         return str(json.loads(text)["name"])
-    except (ValueError, KeyError, TypeError) as err:
+    except (ValueError, KeyError, TypeError, RecursionError) as err:
         raise ValueError(f"dataset '{path}' has a corrupt variant attribute; record it again") from err
 
 

@@ -39,6 +39,7 @@ from flashnerd.utils.math import quat_apply, quat_apply_inverse
 
 SUFFIXES = (".parquet", ".csv")
 GAP_FACTOR = 1.5  # a step between rows longer than this x the control step (or the log's own step) splits a run
+MAX_UPSAMPLE = 100  # control steps per logged row a segment may be resampled to (a log at >= 1/100 the control rate)
 UNIT_RATIO = (0.5, 2.0)  # a velocity column must be within these factors of the derivative of its position
 MIN_MOTION = 0.05  # rad/s or m/s RMS of the derivative below which a column is too still to check its units
 RANGE_MARGIN = 0.5  # rad (or m) a joint may sit beyond its range before the log is taken for the wrong unit
@@ -230,6 +231,18 @@ def _segments(run: pd.DataFrame, lay: _Layout, dt: float) -> tuple[list[pd.DataF
     return segments, dropped
 
 
+def _check_rate(seg: pd.DataFrame, dt: float, where: str) -> None:
+    """A segment may be resampled to at most `MAX_UPSAMPLE` control steps per logged row: rows further apart are no
+    trajectory to interpolate (most often time logged in ms or ns), and resampling them would need memory without
+    bound (two rows 1e7 s apart make 5e8 steps)."""
+    t = seg["time"].to_numpy(dtype=float)
+    steps = (t[-1] - t[0]) / dt
+    if steps > MAX_UPSAMPLE * len(t):
+        raise LogError(f"robot log '{where}': {len(t)} rows span {t[-1] - t[0]:g} s, {steps:.3g} control steps of "
+                       f"{dt:g} s (more than {MAX_UPSAMPLE} per row); log time in s, at no less than 1/{MAX_UPSAMPLE} "
+                       "of the control rate")
+
+
 def _resampled(seg: pd.DataFrame, lay: _Layout, dt: float) -> dict[str, np.ndarray]:
     """One segment at the control step: qpos (L, nq), qvel (L, nv), ctrl (L-1, nu), and tau/contact if logged."""
     t = seg["time"].to_numpy(dtype=float)
@@ -331,6 +344,7 @@ def import_logs(paths: list[str | Path], robot: RobotSpec, out: str | Path, traj
             counts["non_finite_rows"] += dropped
             for seg in segments:
                 _check_units(seg, lay, where, sums)
+                _check_rate(seg, dt, where)
                 counts["segments"] += 1
                 res = _resampled(seg, lay, dt)
                 n = (len(res["qpos"]) - 1) // traj_len
@@ -363,7 +377,7 @@ def _variant_name(text: str, where: str) -> str:
         data = json.loads(text)
         if not isinstance(data, dict) or not isinstance(data.get("name"), str):
             raise ValueError("no name")
-    except ValueError as err:
+    except (ValueError, RecursionError) as err:
         raise LogError(f"robot log '{where}' has corrupt flashnerd.variant metadata; write it again") from err
     return json.dumps(data, sort_keys=True)
 

@@ -263,7 +263,9 @@ def _resume_parts(parts: Path, identity: dict) -> int:
     """Batches already complete in an unfinished recording; refuse one made with other settings."""
     try:
         saved = json.loads((parts / "settings.json").read_text())
-    except (OSError, ValueError) as err:
+        if not isinstance(saved, dict):
+            raise ValueError("not a mapping")
+    except (OSError, ValueError, RecursionError) as err:
         raise ValueError(f"unfinished recording '{parts}' has no readable settings.json; delete it and record "
                          "again") from err
     differ = [k for k, v in identity.items() if saved.get(k) != v]

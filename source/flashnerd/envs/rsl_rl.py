@@ -18,7 +18,7 @@ from tensordict import TensorDict
 
 from flashnerd.envs.core import FlashNeRDEnv
 from flashnerd.envs.memory import check_env_memory
-from flashnerd.models.checkpoint import load_plain_pickle
+from flashnerd.models.checkpoint import check_optimizer_state, load_plain_pickle
 from flashnerd.utils.distributed import dist_info, init_distributed
 from flashnerd.utils.seeding import seed_everything
 
@@ -86,6 +86,21 @@ def read_policy_checkpoint(path: str, map_location: str | None = None) -> dict:
     if not isinstance(loaded, dict) or "actor_state_dict" not in loaded or "iter" not in loaded:
         raise ValueError(f"'{path}' is not an rsl_rl policy checkpoint (no actor_state_dict/iter); pass a "
                          "model_<it>.pt written by `flashnerd train`")
+    it = loaded["iter"]
+    if isinstance(it, bool) or not isinstance(it, int) or it < 0:
+        raise ValueError(f"policy checkpoint '{path}' is corrupt: its iteration count is {str(it)[:40]!r}, not a "
+                         "whole number >= 0")
+    for key, value in loaded.items():
+        if key.endswith("state_dict") and not isinstance(value, dict):
+            raise ValueError(f"policy checkpoint '{path}' is corrupt: {key} is not a mapping")
+    for key in ("actor_state_dict", "critic_state_dict"):
+        weights = loaded.get(key, {})
+        if not all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in weights.items()):
+            raise ValueError(f"policy checkpoint '{path}' is corrupt: {key} is not a mapping of names to tensors")
+        bad = [k for k, v in weights.items() if v.is_floating_point() and not bool(v.isfinite().all())]
+        if bad:
+            raise ValueError(f"policy checkpoint '{path}' holds non-finite values in {key}.{bad[0]}; it cannot be "
+                             "used")
     return loaded
 
 
@@ -173,7 +188,7 @@ class FlashNeRDRunner(OnPolicyRunner):
         loaded = read_policy_checkpoint(path, map_location)
         try:
             load_iteration = self.alg.load(loaded, load_cfg, strict)
-        except (RuntimeError, KeyError, ValueError) as err:
+        except (RuntimeError, KeyError, ValueError, TypeError, IndexError) as err:
             lines = [line.strip() for line in str(err).splitlines() if line.strip()] or [""]
             # torch's first line only names the module; the size mismatch or missing key comes after it
             found = (line for line in lines if line.startswith(("size mismatch", "Missing key", "Unexpected key")))
@@ -181,6 +196,8 @@ class FlashNeRDRunner(OnPolicyRunner):
             raise ValueError(f"policy checkpoint '{path}' does not fit this task's policy ({detail}); pass a "
                              "checkpoint trained on this task with the same observations and network (and give "
                              "eval/play the observation overrides the policy was trained with)") from err
+        if load_cfg is None or load_cfg.get("optimizer"):
+            check_optimizer_state(self.alg.optimizer, f"policy checkpoint '{path}'")
         if load_iteration:
             self.current_learning_iteration = loaded["iter"]
         return loaded.get("infos")

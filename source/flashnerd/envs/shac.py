@@ -28,6 +28,7 @@ import torch
 from tensordict import TensorDict
 
 from flashnerd.envs.rsl_rl import FlashNeRDRunner, RslRlVecEnvWrapper, make_runner, read_policy_checkpoint
+from flashnerd.models.checkpoint import CheckpointError, load_optimizer_state
 from flashnerd.utils.seeding import seed_everything
 
 
@@ -296,9 +297,13 @@ class ShacTrainer:
             raise ValueError(f"SHAC checkpoint '{path}' lacks {', '.join(missing)}; it is truncated or not written "
                              "by `flashnerd train --algo shac`")
         self.runner.load(path, {"actor": True, "critic": True}, strict=True, map_location=str(self.env.device))
-        self.actor_opt.load_state_dict(loaded["shac_actor_optimizer"])
-        self.critic_opt.load_state_dict(loaded["shac_critic_optimizer"])
-        self.target_critic.load_state_dict(loaded["shac_target_critic"])
+        load_optimizer_state(self.actor_opt, loaded["shac_actor_optimizer"], f"SHAC checkpoint '{path}'")
+        load_optimizer_state(self.critic_opt, loaded["shac_critic_optimizer"], f"SHAC checkpoint '{path}'")
+        try:
+            self.target_critic.load_state_dict(loaded["shac_target_critic"])
+        except (RuntimeError, TypeError, AttributeError) as err:  # not a mapping, or of another critic's shapes
+            raise CheckpointError(f"SHAC checkpoint '{path}' holds a target critic that does not fit this task's "
+                                  "critic; it is corrupt or of another task") from err
         self.iteration = int(loaded["iter"]) + 1
 
 

@@ -44,6 +44,8 @@ MAX_CONFIG_INT = 1 << 16  # no model size, window or row count of a real checkpo
 MAX_BUFFER_NUMEL = 1 << 27  # masks and tables a model builds itself (128M elements)
 REQUIRED = {"kind": str, "model_config": dict, "state_dict": dict, "input_normalizer": dict,
             "target_normalizer": dict, "robot": str, "model_hash": str, "control_dt": float, "representation": dict}
+# fields a checkpoint may lack (an exported one has no optimizer), of these types where present
+OPTIONAL = {"robot_spec": str, "fit_config": dict, "optimizer": dict, "history": list, "data": dict, "metrics": dict}
 
 
 def _encode(node: Any, path: str, tensors: dict[str, torch.Tensor]) -> Any:
@@ -169,6 +171,9 @@ def _check_fields(path: Path, ckpt: Any) -> None:
     if ckpt["kind"] not in MODEL_KINDS:
         raise CheckpointError(f"checkpoint '{path}' holds an unknown model kind '{ckpt['kind']}' "
                               f"(known: {', '.join(MODEL_KINDS)})")
+    for key, kind in OPTIONAL.items():
+        if key in ckpt and not isinstance(ckpt[key], kind):
+            raise CheckpointError(f"checkpoint '{path}' is corrupt: field '{key}' is not a {kind.__name__}")
     rep = ckpt["representation"]
     if not isinstance(rep.get("layout"), dict) or not isinstance(rep.get("max_rows", 16), int) \
             or not 0 < rep.get("max_rows", 16) <= MAX_CONFIG_INT:
@@ -316,6 +321,51 @@ def load_plain_pickle(path: str | Path, what: str, map_location: str | None = "c
         first = (str(err).strip().splitlines() or [""])[0][:120]
         raise CheckpointError(f"cannot read {what} '{path}' ({type(err).__name__}: {first}); it is corrupt or not "
                               "a torch file") from err
+
+
+def load_optimizer_state(optimizer: torch.optim.Optimizer, state: Any, what: str) -> None:
+    """Load `state` (read from the file `what` names) into `optimizer`, then `check_optimizer_state`; a state of
+    another optimizer or model is a one-line `CheckpointError`, not a traceback at the first step."""
+    try:
+        optimizer.load_state_dict(state)
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError, RuntimeError) as err:
+        raise CheckpointError(f"{what} holds an optimizer state that does not fit this model ({type(err).__name__}: "
+                              f"{(str(err).strip().splitlines() or [''])[0][:100]}); it is corrupt or of another "
+                              "model") from err
+    check_optimizer_state(optimizer, what)
+
+
+def check_optimizer_state(optimizer: torch.optim.Optimizer, what: str) -> None:
+    """After `optimizer.load_state_dict` (which checks neither): every per-parameter state tensor (Adam's moments) is
+    finite and of its parameter's shape, and every setting is of its default's type (a finite number where that is
+    a number); otherwise a one-line `CheckpointError` naming `what`, the file it came from."""
+    def number(x: Any) -> bool:
+        return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+    def like(value: Any, default: Any) -> bool:
+        if isinstance(default, bool):
+            return isinstance(value, bool)
+        if number(default):
+            return number(value)
+        if isinstance(default, tuple):  # Adam's betas (a list once read back from JSON)
+            return isinstance(value, (list, tuple)) and len(value) == len(default) and all(map(number, value))
+        return True
+
+    for i, group in enumerate(optimizer.param_groups):
+        for key, default in optimizer.defaults.items():
+            value = group.get(key)
+            if not like(value, default):
+                raise CheckpointError(f"{what} holds an optimizer setting {key}={str(value)[:40]} in group {i}; it "
+                                      "is corrupt")
+        for param in group["params"]:
+            for key, value in optimizer.state.get(param, {}).items():
+                if not isinstance(value, torch.Tensor):
+                    continue
+                if value.dim() and value.shape != param.shape:
+                    raise CheckpointError(f"{what} holds an optimizer {key} of shape {tuple(value.shape)} for a "
+                                          f"parameter of shape {tuple(param.shape)}; it is corrupt or of another model")
+                if not bool(torch.isfinite(value).all()):
+                    raise CheckpointError(f"{what} holds non-finite values in its optimizer {key}; it is corrupt")
 
 
 def convert_pickled(src: str | Path, dst: str | Path) -> dict[str, Any]:

@@ -91,9 +91,9 @@ def _compile(mjcf: Path, where: str) -> tuple[str, mujoco.MjModel, bool]:
     try:
         spec = mujoco.MjSpec.from_file(str(mjcf))
         return spec.modelname, spec.compile(), bool(spec.compiler.degree)
-    except Exception as err:  # MuJoCo raises ValueError with a multi-line message
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise RobotFileError(f"{where}: MJCF '{mjcf}' failed to load: {first}") from err
+    except Exception as err:  # MuJoCo raises ValueError with a multi-line message: its reason and line come second
+        reason = " ".join(str(err).split())[:300] or type(err).__name__
+        raise RobotFileError(f"{where}: MJCF '{mjcf}' failed to load: {reason}") from err
 
 
 def _joints(model: mujoco.MjModel, where: str) -> tuple[str, ...]:

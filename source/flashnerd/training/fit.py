@@ -32,7 +32,14 @@ from flashnerd.data.dataset import TrajectoryData, check_robot, load_datasets
 from flashnerd.dynamics import make_dynamics
 from flashnerd.dynamics.representation import StateRepresentation
 from flashnerd.models import MAX_MEMBERS, MODEL_KINDS, build_model, model_sizes, num_params, takes_contact_rows
-from flashnerd.models.checkpoint import config_dict, contact_head_from_checkpoint, read_checkpoint, save_checkpoint
+from flashnerd.models.checkpoint import (
+    CheckpointError,
+    config_dict,
+    contact_head_from_checkpoint,
+    load_optimizer_state,
+    read_checkpoint,
+    save_checkpoint,
+)
 from flashnerd.models.normalizer import Normalizer
 from flashnerd.robots import robot_of_record
 from flashnerd.sim.scene import build_scene
@@ -40,6 +47,7 @@ from flashnerd.training.contact_head import contact_head_entry, fit_contact_head
 from flashnerd.training.evaluate import rollout_errors
 from flashnerd.training.features import trajectory_tensors
 from flashnerd.utils.distributed import DistInfo, all_reduce_max
+from flashnerd.utils.hints import is_number
 from flashnerd.utils.interrupt import DeferredInterrupt
 
 
@@ -106,8 +114,9 @@ def check_fit_config(cfg: FitConfig) -> None:
         raise ValueError(f"--patience must be >= 0 (0: no early stopping), got {cfg.patience}")
     for name in ("window", "ar_history", "ar_steps", "ar_batch_size", "batch_size", "max_steps", "eval_every",
                  "max_rows"):
-        if getattr(cfg, name) < 1:
-            raise ValueError(f"--{name} must be a positive integer, got {getattr(cfg, name)}")
+        value = getattr(cfg, name)  # a config read back from a checkpoint may hold anything
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"--{name} must be a positive integer, got {str(value)[:40]}")
 
 
 class FitDiverged(ValueError):
@@ -448,9 +457,24 @@ class Fitter:
     def resume(self, path: str | Path) -> None:
         """Continue from a checkpoint of this run: weights, optimizer, step, RNG and history."""
         ckpt = self._load_weights(path, "resume")
-        self.opt.load_state_dict(ckpt["optimizer"])
-        self.step, self.train_seconds, self.history = ckpt["step"], ckpt["train_seconds"], ckpt["history"]
-        self.gen.set_state(ckpt["rng"])
+        missing = [k for k in ("optimizer", "step", "train_seconds", "rng", "history") if k not in ckpt]
+        if missing:
+            raise CheckpointError(f"checkpoint '{path}' lacks {', '.join(missing)}, so it cannot be resumed (an "
+                                  "exported checkpoint keeps only what inference needs); start a new fit, or start "
+                                  f"from its weights with --init {path}")
+        step, seconds, history, rng = ckpt["step"], ckpt["train_seconds"], ckpt["history"], ckpt["rng"]
+        if not (isinstance(step, int) and not isinstance(step, bool) and step >= 0 and is_number(seconds)
+                and math.isfinite(seconds) and seconds >= 0
+                and isinstance(rng, torch.Tensor) and rng.dtype == torch.uint8
+                and rng.shape == self.gen.get_state().shape and history
+                and all(isinstance(h, dict) and isinstance(h.get("step"), int) and not isinstance(h["step"], bool)
+                        and isinstance(h.get("val_loss"), float) and math.isfinite(h["val_loss"])
+                        for h in history)):
+            raise CheckpointError(f"checkpoint '{path}' is corrupt: its step, train_seconds, rng or history is not "
+                                  "what `flashnerd fit` writes; start a new fit")
+        load_optimizer_state(self.opt, ckpt["optimizer"], f"checkpoint '{path}'")
+        self.step, self.train_seconds, self.history = step, seconds, history
+        self.gen.set_state(rng)
 
     def init_from(self, path: str | Path) -> None:
         """Start from another fit's weights and normalizers (a model refitted on more data, e.g. rollouts its own
@@ -468,14 +492,19 @@ class Fitter:
         if ckpt.get("ensemble", 1) != self.members:
             raise ValueError(f"checkpoint '{path}' holds {ckpt.get('ensemble', 1)} member(s), this fit "
                              f"--ensemble {self.members}; cannot {verb} it with another member count")
-        self.model.load_state_dict(ckpt["state_dict"])
         contact_head_from_checkpoint(ckpt, self.robot.all_contact_bodies)  # a bad head is refused before the fit
         # --contact_head_steps 0 asks for no head: none is carried over from the starting checkpoint
         self.contact_head = ckpt.get("contact_head") if self.cfg.contact_head_steps else None
         x_old, y_old = self.x_norm, self.y_norm
         self.x_norm, self.y_norm = Normalizer(len(x_old.mean)), Normalizer(len(y_old.mean))
-        self.x_norm.load_state_dict(ckpt["input_normalizer"])
-        self.y_norm.load_state_dict(ckpt["target_normalizer"])
+        try:
+            self.model.load_state_dict(ckpt["state_dict"])
+            self.x_norm.load_state_dict(ckpt["input_normalizer"])
+            self.y_norm.load_state_dict(ckpt["target_normalizer"])
+        except RuntimeError as err:  # names or shapes of another model (torch's first line only names the module)
+            detail = " ".join(str(err).split())[:200]
+            raise CheckpointError(f"checkpoint '{path}' weights or normalizers do not fit its model config; the file "
+                                  f"is corrupt ({detail})") from err
         self.x_norm.to(self.device)
         self.y_norm.to(self.device)
         for name, old, new in (("xn_tr", x_old, self.x_norm), ("xn_va", x_old, self.x_norm),

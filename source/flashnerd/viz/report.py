@@ -532,7 +532,7 @@ def render_block(name: str, folder: Path) -> str:
         raise ValueError(f"report block '{name}': no renderer for that name; prefixes: {', '.join(RENDERERS)}")
     try:
         return renderer(json.loads(path.read_text()), name, folder).rstrip() + "\n"
-    except (ValueError, KeyError, TypeError, IndexError, AttributeError) as err:
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError, RecursionError) as err:
         raise ValueError(f"{path} is not the JSON that block '{name}' expects ({type(err).__name__}: "
                          f"{str(err)[:100]}); write it again with the command named on the page") from err
 

@@ -194,8 +194,8 @@ def _resumed(path: Path, settings: dict, grid: dict[str, tuple[str, str, int]]) 
         return {**settings, "backends": {}}
     try:
         old = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as err:
-        raise CLIError(f"--resume: '{path}' is no bench ppo JSON ({err}); pass another --name") from None
+    except (OSError, ValueError, RecursionError) as err:
+        raise CLIError(f"--resume: '{path}' is no bench ppo JSON ({str(err)[:100]}); pass another --name") from None
     if not isinstance(old, dict) or not isinstance(old.get("backends"), dict):
         raise CLIError(f"--resume: '{path}' is no bench ppo JSON; pass another --name")
     has_shac = any(isinstance(r, dict) and r.get("algo") == "shac" for r in old["backends"].values())
