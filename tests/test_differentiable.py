@@ -245,6 +245,12 @@ def test_shac_trains_saves_an_rsl_rl_checkpoint_that_eval_loads_and_resumes(tmp_
                  "--checkpoint", str(truncated)]) == 2
     err = capsys.readouterr().err.strip()
     assert "lacks shac_actor_optimizer" in err and len(err.splitlines()) == 1
+    target = {k: torch.full_like(v, float("nan")) for k, v in loaded["shac_target_critic"].items()}
+    torch.save({**loaded, "shac_target_critic": target}, truncated)  # the critic SHAC's targets come from
+    assert main([*argv[:-4], "--run_name", "bad", "--eval_episodes", "0", "--max_iterations", "3", "--resume",
+                 "--checkpoint", str(truncated)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "non-finite values in its target critic" in err.splitlines()[-1] and "Traceback" not in err, err
 
 
 def test_shac_max_seconds_stops_and_saves_after_the_iteration_that_spends_them(tmp_path, capsys):

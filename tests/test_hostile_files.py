@@ -385,12 +385,28 @@ def _moment_of_another_shape(ckpt) -> None:
     state[next(iter(state))]["exp_avg"] = torch.zeros(3, 3)
 
 
+def _first_state(ckpt, value=None):
+    """The first parameter's optimizer state, or set it to `value`."""
+    state = ckpt["optimizer"]["state"]
+    if value is not None:
+        state[next(iter(state))] = value
+    return state[next(iter(state))]
+
+
 RESUME_CASES = {
     "exported": (lambda c: c.pop("optimizer"), "lacks optimizer, so it cannot be resumed"),
     "moment_shape": (_moment_of_another_shape, "optimizer exp_avg of shape (3, 3)"),
     "lr_text": (lambda c: c["optimizer"]["param_groups"][0].update(lr="fast"), "optimizer setting lr=fast"),
+    # each of these passes torch's load_state_dict and failed at the first step
+    "state_list": (lambda c: _first_state(c, []), "an optimizer state of type list"),
+    "moment_0d": (lambda c: _first_state(c, {**_first_state(c), "exp_avg": torch.tensor(0.0)}),
+                  "optimizer exp_avg of shape ()"),
+    "capturable": (lambda c: c["optimizer"]["param_groups"][0].update(capturable=True),
+                   "optimizer setting capturable=True"),
+    "amsgrad_unkept": (lambda c: c["optimizer"]["param_groups"][0].update(amsgrad=True), "not Adam's"),
     "history_text": (lambda c: c.update(history="x"), "field 'history' is not a list"),
     "rng_floats": (lambda c: c.update(rng=torch.zeros(3)), "its step, train_seconds, rng or history"),
+    "rng_of_a_gpu": (lambda c: c.update(rng=torch.zeros(16, dtype=torch.uint8)), "ran on another kind of device"),
     "normalizer_keys": (lambda c: c.update(input_normalizer={"foo": torch.zeros(3)}),
                         "weights or normalizers do not fit"),
 }

@@ -103,6 +103,9 @@ def _bad(recorded, edit):
     (lambda f: f.assign(q_LF_HAA="left"), "column q_LF_HAA holds str, not numbers"),
     # time in ns: resampled, each run would be 3e10 control steps (a 1e7 s span of two rows was killed for memory)
     (lambda f: f.assign(time=f["time"] * 1e9), "control steps of 0.02 s (more than 100 per row); log time in s"),
+    # time in ms on a 1 kHz log is 20 control steps per row: the rate passes, and the positions move 1000x slower than
+    # their logged velocities (too slowly to be judged on their own)
+    (lambda f: f.assign(time=f["time"] * 100), "x the time derivative of its position; log it in rad/s"),
 ])
 def test_bad_logs_are_one_line_errors(recorded, edit, message, capsys, tmp_path):
     path = tmp_path / "bad.parquet"

@@ -76,7 +76,7 @@ PLAN_SETTINGS = ("task", "seed", "num_samples", "horizon", "iterations", "episod
 SETTING_DEFAULTS = {"grad_steps": 0, "grad_lr": None}
 
 
-def finite_number(x) -> bool:
+def finite_number(x: object) -> bool:
     """A finite number (JSON from elsewhere may hold NaN or Infinity)."""
     try:
         return is_number(x) and math.isfinite(x)
@@ -84,7 +84,7 @@ def finite_number(x) -> bool:
         return False
 
 
-def is_backend_result(r) -> bool:
+def is_backend_result(r: object) -> bool:
     """Whether `r` has the shape of a backend's entry in a plan JSON (what `--resume` and `flashnerd plan-table`
     read of it), each platform once."""
     return (isinstance(r, dict) and isinstance(r.get("per_platform"), list) and all(

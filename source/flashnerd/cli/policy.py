@@ -51,8 +51,9 @@ def _checked(path: Path) -> Path:
 
 
 def load_policy(runner, path: Path, device: str):
-    """Load a runner checkpoint (read safely, see `read_policy_checkpoint`) and return its inference policy."""
-    runner.load(str(path), map_location=device)
+    """Load the actor of a runner checkpoint (read safely, see `read_policy_checkpoint`) and return its inference
+    policy; the critic and optimizer, which acting never reads, are left out."""
+    runner.load(str(path), {"actor": True}, map_location=device)
     return runner.get_inference_policy(device=device)
 
 

@@ -137,8 +137,8 @@ def load_dataset(path: str | Path, robot: RobotSpec | None = None) -> Trajectory
 
 
 def _refuse_foreign_storage(f: h5py.File, path: Path) -> None:
-    """Refuse arrays whose data is not in the file itself: a link (soft or external) or an external or virtual
-    dataset would read another file, or the same array twice, in place of what `flashnerd record` wrote there."""
+    """Refuse arrays whose data is not in the file itself: a soft or external link, or an external or virtual dataset,
+    would read another file (or another place in this one) in place of what `flashnerd record` wrote there."""
     for name in (*REQUIRED, "contact_force", "contact"):
         link = f.get(name, getlink=True)
         if link is None:

@@ -306,16 +306,18 @@ def _check_units(seg: pd.DataFrame, lay: _Layout, where: str, sums: dict[str, np
         lin_w = quat_apply(quat, torch.from_numpy(seg[list(BASE["lin_vel"])].to_numpy(float)[1:-1].copy())).numpy()
         pairs.append(("base_lin_vel", (pos[2:] - pos[:-2]) / span, lin_w))
     for name, derivative, logged in pairs:
-        sums[name] = sums.get(name, np.zeros(3)) + ((logged * derivative).sum(), (derivative ** 2).sum(),
-                                                    derivative.size)
+        sums[name] = sums.get(name, np.zeros(4)) + ((logged * derivative).sum(), (derivative ** 2).sum(),
+                                                    (logged ** 2).sum(), derivative.size)
 
 
 def _check_velocity_units(sums: dict[str, np.ndarray], where: str) -> None:
     """Each velocity column of a file against the derivative of its position, over all its segments."""
-    for name, (cross, square, count) in sums.items():
-        if count == 0 or np.sqrt(square / count) < MIN_MOTION:
+    for name, (cross, square, logged_square, count) in sums.items():
+        # a still joint cannot tell units apart; a logged speed on a still position can (time in ms makes every
+        # position change 1000x slower than its logged velocity)
+        if count == 0 or max(square, logged_square) / count < MIN_MOTION ** 2:
             continue
-        ratio = float(cross / square)
+        ratio = float(cross / square) if square > 0 else math.inf
         if not UNIT_RATIO[0] <= ratio <= UNIT_RATIO[1]:
             unit = "m/s in the base frame" if name == "base_lin_vel" else "rad/s (m/s for slide joints)"
             raise LogError(f"robot log '{where}': {name} is {ratio:.3g} x the time derivative of its position; log it "

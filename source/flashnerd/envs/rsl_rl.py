@@ -97,11 +97,16 @@ def read_policy_checkpoint(path: str, map_location: str | None = None) -> dict:
         weights = loaded.get(key, {})
         if not all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in weights.items()):
             raise ValueError(f"policy checkpoint '{path}' is corrupt: {key} is not a mapping of names to tensors")
-        bad = [k for k, v in weights.items() if v.is_floating_point() and not bool(v.isfinite().all())]
-        if bad:
-            raise ValueError(f"policy checkpoint '{path}' holds non-finite values in {key}.{bad[0]}; it cannot be "
-                             "used")
+    _check_finite(loaded, "actor_state_dict", path)  # the critic and optimizer matter to training only (`load`)
     return loaded
+
+
+def _check_finite(loaded: dict, key: str, path: str) -> None:
+    """Refuse a checkpoint whose `key` state dict holds NaN or infinite floating-point values."""
+    weights = loaded.get(key, {})
+    bad = [k for k, v in weights.items() if v.is_floating_point() and not bool(v.isfinite().all())]
+    if bad:
+        raise ValueError(f"policy checkpoint '{path}' holds non-finite values in {key}.{bad[0]}; it cannot be used")
 
 
 class _TimeBudgetSpent(Exception):
@@ -184,8 +189,11 @@ class FlashNeRDRunner(OnPolicyRunner):
     def load(self, path: str, load_cfg: dict | None = None, strict: bool = True,
              map_location: str | None = None) -> dict:
         """rsl_rl's `load` on a file read with `read_policy_checkpoint` (tensors and plain types only); a checkpoint
-        of another task or network shape is a one-line error."""
+        of another task or network shape, or a non-finite critic or broken optimizer state where `load_cfg` asks for
+        them (everything by default, as a resumed run needs), is a one-line error."""
         loaded = read_policy_checkpoint(path, map_location)
+        if load_cfg is None or load_cfg.get("critic"):
+            _check_finite(loaded, "critic_state_dict", path)
         try:
             load_iteration = self.alg.load(loaded, load_cfg, strict)
         except (RuntimeError, KeyError, ValueError, TypeError, IndexError) as err:

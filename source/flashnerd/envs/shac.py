@@ -304,6 +304,9 @@ class ShacTrainer:
         except (RuntimeError, TypeError, AttributeError) as err:  # not a mapping, or of another critic's shapes
             raise CheckpointError(f"SHAC checkpoint '{path}' holds a target critic that does not fit this task's "
                                   "critic; it is corrupt or of another task") from err
+        if not all(bool(p.isfinite().all()) for p in self.target_critic.state_dict().values() if p.is_floating_point()):
+            raise CheckpointError(f"SHAC checkpoint '{path}' holds non-finite values in its target critic; it cannot "
+                                  "be resumed")
         self.iteration = int(loaded["iter"]) + 1
 
 

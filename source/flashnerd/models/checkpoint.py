@@ -323,6 +323,10 @@ def load_plain_pickle(path: str | Path, what: str, map_location: str | None = "c
                               "a torch file") from err
 
 
+# optimizer settings that pick how a step runs, not what it computes: a file's value would fail at the first step
+OPTIMIZER_MODES = ("capturable", "fused", "differentiable")
+
+
 def load_optimizer_state(optimizer: torch.optim.Optimizer, state: Any, what: str) -> None:
     """Load `state` (read from the file `what` names) into `optimizer`, then `check_optimizer_state`; a state of
     another optimizer or model is a one-line `CheckpointError`, not a traceback at the first step."""
@@ -336,13 +340,17 @@ def load_optimizer_state(optimizer: torch.optim.Optimizer, state: Any, what: str
 
 
 def check_optimizer_state(optimizer: torch.optim.Optimizer, what: str) -> None:
-    """After `optimizer.load_state_dict` (which checks neither): every per-parameter state tensor (Adam's moments) is
-    finite and of its parameter's shape, and every setting is of its default's type (a finite number where that is
-    a number); otherwise a one-line `CheckpointError` naming `what`, the file it came from."""
+    """After `optimizer.load_state_dict` (which checks neither): numeric settings are finite numbers, flags are flags
+    and those of `OPTIMIZER_MODES` the ones this process built the optimizer with; each parameter's state is
+    a mapping whose moments are finite tensors of its parameter's shape and whose `step` is a finite count, with
+    exactly the entries Adam keeps. Otherwise a one-line `CheckpointError` naming `what`, the file it came from (not
+    a traceback at the first step)."""
     def number(x: Any) -> bool:
         return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
-    def like(value: Any, default: Any) -> bool:
+    def like(key: str, value: Any, default: Any) -> bool:
+        if key in OPTIMIZER_MODES:  # how the step runs (on which device, through which kernel): this process's
+            return value == default
         if isinstance(default, bool):
             return isinstance(value, bool)
         if number(default):
@@ -351,19 +359,30 @@ def check_optimizer_state(optimizer: torch.optim.Optimizer, what: str) -> None:
             return isinstance(value, (list, tuple)) and len(value) == len(default) and all(map(number, value))
         return True
 
+    def refuse(detail: str) -> None:
+        raise CheckpointError(f"{what} holds {detail}; it is corrupt or of another model")
+
+    adam = isinstance(optimizer, (torch.optim.Adam, torch.optim.AdamW))
     for i, group in enumerate(optimizer.param_groups):
         for key, default in optimizer.defaults.items():
-            value = group.get(key)
-            if not like(value, default):
-                raise CheckpointError(f"{what} holds an optimizer setting {key}={str(value)[:40]} in group {i}; it "
-                                      "is corrupt")
+            if not like(key, group.get(key, default), default):
+                refuse(f"an optimizer setting {key}={str(group.get(key))[:40]} in group {i}")
+        expected = {"step", "exp_avg", "exp_avg_sq", *(("max_exp_avg_sq",) if group.get("amsgrad") else ())}
         for param in group["params"]:
-            for key, value in optimizer.state.get(param, {}).items():
-                if not isinstance(value, torch.Tensor):
+            state = optimizer.state.get(param, {})
+            if not isinstance(state, dict):
+                refuse(f"an optimizer state of type {type(state).__name__} for a parameter")
+            if adam and state and set(state) != expected:
+                refuse(f"an optimizer state with entries {sorted(map(str, state))[:5]}, not Adam's {sorted(expected)}")
+            for key, value in state.items():
+                if key == "step":
+                    count = value.item() if isinstance(value, torch.Tensor) and value.numel() == 1 else value
+                    if not (number(count) and count >= 0):
+                        refuse(f"an optimizer step count {str(value)[:40]}")
                     continue
-                if value.dim() and value.shape != param.shape:
-                    raise CheckpointError(f"{what} holds an optimizer {key} of shape {tuple(value.shape)} for a "
-                                          f"parameter of shape {tuple(param.shape)}; it is corrupt or of another model")
+                if not isinstance(value, torch.Tensor) or value.shape != param.shape:
+                    shape = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
+                    refuse(f"an optimizer {key} of shape {shape} for a parameter of shape {tuple(param.shape)}")
                 if not bool(torch.isfinite(value).all()):
                     raise CheckpointError(f"{what} holds non-finite values in its optimizer {key}; it is corrupt")
 

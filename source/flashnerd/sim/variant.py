@@ -51,7 +51,7 @@ def payload_body(model: mujoco.MjModel, variant: RobotVariant) -> int | None:
     return body
 
 
-def _ground_contact(spec: mujoco.MjSpec, geom) -> None:
+def _ground_contact(spec: mujoco.MjSpec, geom: mujoco.MjsGeom) -> None:
     """Give `geom` the parameters of its contacts with the ground and a priority above the ground's, so that it alone
     decides them (MuJoCo's `mj_contactParam`: the geom of higher priority decides; of equal priority condim and
     friction are the larger, solref and solimp mixed by solmix). A geom that decided them already is left alone."""

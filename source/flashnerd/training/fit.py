@@ -463,10 +463,15 @@ class Fitter:
                                   "exported checkpoint keeps only what inference needs); start a new fit, or start "
                                   f"from its weights with --init {path}")
         step, seconds, history, rng = ckpt["step"], ckpt["train_seconds"], ckpt["history"], ckpt["rng"]
+        own = self.gen.get_state()
+        if isinstance(rng, torch.Tensor) and rng.dtype == torch.uint8 and rng.dim() == 1 and rng.shape != own.shape:
+            raise CheckpointError(f"checkpoint '{path}' holds a random-generator state of {rng.numel()} bytes, this "
+                                  f"device's ({self.device}) has {own.numel()}: the fit ran on another kind of device; "
+                                  f"resume it there, or start from its weights with --init {path}")
         if not (isinstance(step, int) and not isinstance(step, bool) and step >= 0 and is_number(seconds)
                 and math.isfinite(seconds) and seconds >= 0
                 and isinstance(rng, torch.Tensor) and rng.dtype == torch.uint8
-                and rng.shape == self.gen.get_state().shape and history
+                and rng.shape == own.shape and history
                 and all(isinstance(h, dict) and isinstance(h.get("step"), int) and not isinstance(h["step"], bool)
                         and isinstance(h.get("val_loss"), float) and math.isfinite(h["val_loss"])
                         for h in history)):
