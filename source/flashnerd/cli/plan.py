@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from pathlib import Path
 
@@ -32,7 +31,7 @@ from flashnerd.cli.plan_args import (
 from flashnerd.dynamics import backend_names
 from flashnerd.planning.climb import RolloutRecorder, climb_platform
 from flashnerd.sim.scene import variant_robot
-from flashnerd.utils.hints import is_number
+from flashnerd.utils.hints import finite_number
 
 RECORD_PER_CALL = 4  # planning rollouts kept per iteration when recording them
 
@@ -74,14 +73,6 @@ PLAN_SETTINGS = ("task", "seed", "num_samples", "horizon", "iterations", "episod
                  "stand_at_goal", "weights", "device", "robot_variant", "grad_steps", "grad_lr")
 # a file written before a setting existed is read as holding its default (no refinement)
 SETTING_DEFAULTS = {"grad_steps": 0, "grad_lr": None}
-
-
-def finite_number(x: object) -> bool:
-    """A finite number (JSON from elsewhere may hold NaN or Infinity)."""
-    try:
-        return is_number(x) and math.isfinite(x)
-    except OverflowError:  # an integer too large for a float
-        return False
 
 
 def is_backend_result(r: object) -> bool:

@@ -11,7 +11,8 @@ from pathlib import Path
 import numpy as np
 
 from flashnerd.cli.common import CLIError, check_writable, write_json
-from flashnerd.cli.plan import PLAN_SETTINGS, SETTING_DEFAULTS, finite_number, is_backend_result
+from flashnerd.cli.plan import PLAN_SETTINGS, SETTING_DEFAULTS, is_backend_result
+from flashnerd.utils.hints import finite_number
 
 # what runs of one table share: every plan setting but the seed, and the thread count (planning times are compared)
 TABLE_SETTINGS = (*(k for k in PLAN_SETTINGS if k != "seed"), "threads")

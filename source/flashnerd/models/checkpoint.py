@@ -28,6 +28,7 @@ from flashnerd.models import MAX_MEMBERS, MODEL_KINDS, build_model
 from flashnerd.models.contact_head import MAX_HIDDEN, MAX_LAYERS, ContactHead, ContactHeadConfig
 from flashnerd.models.normalizer import Normalizer
 from flashnerd.robots import RobotSpec
+from flashnerd.utils.hints import finite_number
 
 FORMAT = "flashnerd-dynamics"
 FORMAT_VERSION = 2  # 2: safetensors + JSON metadata; 1: a torch pickle (refused, convert it)
@@ -345,18 +346,15 @@ def check_optimizer_state(optimizer: torch.optim.Optimizer, what: str) -> None:
     a mapping whose moments are finite tensors of its parameter's shape and whose `step` is a finite count, with
     exactly the entries Adam keeps. Otherwise a one-line `CheckpointError` naming `what`, the file it came from (not
     a traceback at the first step)."""
-    def number(x: Any) -> bool:
-        return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
-
     def like(key: str, value: Any, default: Any) -> bool:
         if key in OPTIMIZER_MODES:  # how the step runs (on which device, through which kernel): this process's
             return value == default
         if isinstance(default, bool):
             return isinstance(value, bool)
-        if number(default):
-            return number(value)
+        if finite_number(default):
+            return finite_number(value)
         if isinstance(default, tuple):  # Adam's betas (a list once read back from JSON)
-            return isinstance(value, (list, tuple)) and len(value) == len(default) and all(map(number, value))
+            return isinstance(value, (list, tuple)) and len(value) == len(default) and all(map(finite_number, value))
         return True
 
     def refuse(detail: str) -> None:
@@ -377,7 +375,7 @@ def check_optimizer_state(optimizer: torch.optim.Optimizer, what: str) -> None:
             for key, value in state.items():
                 if key == "step":
                     count = value.item() if isinstance(value, torch.Tensor) and value.numel() == 1 else value
-                    if not (number(count) and count >= 0):
+                    if not (finite_number(count) and count >= 0):
                         refuse(f"an optimizer step count {str(value)[:40]}")
                     continue
                 if not isinstance(value, torch.Tensor) or value.shape != param.shape:

@@ -47,7 +47,7 @@ from flashnerd.training.contact_head import contact_head_entry, fit_contact_head
 from flashnerd.training.evaluate import rollout_errors
 from flashnerd.training.features import trajectory_tensors
 from flashnerd.utils.distributed import DistInfo, all_reduce_max
-from flashnerd.utils.hints import is_number
+from flashnerd.utils.hints import finite_number
 from flashnerd.utils.interrupt import DeferredInterrupt
 
 
@@ -468,8 +468,8 @@ class Fitter:
             raise CheckpointError(f"checkpoint '{path}' holds a random-generator state of {rng.numel()} bytes, this "
                                   f"device's ({self.device}) has {own.numel()}: the fit ran on another kind of device; "
                                   f"resume it there, or start from its weights with --init {path}")
-        if not (isinstance(step, int) and not isinstance(step, bool) and step >= 0 and is_number(seconds)
-                and math.isfinite(seconds) and seconds >= 0
+        if not (isinstance(step, int) and not isinstance(step, bool) and step >= 0 and finite_number(seconds)
+                and seconds >= 0
                 and isinstance(rng, torch.Tensor) and rng.dtype == torch.uint8
                 and rng.shape == own.shape and history
                 and all(isinstance(h, dict) and isinstance(h.get("step"), int) and not isinstance(h["step"], bool)

@@ -3,6 +3,7 @@ the readers of JSON files from other people."""
 
 from __future__ import annotations
 
+import math
 import types
 import typing
 from typing import Any
@@ -18,4 +19,12 @@ def is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-__all__ = ["is_number", "union_members"]
+def finite_number(value: Any) -> bool:
+    """A finite int or float, not a bool (JSON and checkpoints from elsewhere may hold NaN, Infinity or huge ints)."""
+    try:
+        return is_number(value) and math.isfinite(value)
+    except OverflowError:  # an integer too large for a float
+        return False
+
+
+__all__ = ["finite_number", "is_number", "union_members"]
