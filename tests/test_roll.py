@@ -114,6 +114,7 @@ def test_finetune_comparison_runs_end_to_end(tmp_path):
     result = summary["backends"]["mujoco"]
     assert len(result["runs"]) == 2 and result["seconds_per_100_iterations"] > 0
     assert 0.0 <= result["success_rate"] <= 1.0
+    assert result["fall_rate"] == sum(r["fall_rate"] for r in result["runs"]) / 2
     assert (out / "ft.png").read_bytes()[:4] == b"\x89PNG"
     # Policies are judged from standing starts (the Play variant has no mid-roll starts), the pretrained one too.
     assert summary["eval_task"] == "FlashNeRD-Roll-Flat-Microduck-Play-v0"
@@ -125,4 +126,12 @@ def test_finetune_comparison_runs_end_to_end(tmp_path):
     text = render_block("microduck_finetune_t", out)
     assert "| `mujoco` |" in text and "(pretrained, not fine-tuned)" in text and "1.00x" in text
     assert (out / "microduck_finetune_t.png").read_bytes()[:4] == b"\x89PNG"
+    # A task without a success measure (the velocity task) has no success cell, and its falls are shown.
+    for r in (summary["backends"]["mujoco"], summary["pretrained_eval"]):
+        r["success_rate"], r["fall_rate"] = None, 0.25
+    (out / "microduck_finetune_t.json").write_text(json.dumps(summary))
+    rows = [line for line in render_block("microduck_finetune_t", out).splitlines() if line.startswith("| `mujoco`")
+            or line.startswith("| (pretrained")]
+    assert len(rows) == 2 and all(row.split("|")[4].strip() == "-" and row.split("|")[6].strip() == "25.0%"
+                                  for row in rows)
 

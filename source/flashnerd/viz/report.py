@@ -93,7 +93,8 @@ def plot_targets(backends: dict, path: str | Path, title: str) -> None:
 
 
 def plot_finetune(backends: dict, path: str | Path, title: str) -> None:
-    """Fig. 6: mean wall time of the fine-tuning iterations per backend (bars), MuJoCo success rate on the labels."""
+    """Fig. 6: mean wall time of the fine-tuning iterations per backend (bars), MuJoCo success rate on the labels (the
+    return on a task without a success measure)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -104,8 +105,11 @@ def plot_finetune(backends: dict, path: str | Path, title: str) -> None:
     fig, ax = plt.subplots(figsize=(4.8, 3.6))
     bars = ax.bar(names, seconds, color=["#4c72b0", "#55a868", "#c44e52", "#8172b2"][:len(names)])
     for bar, b in zip(bars, names):
-        ax.annotate(f"{bar.get_height():.0f} s\nsuccess {100 * backends[b]['success_rate']:.0f}%",
-                    (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center", va="bottom", fontsize=8)
+        success = backends[b].get("success_rate")
+        outcome = (f"success {100 * success:.0f}%" if success is not None
+                   else f"return {backends[b]['mean_return']:.1f}")
+        ax.annotate(f"{bar.get_height():.0f} s\n{outcome}", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                    ha="center", va="bottom", fontsize=8)
     ax.set_ylabel("wall time of 100 PPO iterations (s)")
     ax.set_title(f"{title}\n(fine-tuned per backend, evaluated in MuJoCo)", fontsize=9)
     ax.margins(y=0.25)
@@ -346,23 +350,29 @@ def run_label(run: dict) -> str:
     return run["backend"] if algo == "ppo" else f"{run['backend']}:{algo}"
 
 
+def _percent(share: float | None) -> str:
+    """A share as a table cell; '-' where the run has no such figure (a task without success, an older JSON)."""
+    return "-" if share is None else f"{100 * share:.1f}%"
+
+
 def _finetune(data: dict, name: str, folder: Path) -> str:
-    """`flashnerd bench finetune` JSON -> wall time and MuJoCo success per backend + bar chart (NAME.png)."""
+    """`flashnerd bench finetune` JSON -> wall time, MuJoCo success, return and falls per backend + bar chart."""
     backends = data["backends"]
     plot_finetune(backends, folder / f"{name}.png", data["task"])
     ref = backends.get(REFERENCE_BACKEND, {}).get("seconds_per_100_iterations")
     rows = [f"{data['iterations']} fine-tuning iterations x {data['seeds']} seeds per backend, "
             f"{data['num_envs']} envs, device `{data['device']}`; every policy evaluated in MuJoCo.", "",
-            "| fine-tuned on | s / 100 iterations | speed-up vs `mujoco` | success rate (MuJoCo) | return (MuJoCo) |",
-            "|---|---|---|---|---|"]
+            "| fine-tuned on | s / 100 iterations | speed-up vs `mujoco` | success rate (MuJoCo) | return (MuJoCo) "
+            "| falls (MuJoCo) |",
+            "|---|---|---|---|---|---|"]
     for backend, r in backends.items():
         speed = f"{ref / r['seconds_per_100_iterations']:.2f}x" if ref else "-"
         rows.append(f"| `{backend}` | {r['seconds_per_100_iterations']:.1f} | {speed} | "
-                    f"{100 * r['success_rate']:.1f}% | {r['mean_return']:.1f} |")
+                    f"{_percent(r.get('success_rate'))} | {r['mean_return']:.1f} | {_percent(r.get('fall_rate'))} |")
     if "pretrained_eval" in data:
         e = data["pretrained_eval"]
-        rows.append(f"| (pretrained, not fine-tuned) | - | - | {100 * e['success_rate']:.1f}% | "
-                    f"{e['mean_return']:.1f} |")
+        rows.append(f"| (pretrained, not fine-tuned) | - | - | {_percent(e.get('success_rate'))} | "
+                    f"{e['mean_return']:.1f} | {_percent(e.get('fall_rate'))} |")
     rows += ["", f"![Fine-tuning wall time and MuJoCo success rate per backend](results/{name}.png)"]
     return "\n".join(rows)
 

@@ -1,5 +1,6 @@
 """`flashnerd bench finetune`: pretrain on the reference simulator, fine-tune on each backend over seeds, evaluate
-every policy there; wall time per 100 iterations and success rate (JSON and the bar chart of Fig. 6)."""
+every policy there; wall time per 100 iterations, return, fall rate and (on tasks that define one) success rate (JSON
+and the bar chart of Fig. 6)."""
 
 from __future__ import annotations
 
@@ -89,16 +90,22 @@ def run(args: argparse.Namespace) -> dict:
                                         args.iterations, init=pretrained)
             ev = evaluate(runner.get_inference_policy(device=agent_cfg.device), env_cfg)
             runs.append({"seed": seed, "wall_s": wall, "seconds_per_100_iterations": 100 * wall / args.iterations,
-                         "mean_return": ev["mean_return"], "success_rate": ev.get("success_rate", 0.0)})
-        results[backend] = {key: sum(r[key] for r in runs) / len(runs)
-                            for key in ("seconds_per_100_iterations", "success_rate", "mean_return")}
+                         "mean_return": ev["mean_return"], "success_rate": ev.get("success_rate"),
+                         "fall_rate": ev["fall_rate"]})
+        results[backend] = {key: mean_or_none([r[key] for r in runs])
+                            for key in ("seconds_per_100_iterations", "success_rate", "mean_return", "fall_rate")}
         results[backend]["runs"] = runs
     summary = {"task": args.task, "eval_task": eval_task, "iterations": args.iterations, "seeds": args.seeds,
                "num_envs": env_cfg.num_envs, "pretrained": pretrained, "device": args.device,
-               "pretrained_eval": {"success_rate": start_eval.get("success_rate", 0.0),
-                                   "mean_return": start_eval["mean_return"]},
+               "pretrained_eval": {"success_rate": start_eval.get("success_rate"),
+                                   "mean_return": start_eval["mean_return"], "fall_rate": start_eval["fall_rate"]},
                "backends": results}
     write_json(out_dir / f"{args.name}.json", summary)
     plot_finetune(results, out_dir / f"{args.name}.png", args.task)
     print(json.dumps({b: {k: v for k, v in r.items() if k != "runs"} for b, r in results.items()}))
     return summary
+
+
+def mean_or_none(values: list) -> float | None:
+    """The mean of a figure over runs; None where the task has no such figure (success rate of a task without one)."""
+    return None if any(v is None for v in values) else sum(values) / len(values)
