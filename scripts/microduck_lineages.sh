@@ -2,6 +2,8 @@
 # Issue 27's generalization check for the Microduck roll: data lineages (roll policies pretrained in MuJoCo from
 # DATA_SEEDS) feed `flashnerd improve --restart_from_policy` from the shipped model; evaluation lineages (EVAL_SEEDS,
 # kept out of every dataset) are fine-tuned 100 iterations on the final model and on mujoco, evaluated in MuJoCo.
+# Each evaluation lineage's pretrained policy is first evaluated on the final model (pretrained_on_model.json: how
+# often its roll reproduces there), then fine-tuned.
 # Usage: scripts/microduck_lineages.sh [ROUNDS] [FIT_SECONDS]   (OUT the data folder, LOGS the run folder)
 # A step whose output exists is skipped, so a stopped run continues where it stopped.
 # Data lineages must roll: PPO seeds differ (of seeds 3-12, 3, 4, 9 and 12 learned the roll in 400 iterations, the
@@ -70,6 +72,11 @@ M=$LOGS/round_$((ROUNDS - 1))/model.safetensors
 for S in $EVAL_SEEDS; do
   P=$(pretrained "$S")
   E=$LOGS/eval_round$((ROUNDS - 1))_s$S  # the final model's round in the name: more rounds, a new evaluation
+  mkdir -p "$E"
+  # before any fine-tuning: does the pretrained policy's roll reproduce on the model? (a roll the model gets wrong
+  # is one fine-tuning on it cannot keep; docs/results.md)
+  [[ -s $E/pretrained_on_model.json ]] || flashnerd eval --task $T --checkpoint "$P" --dynamics flashnerd \
+    --dynamics_checkpoint "$M" --episodes 64 | tail -n 1 > "$E/pretrained_on_model.json"
   [[ -f $E/finetune.json ]] || flashnerd bench finetune --task $T --pretrained "$P" --dynamics "$EVAL_BACKENDS" \
     --dynamics_checkpoint flashnerd="$M" --iterations 100 --seeds 1 --out_dir "$E" --name finetune | tail -n 1
 done
