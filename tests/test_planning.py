@@ -439,6 +439,53 @@ def test_plan_table_counts_climbs_over_seeds_and_refuses_runs_that_differ_in_mor
     assert "is not a `flashnerd plan --out` JSON" in capsys.readouterr().err
 
 
+def test_a_planning_checkpoint_is_the_same_model_by_content_wherever_it_lies(tmp_path, capsys):
+    """Runs planned from two checkouts name the same shipped file by two absolute paths: --resume and plan-table take
+    them as one model by content (recorded digest, else the file at the path now, else the path itself); a file of
+    other content is another model, and a checkpoint field that is not text makes a file no plan result."""
+    import json
+
+    from flashnerd.cli.main import main
+    from flashnerd.cli.plan import _resumable, checkpoint_sha256, same_checkpoint
+
+    here, there, other = tmp_path / "a" / "m.safetensors", tmp_path / "b" / "m.safetensors", tmp_path / "o.safetensors"
+    for path, content in ((here, b"weights"), (there, b"weights"), (other, b"other weights")):
+        path.parent.mkdir(exist_ok=True)
+        path.write_bytes(content)
+    gone = str(tmp_path / "gone" / "m.safetensors")
+    assert same_checkpoint({"checkpoint": str(here)}, {"checkpoint": str(there)})
+    assert not same_checkpoint({"checkpoint": str(here)}, {"checkpoint": str(other)})
+    assert same_checkpoint({"checkpoint": gone, "checkpoint_sha256": checkpoint_sha256(str(here))},
+                           {"checkpoint": str(there)})  # the digest stands for a file no longer there
+    assert not same_checkpoint({"checkpoint": gone}, {"checkpoint": str(there)})  # no digest, no file: by path
+    assert same_checkpoint({"checkpoint": gone}, {"checkpoint": gone})
+    assert same_checkpoint({"checkpoint": None}, {"checkpoint": None})
+    assert not same_checkpoint({"checkpoint": None}, {"checkpoint": str(here)})
+    earlier = {"checkpoint": str(here), "per_platform": [{"lane": 4, "planning_ms": [1.0]}]}
+    assert list(_resumable(earlier, str(there))) == [4] and _resumable(earlier, str(other)) == {}
+
+    def run_file(seed: int, checkpoint, digest: bool) -> str:
+        run = _plan_json(seed, {"flashnerd": [True, True]})
+        entry = run["backends"]["flashnerd"]
+        entry["checkpoint"] = checkpoint
+        if digest:
+            entry["checkpoint_sha256"] = checkpoint_sha256(checkpoint)
+        path = tmp_path / f"s{seed}_{len(list(tmp_path.glob('s*.json')))}.json"
+        path.write_text(json.dumps(run))
+        return str(path)
+
+    out = tmp_path / "t.json"
+    old, new = run_file(1, str(here), digest=False), run_file(2, str(there), digest=True)
+    assert main(["plan-table", old, new, "--out", str(out)]) == 0
+    assert json.loads(out.read_text())["backends"]["flashnerd"]["seeds"] == [1, 2]
+    capsys.readouterr()
+    assert main(["plan-table", old, run_file(3, str(other), digest=True), "--out", str(tmp_path / "u.json")]) == 2
+    assert "needs one model per backend" in capsys.readouterr().err
+    assert main(["plan-table", old, run_file(4, 7, digest=False), "--out", str(tmp_path / "u.json")]) == 2
+    assert "backend 'flashnerd' is not a plan result" in capsys.readouterr().err
+    assert not (tmp_path / "u.json").exists()
+
+
 def test_plan_table_joins_an_earlier_tables_backends_and_refuses_one_it_cannot_join(tmp_path, capsys):
     """A backend run in a later session joins the published table: the earlier backends' rows are kept as they were,
     the new backend's are counted from its runs, and the table may be rewritten in place; a table of other settings

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import sys
 from pathlib import Path
@@ -59,8 +60,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "platform; an existing one written with the same planner settings gains these backends (so "
                         "backends can be run one at a time)")
     p.add_argument("--resume", action="store_true",
-                   help="keep the platforms a backend already has in --out (same settings and checkpoint) and plan "
-                        "only the others, e.g. after an interrupted run")
+                   help="keep the platforms a backend already has in --out (same settings, and a checkpoint of the "
+                        "same content) and plan only the others, e.g. after an interrupted run")
     p.add_argument("--record_rollouts", default=None,
                    help="write some planning rollouts as a ground-truth dataset (a learned backend's kept action "
                         "sequences are replayed in MuJoCo; planning times then include the replay)")
@@ -77,12 +78,30 @@ SETTING_DEFAULTS = {"grad_steps": 0, "grad_lr": None}
 
 def is_backend_result(r: object) -> bool:
     """Whether `r` has the shape of a backend's entry in a plan JSON (what `--resume` and `flashnerd plan-table`
-    read of it), each platform once."""
-    return (isinstance(r, dict) and isinstance(r.get("per_platform"), list) and all(
+    read of it: its model's path and digest as text or null, each platform once)."""
+    return (isinstance(r, dict) and isinstance(r.get("per_platform"), list)
+        and all(isinstance(r.get(k), str | None) for k in ("checkpoint", "checkpoint_sha256")) and all(
         isinstance(p, dict) and isinstance(p.get("lane"), int) and finite_number(p.get("height"))
         and isinstance(p.get("climbed"), bool) and isinstance(p.get("planning_ms", []), list)
         and all(finite_number(ms) for ms in p.get("planning_ms", [])) for p in r["per_platform"])
         and len({p["lane"] for p in r["per_platform"]}) == len(r["per_platform"]))
+
+
+def checkpoint_sha256(path: str | None) -> str | None:
+    """Content digest of a planning checkpoint (None for an analytical backend, or a file that is not there)."""
+    if path is None or not Path(path).is_file():
+        return None
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def same_checkpoint(a: dict, b: dict) -> bool:
+    """Whether two backend entries of plan JSON planned with the same model. By content, so that a run made from
+    another checkout (another absolute path to the same shipped file) counts as the same; an entry written before
+    digests were recorded is read as the file at its path now, and by its path where that file is gone."""
+    if a.get("checkpoint") is None or b.get("checkpoint") is None:
+        return a.get("checkpoint") == b.get("checkpoint")
+    da, db = (e.get("checkpoint_sha256") or checkpoint_sha256(e["checkpoint"]) for e in (a, b))
+    return da == db if da is not None and db is not None else a["checkpoint"] == b["checkpoint"]
 
 
 def _earlier(path: Path | None, summary: dict) -> dict:
@@ -104,17 +123,19 @@ def _earlier(path: Path | None, summary: dict) -> dict:
 
 
 def _backend_result(checkpoint: str | None, results: list[dict], lanes: list[int]) -> dict:
-    """A backend's entry: climbs over the platforms done so far (of `lanes`), the median planning time over all
-    their decisions, and each platform's result."""
-    return {"checkpoint": checkpoint, "climbs": sum(r["climbed"] for r in results), "platforms": len(results),
+    """A backend's entry: its model (path and content digest), climbs over the platforms done so far (of `lanes`),
+    the median planning time over all their decisions, and each platform's result."""
+    return {"checkpoint": checkpoint, "checkpoint_sha256": checkpoint_sha256(checkpoint),
+            "climbs": sum(r["climbed"] for r in results), "platforms": len(results),
             "complete": len(results) == len(lanes),
             "median_planning_ms": float(np.median([ms for r in results for ms in r["planning_ms"]])),
             "per_platform": [{**r, "planning_ms": [round(ms, 1) for ms in r["planning_ms"]]} for r in results]}
 
 
 def _resumable(old: dict | None, checkpoint: str | None) -> dict[int, dict]:
-    """Platforms of an earlier entry of this backend that can be kept: same checkpoint, planning times recorded."""
-    if not old or old.get("checkpoint") != checkpoint:
+    """Platforms of an earlier entry of this backend that can be kept: same checkpoint (by content), planning times
+    recorded."""
+    if not old or not same_checkpoint(old, {"checkpoint": checkpoint}):
         return {}
     return {r["lane"]: r for r in old.get("per_platform", []) if "planning_ms" in r}
 

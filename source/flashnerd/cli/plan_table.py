@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from flashnerd.cli.common import CLIError, check_writable, write_json
-from flashnerd.cli.plan import PLAN_SETTINGS, SETTING_DEFAULTS, is_backend_result
+from flashnerd.cli.plan import PLAN_SETTINGS, SETTING_DEFAULTS, is_backend_result, same_checkpoint
 from flashnerd.utils.hints import finite_number
 
 # what runs of one table share: every plan setting but the seed, and the thread count (planning times are compared)
@@ -154,8 +154,9 @@ def merge_runs(runs: list[dict], names: list[str]) -> dict:
             if not r.get("complete") or any("planning_ms" not in p for p in r["per_platform"]):
                 raise CLIError(f"'{name}': backend '{backend}' is incomplete ({r.get('platforms')} platforms) or "
                                "lacks planning times; finish it with `flashnerd plan --resume --out` or leave it out")
-            entry = backends.setdefault(backend, {"checkpoint": r.get("checkpoint"), "runs": []})
-            if r.get("checkpoint") != entry["checkpoint"]:
+            entry = backends.setdefault(backend, {"checkpoint": r.get("checkpoint"),
+                                                  "checkpoint_sha256": r.get("checkpoint_sha256"), "runs": []})
+            if not same_checkpoint(r, entry):
                 raise CLIError(f"'{name}': backend '{backend}' planned with checkpoint {r.get('checkpoint')}, another "
                                f"run with {entry['checkpoint']}; a table over seeds needs one model per backend")
             planned = sorted(p["lane"] for p in r["per_platform"])
@@ -174,6 +175,7 @@ def merge_runs(runs: list[dict], names: list[str]) -> dict:
         times = [[ms for p in platforms for ms in p["planning_ms"]] for _, platforms in entry["runs"]]
         out["backends"][backend] = {
             "checkpoint": entry["checkpoint"],
+            **({"checkpoint_sha256": entry["checkpoint_sha256"]} if entry["checkpoint_sha256"] else {}),
             "seeds": [seed for seed, _ in entry["runs"]],
             "climbs_per_seed": [sum(p["climbed"] for p in run.values()) for run in per_seed],
             "platforms_per_seed": [len(run) for run in per_seed],
