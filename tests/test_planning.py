@@ -461,8 +461,15 @@ def test_a_planning_checkpoint_is_the_same_model_by_content_wherever_it_lies(tmp
     assert same_checkpoint({"checkpoint": gone}, {"checkpoint": gone})
     assert same_checkpoint({"checkpoint": None}, {"checkpoint": None})
     assert not same_checkpoint({"checkpoint": None}, {"checkpoint": str(here)})
+    digest = checkpoint_sha256(str(here))
+    assert not same_checkpoint({"checkpoint": str(here), "checkpoint_sha256": digest},  # a model refitted in place
+                               {"checkpoint": str(here), "checkpoint_sha256": checkpoint_sha256(str(other))})
     earlier = {"checkpoint": str(here), "per_platform": [{"lane": 4, "planning_ms": [1.0]}]}
-    assert list(_resumable(earlier, str(there))) == [4] and _resumable(earlier, str(other)) == {}
+    assert list(_resumable(earlier, str(there), digest)) == [4]
+    assert _resumable(earlier, str(other), checkpoint_sha256(str(other))) == {}
+    refitted = {**earlier, "checkpoint": str(other), "checkpoint_sha256": digest}  # written before the file changed
+    assert _resumable(refitted, str(other), checkpoint_sha256(str(other))) == {}
+    assert checkpoint_sha256(str(tmp_path)) is None and checkpoint_sha256(gone) is None  # a folder, a missing file
 
     def run_file(seed: int, checkpoint, digest: bool) -> str:
         run = _plan_json(seed, {"flashnerd": [True, True]})
@@ -477,13 +484,46 @@ def test_a_planning_checkpoint_is_the_same_model_by_content_wherever_it_lies(tmp
     out = tmp_path / "t.json"
     old, new = run_file(1, str(here), digest=False), run_file(2, str(there), digest=True)
     assert main(["plan-table", old, new, "--out", str(out)]) == 0
-    assert json.loads(out.read_text())["backends"]["flashnerd"]["seeds"] == [1, 2]
+    row = json.loads(out.read_text())["backends"]["flashnerd"]
+    assert row["seeds"] == [1, 2] and row["checkpoint_sha256"] == digest  # the digest is kept, the first run had none
     capsys.readouterr()
     assert main(["plan-table", old, run_file(3, str(other), digest=True), "--out", str(tmp_path / "u.json")]) == 2
     assert "needs one model per backend" in capsys.readouterr().err
     assert main(["plan-table", old, run_file(4, 7, digest=False), "--out", str(tmp_path / "u.json")]) == 2
     assert "backend 'flashnerd' is not a plan result" in capsys.readouterr().err
     assert not (tmp_path / "u.json").exists()
+
+
+def test_plan_records_its_models_digest_and_resumes_with_a_copy_of_it(tmp_path, monkeypatch):
+    """`plan --out` on a learned backend records the checkpoint's sha256; a run resumed with a copy of that file
+    elsewhere (another checkout) keeps the platforms, one whose recorded model had other content plans them again."""
+    import json
+    import shutil
+
+    import flashnerd.cli.plan as plan_cli
+    from flashnerd.cli.main import main
+    from flashnerd.dynamics.learned import default_checkpoint
+    from flashnerd.robots import get_robot
+
+    shipped = default_checkpoint(get_robot("anymal_c"), "flashnerd", "platforms")
+    tiny = ["--dynamics", "flashnerd", "--platforms", "0", "--num_samples", "4", "--horizon", "2", "--iterations", "1",
+            "--no-compile", "--episode_s", "0.04"]
+    out = tmp_path / "run.json"
+    assert main(["plan", *tiny, "--out", str(out)]) == 0
+    entry = json.loads(out.read_text())["backends"]["flashnerd"]
+    assert entry["checkpoint"] == str(shipped) and entry["checkpoint_sha256"] == plan_cli.checkpoint_sha256(shipped)
+    copy = tmp_path / "elsewhere" / shipped.name
+    copy.parent.mkdir()
+    shutil.copy(shipped, copy)
+    real, planned = plan_cli.climb_platform, []
+    monkeypatch.setattr(plan_cli, "climb_platform", lambda *a, **kw: planned.append(a[3]) or real(*a, **kw))
+    assert main(["plan", *tiny, "--dynamics_checkpoint", f"flashnerd={copy}", "--out", str(out), "--resume"]) == 0
+    assert planned == []  # the same model by content: platform 0 kept
+    run = json.loads(out.read_text())
+    run["backends"]["flashnerd"]["checkpoint_sha256"] = "0" * 64  # as if the file had been refitted since
+    out.write_text(json.dumps(run))
+    assert main(["plan", *tiny, "--dynamics_checkpoint", f"flashnerd={copy}", "--out", str(out), "--resume"]) == 0
+    assert planned == [0]
 
 
 def test_plan_table_joins_an_earlier_tables_backends_and_refuses_one_it_cannot_join(tmp_path, capsys):

@@ -6,6 +6,7 @@ import math
 import shutil
 
 import gymnasium as gym
+import pytest
 import torch
 
 import flashnerd_tasks  # noqa: F401  (registers the ids)
@@ -101,6 +102,12 @@ def test_a_name_with_a_folder_part_is_a_one_line_error(tmp_path, capsys):
     assert list(tmp_path.iterdir()) == []  # nothing trained, nothing written
 
 
+def test_finetune_means_leave_out_a_figure_the_task_does_not_have():
+    from flashnerd.cli.bench.finetune import mean_or_none
+
+    assert mean_or_none([0.5, 1.0]) == 0.75 and mean_or_none([None, None]) is None and mean_or_none([0.5, None]) is None
+
+
 def test_finetune_comparison_runs_end_to_end(tmp_path):
     import json
 
@@ -114,7 +121,8 @@ def test_finetune_comparison_runs_end_to_end(tmp_path):
     result = summary["backends"]["mujoco"]
     assert len(result["runs"]) == 2 and result["seconds_per_100_iterations"] > 0
     assert 0.0 <= result["success_rate"] <= 1.0
-    assert result["fall_rate"] == sum(r["fall_rate"] for r in result["runs"]) / 2
+    assert all(0.0 <= r["fall_rate"] <= 1.0 for r in (*result["runs"], summary["pretrained_eval"]))
+    assert result["fall_rate"] == pytest.approx(sum(r["fall_rate"] for r in result["runs"]) / 2)
     assert (out / "ft.png").read_bytes()[:4] == b"\x89PNG"
     # Policies are judged from standing starts (the Play variant has no mid-roll starts), the pretrained one too.
     assert summary["eval_task"] == "FlashNeRD-Roll-Flat-Microduck-Play-v0"

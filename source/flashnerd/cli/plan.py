@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
+import stat
 import sys
 from pathlib import Path
 
@@ -88,19 +90,34 @@ def is_backend_result(r: object) -> bool:
 
 
 def checkpoint_sha256(path: str | None) -> str | None:
-    """Content digest of a planning checkpoint (None for an analytical backend, or a file that is not there)."""
-    if path is None or not Path(path).is_file():
+    """Content digest of a planning checkpoint (None for an analytical backend, or where no regular file can be read
+    at `path`: a plan JSON from someone else may name anything). Read in chunks, never whole."""
+    if path is None:
         return None
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    try:
+        with open(path, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):  # a FIFO or a device would block or never end
+                return None
+            return hashlib.file_digest(f, "sha256").hexdigest()
+    except (OSError, ValueError):
+        return None
+
+
+def entry_sha256(entry: dict) -> str | None:
+    """The digest of a backend entry's model: recorded, else (an entry written before digests were) the file's at its
+    path now, None where that file is gone."""
+    return entry.get("checkpoint_sha256") or checkpoint_sha256(entry.get("checkpoint"))
 
 
 def same_checkpoint(a: dict, b: dict) -> bool:
     """Whether two backend entries of plan JSON planned with the same model. By content, so that a run made from
-    another checkout (another absolute path to the same shipped file) counts as the same; an entry written before
-    digests were recorded is read as the file at its path now, and by its path where that file is gone."""
+    another checkout (another absolute path to the same shipped file) counts as the same and a file refitted in place
+    does not; where either digest is unknown (no digest recorded and no file at its path), by path."""
     if a.get("checkpoint") is None or b.get("checkpoint") is None:
         return a.get("checkpoint") == b.get("checkpoint")
-    da, db = (e.get("checkpoint_sha256") or checkpoint_sha256(e["checkpoint"]) for e in (a, b))
+    if not (a.get("checkpoint_sha256") or b.get("checkpoint_sha256")) and a["checkpoint"] == b["checkpoint"]:
+        return True  # neither recorded a digest: the same path is all the two entries can tell
+    da, db = entry_sha256(a), entry_sha256(b)
     return da == db if da is not None and db is not None else a["checkpoint"] == b["checkpoint"]
 
 
@@ -122,20 +139,20 @@ def _earlier(path: Path | None, summary: dict) -> dict:
     return old.get("backends", {})
 
 
-def _backend_result(checkpoint: str | None, results: list[dict], lanes: list[int]) -> dict:
+def _backend_result(checkpoint: str | None, digest: str | None, results: list[dict], lanes: list[int]) -> dict:
     """A backend's entry: its model (path and content digest), climbs over the platforms done so far (of `lanes`),
     the median planning time over all their decisions, and each platform's result."""
-    return {"checkpoint": checkpoint, "checkpoint_sha256": checkpoint_sha256(checkpoint),
+    return {"checkpoint": checkpoint, "checkpoint_sha256": digest,
             "climbs": sum(r["climbed"] for r in results), "platforms": len(results),
             "complete": len(results) == len(lanes),
             "median_planning_ms": float(np.median([ms for r in results for ms in r["planning_ms"]])),
             "per_platform": [{**r, "planning_ms": [round(ms, 1) for ms in r["planning_ms"]]} for r in results]}
 
 
-def _resumable(old: dict | None, checkpoint: str | None) -> dict[int, dict]:
+def _resumable(old: dict | None, checkpoint: str | None, digest: str | None) -> dict[int, dict]:
     """Platforms of an earlier entry of this backend that can be kept: same checkpoint (by content), planning times
     recorded."""
-    if not old or not same_checkpoint(old, {"checkpoint": checkpoint}):
+    if not old or not same_checkpoint(old, {"checkpoint": checkpoint, "checkpoint_sha256": digest}):
         return {}
     return {r["lane"]: r for r in old.get("per_platform", []) if "planning_ms" in r}
 
@@ -180,7 +197,8 @@ def run(args: argparse.Namespace) -> dict:
     earlier = _earlier(out, summary)
     for backend in backends:
         kwargs = backend_kwargs(cfg, robot, backend, checkpoints)
-        kept = _resumable(earlier.get(backend), checkpoints.get(backend)) if args.resume else {}
+        digest = checkpoint_sha256(checkpoints.get(backend))  # of the model as the run starts
+        kept = _resumable(earlier.get(backend), checkpoints.get(backend), digest) if args.resume else {}
         results = []
         for lane in lanes:
             if lane in kept:
@@ -196,10 +214,10 @@ def run(args: argparse.Namespace) -> dict:
             print(f"{backend} platform {lane} ({done['height']:.3f} m): {verdict}, median "
                   f"{done['median_planning_ms']:.0f} ms per decision", file=sys.stderr, flush=True)
             if out is not None:  # after every platform: an interrupted run loses one platform at most
-                entry = _backend_result(checkpoints.get(backend), results, lanes)
+                entry = _backend_result(checkpoints.get(backend), digest, results, lanes)
                 write_json(out, {**summary, "backends": {**earlier, **summary["backends"], backend: entry}})
         # platforms all kept by --resume are not written: the file already holds them (and maybe more)
-        summary["backends"][backend] = _backend_result(checkpoints.get(backend), results, lanes)
+        summary["backends"][backend] = _backend_result(checkpoints.get(backend), digest, results, lanes)
     drop = ("base_path", "planning_ms")
     brief = {**summary, "backends": {b: {**r, "per_platform": [{k: v for k, v in p.items() if k not in drop}
                                                                for p in r["per_platform"]]}

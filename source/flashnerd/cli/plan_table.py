@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from flashnerd.cli.common import CLIError, check_writable, write_json
-from flashnerd.cli.plan import PLAN_SETTINGS, SETTING_DEFAULTS, is_backend_result, same_checkpoint
+from flashnerd.cli.plan import PLAN_SETTINGS, SETTING_DEFAULTS, entry_sha256, is_backend_result, same_checkpoint
 from flashnerd.utils.hints import finite_number
 
 # what runs of one table share: every plan setting but the seed, and the thread count (planning times are compared)
@@ -155,10 +155,14 @@ def merge_runs(runs: list[dict], names: list[str]) -> dict:
                 raise CLIError(f"'{name}': backend '{backend}' is incomplete ({r.get('platforms')} platforms) or "
                                "lacks planning times; finish it with `flashnerd plan --resume --out` or leave it out")
             entry = backends.setdefault(backend, {"checkpoint": r.get("checkpoint"),
-                                                  "checkpoint_sha256": r.get("checkpoint_sha256"), "runs": []})
+                                                  "checkpoint_sha256": entry_sha256(r), "runs": []})
             if not same_checkpoint(r, entry):
-                raise CLIError(f"'{name}': backend '{backend}' planned with checkpoint {r.get('checkpoint')}, another "
-                               f"run with {entry['checkpoint']}; a table over seeds needs one model per backend")
+                mine, theirs = entry_sha256(r), entry["checkpoint_sha256"]
+                raise CLIError(f"'{name}': backend '{backend}' planned with checkpoint {r.get('checkpoint')}"
+                               f"{f' (sha256 {mine[:12]})' if mine else ''}, another run with {entry['checkpoint']}"
+                               f"{f' (sha256 {theirs[:12]})' if theirs else ''}; a table over seeds needs one model "
+                               "per backend")
+            entry["checkpoint_sha256"] = entry["checkpoint_sha256"] or entry_sha256(r)
             planned = sorted(p["lane"] for p in r["per_platform"])
             if entry["runs"] and planned != entry["lanes"]:
                 raise CLIError(f"'{name}': backend '{backend}' planned platforms {planned}, another run "

@@ -10,7 +10,7 @@ folder says what goes there. The file-name prefix picks the renderer:
     fit_scaling_*    {processes: `flashnerd fit` JSON} -> data-parallel fitting throughput table
     model_suite*     `flashnerd bench suite` JSON -> Table I (NRMSE, throughput per robot) + radar plot (NAME.png)
     cube_reorient*   `flashnerd bench ppo` JSON of a goal task -> targets per episode + targets over time (NAME.png)
-    microduck_finetune*  `flashnerd bench finetune` JSON -> wall time and success per backend + bar chart (NAME.png)
+    microduck_finetune*  `flashnerd bench finetune` JSON -> wall time, success, return, falls per backend + chart
     platform_climb*  `flashnerd plan --out` JSON -> climbs and planning time per backend + base height over time
                      per platform (NAME.png)
     climb_seeds*     `flashnerd plan-table` JSON -> climbs per backend over planner seeds, per platform counted
@@ -31,6 +31,7 @@ from pathlib import Path
 
 from flashnerd.dynamics import REFERENCE_BACKEND
 from flashnerd.planning.climb import ClimbPlanCfg
+from flashnerd.utils.hints import finite_number
 from flashnerd.viz.figure import save_figure
 from flashnerd.viz.suite import plot_radar, suite_table
 
@@ -351,8 +352,9 @@ def run_label(run: dict) -> str:
 
 
 def _percent(share: float | None) -> str:
-    """A share as a table cell; '-' where the run has no such figure (a task without success, an older JSON)."""
-    return "-" if share is None else f"{100 * share:.1f}%"
+    """A share as a table cell; '-' where the run has no such figure (a task without success, a JSON written before
+    falls were recorded) or it is not a number."""
+    return f"{100 * share:.1f}%" if finite_number(share) else "-"
 
 
 def _finetune(data: dict, name: str, folder: Path) -> str:
@@ -373,7 +375,7 @@ def _finetune(data: dict, name: str, folder: Path) -> str:
         e = data["pretrained_eval"]
         rows.append(f"| (pretrained, not fine-tuned) | - | - | {_percent(e.get('success_rate'))} | "
                     f"{e['mean_return']:.1f} | {_percent(e.get('fall_rate'))} |")
-    rows += ["", f"![Fine-tuning wall time and MuJoCo success rate per backend](results/{name}.png)"]
+    rows += ["", f"![Fine-tuning wall time and MuJoCo outcome per backend](results/{name}.png)"]
     return "\n".join(rows)
 
 

@@ -28,7 +28,7 @@ from flashnerd.viz.report import plot_finetune
 
 def add_parser(bsub: argparse._SubParsersAction) -> None:
     p = bsub.add_parser("finetune", help="pretrain on mujoco, fine-tune on each backend (seeds), evaluate in MuJoCo; "
-                                         "wall time per 100 iterations and success rate (JSON + bar chart)")
+                                         "wall time per 100 iterations, return, falls, success (JSON + bar chart)")
     p.add_argument("--task", required=True, help="task id")
     p.add_argument("--dynamics", default="mujoco,flashnerd", help="comma-separated fine-tuning backends")
     p.add_argument("--pretrain_iterations", type=int, default=300, help="PPO iterations on mujoco first")
@@ -42,7 +42,8 @@ def add_parser(bsub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> dict:
-    """Fig. 6: fine-tuning wall time per backend (mean over seeds) and the MuJoCo success rate of every policy."""
+    """Fig. 6: fine-tuning wall time per backend (mean over seeds) and every policy's MuJoCo return, fall rate and
+    (where the task has one) success rate."""
     for name in ("pretrain_iterations", "iterations", "seeds", "eval_episodes"):
         check_positive(name, getattr(args, name))
     check_file_stem(args.name)
