@@ -10,7 +10,8 @@ folder says what goes there. The file-name prefix picks the renderer:
     fit_scaling_*    {processes: `flashnerd fit` JSON} -> data-parallel fitting throughput table
     model_suite*     `flashnerd bench suite` JSON -> Table I (NRMSE, throughput per robot) + radar plot (NAME.png)
     cube_reorient*   `flashnerd bench ppo` JSON of a goal task -> targets per episode + targets over time (NAME.png)
-    microduck_finetune*  `flashnerd bench finetune` JSON -> wall time, success, return, falls per backend + chart
+    microduck_finetune*, finetune_*  `flashnerd bench finetune` JSON -> wall time, success, return, falls per
+                     backend + chart (NAME.png)
     platform_climb*  `flashnerd plan --out` JSON -> climbs and planning time per backend + base height over time
                      per platform (NAME.png)
     climb_seeds*     `flashnerd plan-table` JSON -> climbs per backend over planner seeds, per platform counted
@@ -529,8 +530,8 @@ def _reality_gap(data: dict, name: str, folder: Path) -> str:
 RENDERERS: dict[str, Callable[[dict, str, Path], str]] = {
     "bench_ppo_": _bench_ppo, "bench_model_": _bench_model, "model_eval_": _model_eval, "transfer_": _transfer,
     "fit_scaling_": _fit_scaling, "model_suite": _model_suite, "cube_reorient": _reorient,
-    "microduck_finetune": _finetune, "platform_climb": _climb, "climb_seeds": _climb_seeds, "bench_plan": _bench_plan,
-    "reality_gap": _reality_gap,
+    "microduck_finetune": _finetune, "finetune_": _finetune, "platform_climb": _climb, "climb_seeds": _climb_seeds,
+    "bench_plan": _bench_plan, "reality_gap": _reality_gap,
 }
 
 
