@@ -154,15 +154,16 @@ def merge_runs(runs: list[dict], names: list[str]) -> dict:
             if not r.get("complete") or any("planning_ms" not in p for p in r["per_platform"]):
                 raise CLIError(f"'{name}': backend '{backend}' is incomplete ({r.get('platforms')} platforms) or "
                                "lacks planning times; finish it with `flashnerd plan --resume --out` or leave it out")
-            entry = backends.setdefault(backend, {"checkpoint": r.get("checkpoint"),
-                                                  "checkpoint_sha256": entry_sha256(r), "runs": []})
-            if not same_checkpoint(r, entry):
-                mine, theirs = entry_sha256(r), entry["checkpoint_sha256"]
+            mine = entry_sha256(r)  # once per run: a run written before digests is hashed from its file
+            entry = backends.setdefault(backend, {"checkpoint": r.get("checkpoint"), "checkpoint_sha256": mine,
+                                                  "runs": []})
+            if not same_checkpoint({**r, "checkpoint_sha256": mine}, entry):
+                theirs = entry["checkpoint_sha256"]
                 raise CLIError(f"'{name}': backend '{backend}' planned with checkpoint {r.get('checkpoint')}"
                                f"{f' (sha256 {mine[:12]})' if mine else ''}, another run with {entry['checkpoint']}"
                                f"{f' (sha256 {theirs[:12]})' if theirs else ''}; a table over seeds needs one model "
                                "per backend")
-            entry["checkpoint_sha256"] = entry["checkpoint_sha256"] or entry_sha256(r)
+            entry["checkpoint_sha256"] = entry["checkpoint_sha256"] or mine
             planned = sorted(p["lane"] for p in r["per_platform"])
             if entry["runs"] and planned != entry["lanes"]:
                 raise CLIError(f"'{name}': backend '{backend}' planned platforms {planned}, another run "
