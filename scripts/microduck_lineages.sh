@@ -18,6 +18,7 @@ DATA_SEEDS=${DATA_SEEDS:-"9"}
 EVAL_SEEDS=${EVAL_SEEDS:-"3 4"}
 MIN_SUCCESS=${MIN_SUCCESS:-0.5}
 EVAL_BACKENDS=${EVAL_BACKENDS:-mujoco,flashnerd}  # flashnerd alone where the mujoco fine-tunes were measured already
+FT_SEEDS=${FT_SEEDS:-1}  # fine-tuning seeds per evaluation lineage and backend
 OUT=${OUT:-data/duck_lineages2}
 LOGS=${LOGS:-logs/duck_improve2}
 T=FlashNeRD-Roll-Flat-Microduck-v0
@@ -78,5 +79,5 @@ for S in $EVAL_SEEDS; do
   [[ -s $E/pretrained_on_model.json ]] || flashnerd eval --task $T --checkpoint "$P" --dynamics flashnerd \
     --dynamics_checkpoint "$M" --episodes 64 | tail -n 1 > "$E/pretrained_on_model.json"
   [[ -f $E/finetune.json ]] || flashnerd bench finetune --task $T --pretrained "$P" --dynamics "$EVAL_BACKENDS" \
-    --dynamics_checkpoint flashnerd="$M" --iterations 100 --seeds 1 --out_dir "$E" --name finetune | tail -n 1
+    --dynamics_checkpoint flashnerd="$M" --iterations 100 --seeds "$FT_SEEDS" --out_dir "$E" --name finetune | tail -n 1
 done
