@@ -161,3 +161,40 @@ def test_bench_reality_gap_runs_the_loop_a_lab_runs(tmp_path, capsys, monkeypatc
     assert added["minutes"] == 0.2 and added["robot_minutes"] == pytest.approx(2 * 7 * 20 * 2 * 0.02 / 60, abs=1e-3)
     assert main([*argv, "--rounds", "3", "--resume"]) == 2
     assert "other settings than the stopped run (rounds)" in capsys.readouterr().err
+
+def test_bench_reality_gap_logs_with_the_randomized_policy(tmp_path, capsys, monkeypatch, short_episodes):
+    """--safe_policy randomized: the randomized baseline trains first, and its policy (not the nominal one) drives the
+    robot for the held-out logs and for the budget's first data; the results table names it the safe policy. A
+    variant without randomize ranges is refused before any work."""
+    import json
+
+    import flashnerd.cli.bench.reality_gap as reality_gap
+    from flashnerd.viz.report import render_block
+
+    short_episodes(reality_gap)
+    monkeypatch.setattr(reality_gap, "HELD_OUT_MINUTES", 0.2)
+    drivers, real_log = [], reality_gap._robot_log
+
+    def spy(args, variant, policy, *rest):
+        drivers.append(policy)
+        return real_log(args, variant, policy, *rest)
+
+    monkeypatch.setattr(reality_gap, "_robot_log", spy)
+    out = tmp_path / "rg"
+    argv = ["bench", "reality-gap", "--robot_variant", "variants/anymal_c_worn_dr.yaml", "--real_minutes", "0.2",
+            "--rounds", "1", "--iterations", "1", "--num_envs", "4", "--eval_episodes", "2", "--robot_worlds", "2",
+            "--fit_budget", "1", "--traj_len", "20", "--contact_head_steps", "0", "--safe_policy", "randomized",
+            "--out_dir", str(out)]
+    assert main(argv) == 0
+    summary = json.loads((out / "reality_gap.json").read_text())
+    assert list(summary["baselines"]) == ["randomized", "oracle", "nominal"]
+    assert drivers == [summary["baselines"]["randomized"]["policy"]] * 2  # held-out logs, then the budget's data
+    block = render_block("reality_gap", out)
+    assert "| PPO on MuJoCo randomized over the ranges (the safe policy) |" in block
+    assert "| PPO on nominal MuJoCo |" in block
+    capsys.readouterr()
+    fixed = ["--robot_variant", "variants/anymal_c_worn.yaml", "--out_dir", str(tmp_path / "no_ranges")]
+    assert main([*argv[:2], *fixed, "--safe_policy", "randomized"]) == 2
+    assert "--safe_policy randomized needs randomize ranges" in capsys.readouterr().err
+    assert not (tmp_path / "no_ranges").exists() and drivers == [summary["baselines"]["randomized"]["policy"]] * 2
+

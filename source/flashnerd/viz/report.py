@@ -481,8 +481,10 @@ def _bench_plan(data: dict, name: str, folder: Path) -> str:
 def _reality_gap(data: dict, name: str, folder: Path) -> str:
     """Every policy of a `bench reality-gap` run in the variant (baselines, each budget's rounds), each fitted
     model's error on the held-out logs, and the plot once the baselines and a budget are done."""
-    labels = {"nominal": "PPO on nominal MuJoCo (the safe policy)", "oracle": "oracle: PPO on the variant",
+    safe = data["settings"].get("safe_policy", "nominal")  # runs from before --safe_policy logged with nominal
+    labels = {"nominal": "PPO on nominal MuJoCo", "oracle": "oracle: PPO on the variant",
               "randomized": "PPO on MuJoCo randomized over the ranges"}
+    labels[safe] += " (the safe policy)"
     rows = [f"Robot variant `{data['robot_variant']}`; {data['rounds_per_budget']} round(s) of "
             f"{data['iterations_per_round']} "
             f"PPO iterations per budget, baselines {data['baseline_iterations']}; {data['eval_episodes']} episodes "
@@ -521,7 +523,7 @@ def _reality_gap(data: dict, name: str, folder: Path) -> str:
                 errors.append(error_row(f"refitted after round {r['round']} ({b['minutes']:g}-min budget)", seen,
                                         r["nrmse_held_out"]))
     done = [b for b in data["budgets"] if "eval_variant" in b]
-    if done and {"nominal", "oracle"} <= set(data["baselines"]):
+    if done and {safe, "oracle"} <= set(data["baselines"]):
         plot_reality_gap({**data, "budgets": done}, folder / f"{name}.png")
         errors += ["", f"![Return in the robot variant against minutes of robot data](results/{name}.png)"]
     return "\n".join(rows + errors)

@@ -2,12 +2,13 @@
 
 For each budget of robot time (minutes summed over robots), spent in --rounds equal parts (whole trajectories, never
 more than the budget): drive the variant with a
-safe policy (PPO on nominal MuJoCo, plus action noise), write its logs in the robot log format and import them (the
+safe policy (PPO on nominal MuJoCo, or with --safe_policy randomized the domain-randomized baseline, plus action
+noise), write its logs in the robot log format and import them (the
 lab's path), and adapt the learned model to them (`fit --init`); then round r trains PPO on model r (from round
 r-1's policy), and every round but the last drives the robot with its policy plus noise for the next part, logged
 and imported the same way, and refits the model on every log so far. Every policy is evaluated in the variant.
 Baselines in the same run, each with as many PPO iterations as the last round's policy has behind it: PPO on
-nominal MuJoCo (the safe policy itself), PPO on MuJoCo with domain randomization over the variant's `randomize`
+nominal MuJoCo, PPO on MuJoCo with domain randomization over the variant's `randomize`
 ranges (when it has any), and the oracle a lab cannot run, PPO directly on the variant. The JSON is rewritten after
 every stage (`--resume` continues a stopped run); a plot of return in the variant against minutes of robot data.
 
@@ -51,6 +52,7 @@ from flashnerd.training.fit import FitConfig, Fitter, check_fit_config, nrmse_be
 from flashnerd.viz.report import plot_reality_gap
 
 TASK = "FlashNeRD-Velocity-Flat-Anymal-C-v0"
+SAFE_POLICIES = ("nominal", "randomized")  # baselines that may log the robot's first data
 HELD_OUT_MINUTES = 2.0  # robot time of the safe policy's logs that every model is measured on, never fitted on
 
 
@@ -70,6 +72,10 @@ def add_parser(bsub: argparse._SubParsersAction) -> None:
     p.add_argument("--num_envs", type=int, default=None, help="PPO worlds (default: the task's)")
     p.add_argument("--eval_episodes", type=int, default=64, help="evaluation episodes in the variant per policy")
     p.add_argument("--robot_worlds", type=int, default=16, help="robots logging at once (the budget is summed)")
+    p.add_argument("--safe_policy", choices=SAFE_POLICIES, default="nominal",
+                   help="the baseline whose policy (plus noise) logs the robot's first data and the held-out logs: "
+                        "nominal (PPO on nominal MuJoCo) or randomized (PPO over the variant's randomize ranges, "
+                        "what a lab that fears falls would deploy first; the variant needs ranges)")
     p.add_argument("--action_noise", type=float, default=0.3,
                    help="largest per-world std of the noise on the actions of every policy driving the robot")
     p.add_argument("--mix", type=float, default=0.0,
@@ -122,6 +128,9 @@ def run(args: argparse.Namespace) -> dict:
         raise CLIError("--mix must lie in [0, 1) and --action_noise be a finite number >= 0")
     env_cfg, agent_cfg = task_cfgs(args.task, robot_variant=args.robot_variant)  # a bad variant fails here
     robot = variant_robot(env_cfg.robot, args.robot_variant)
+    if args.safe_policy == "randomized" and not robot.variant.randomized:
+        raise CLIError(f"--safe_policy randomized needs randomize ranges in --robot_variant '{args.robot_variant}'; "
+                       "add them, or use --safe_policy nominal")
     for name in ("fit_budget", "refit_budget", "sim_minutes"):
         check_positive_number(name, getattr(args, name))
     kind = backend_info(args.model).model_kind
@@ -140,7 +149,7 @@ def run(args: argparse.Namespace) -> dict:
         "task": args.task, "robot_variant": args.robot_variant, "variant": robot.variant.describe(),
         "model": args.model, "init": init, "rounds_per_budget": args.rounds, "iterations_per_round": per_round,
         "baseline_iterations": per_round * args.rounds, "eval_episodes": args.eval_episodes, "baselines": {},
-        "budgets": []}, defaults={"contact_head_steps": 1000})  # what runs from before the option fitted
+        "budgets": []}, defaults={"contact_head_steps": 1000, "safe_policy": "nominal"})  # runs from before the options
     out.mkdir(parents=True, exist_ok=True)
     study = _Study(args, out, state, lambda: write_json(path, state), init,
                    target=str(out / f"{robot.variant.name}_robot.yaml"))
@@ -153,8 +162,10 @@ def run(args: argparse.Namespace) -> dict:
         variant_robot(env_cfg.robot, ranges)  # compiled now: a range the nominal robot cannot take fails before work
 
     # baselines train as many PPO iterations as the last round's policy has behind it (rounds x iterations); the
-    # nominal policy first (it is the safe policy every log starts from), the randomized one after the budgets
-    study.baselines([("nominal", None), ("oracle", study.target)])
+    # safe policy first (every log starts from it), then the oracle, the third after the budgets
+    baselines = {"nominal": None, "oracle": study.target, "randomized": ranges}
+    order = [args.safe_policy, "oracle"]
+    study.baselines([(label, baselines[label]) for label in order])
     if args.mix > 0 and "sim_data" not in state:  # simulation data of the nominal robot to mix into every fit
         sim_steps = max(args.traj_len, math.ceil(args.sim_minutes * 60 / robot.control_dt / 64 / args.traj_len)
                         * args.traj_len)
@@ -163,7 +174,7 @@ def run(args: argparse.Namespace) -> dict:
         state["sim_data"] = str(out / "sim.h5")
         study.save()
     if "held_out" not in state:
-        state["held_out"] = study.robot_log(state["baselines"]["nominal"]["policy"], out / "held_out",
+        state["held_out"] = study.robot_log(study.safe_policy(), out / "held_out",
                                             _steps(args, robot.control_dt, HELD_OUT_MINUTES, 1), args.seed + 2)
         study.save()
     # the largest budget first: it decides the issue's <= 10-minute bar, so a stopped run already holds that figure
@@ -174,8 +185,8 @@ def run(args: argparse.Namespace) -> dict:
             state["budgets"].append(row)
         study.budget(row, _steps(args, robot.control_dt, minutes, args.rounds))
     state["budgets"].sort(key=lambda b: b["minutes"])
-    if ranges:
-        study.baselines([("randomized", ranges)])
+    study.baselines([(label, path) for label, path in baselines.items()
+                     if label not in order and (label != "randomized" or ranges)])
     state["randomized"] = ("PPO on MuJoCo drawing the variant's randomize ranges over the nominal robot" if ranges
                            else "skipped: the variant has no randomize ranges")
     study.save()
@@ -230,6 +241,10 @@ class _Study:
                                                           self.state["baseline_iterations"])
                 self.save()
 
+    def safe_policy(self) -> str:
+        """The policy file of the baseline that logs the robot's first data (--safe_policy)."""
+        return self.state["baselines"][self.args.safe_policy]["policy"]
+
     def robot_log(self, policy: str, folder: Path, steps: int, seed: int) -> dict:
         """`steps` per robot of the robot under `policy` plus noise, through the robot log format."""
         return _robot_log(self.args, self.target, policy, folder, steps, seed)
@@ -252,8 +267,7 @@ class _Study:
         stage; a stage a stopped run left half-done runs again."""
         args, tag = self.args, f"{row['minutes']:g}min"
         if "logged" not in row:
-            row["logged"] = self.robot_log(self.state["baselines"]["nominal"]["policy"], self.out / tag, steps,
-                                           args.seed + 3)
+            row["logged"] = self.robot_log(self.safe_policy(), self.out / tag, steps, args.seed + 3)
             self.save()
         data = [row["logged"]["dataset"]]
         if "adapted" not in row:
