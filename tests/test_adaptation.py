@@ -146,6 +146,7 @@ def test_bench_reality_gap_runs_the_loop_a_lab_runs(tmp_path, capsys, monkeypatc
     for key in ("eval_variant", "robot_minutes", "ppo_wall_s"):
         del budget[key]
     del budget["rounds"][1]
+    del summary["settings"]["safe_policy"]  # a file from before --safe_policy resumes as the nominal policy's run
     (out / "reality_gap.json").write_text(json.dumps(summary))
     assert render_block("reality_gap", out).count("-min budget, round") == 1  # a run still going: what is done
     kept = {p: os.stat(p).st_mtime_ns for p in (summary["baselines"]["oracle"]["policy"], first["policy"],
@@ -161,6 +162,9 @@ def test_bench_reality_gap_runs_the_loop_a_lab_runs(tmp_path, capsys, monkeypatc
     assert added["minutes"] == 0.2 and added["robot_minutes"] == pytest.approx(2 * 7 * 20 * 2 * 0.02 / 60, abs=1e-3)
     assert main([*argv, "--rounds", "3", "--resume"]) == 2
     assert "other settings than the stopped run (rounds)" in capsys.readouterr().err
+    assert main([*argv, "--safe_policy", "randomized", "--resume"]) == 2
+    assert "other settings than the stopped run (safe_policy)" in capsys.readouterr().err
+
 
 def test_bench_reality_gap_logs_with_the_randomized_policy(tmp_path, capsys, monkeypatch, short_episodes):
     """--safe_policy randomized: the randomized baseline trains first, and its policy (not the nominal one) drives the
@@ -193,8 +197,8 @@ def test_bench_reality_gap_logs_with_the_randomized_policy(tmp_path, capsys, mon
     assert "| PPO on MuJoCo randomized over the ranges (the safe policy) |" in block
     assert "| PPO on nominal MuJoCo |" in block
     capsys.readouterr()
-    fixed = ["--robot_variant", "variants/anymal_c_worn.yaml", "--out_dir", str(tmp_path / "no_ranges")]
-    assert main([*argv[:2], *fixed, "--safe_policy", "randomized"]) == 2
+    swap = {"variants/anymal_c_worn_dr.yaml": "variants/anymal_c_worn.yaml", str(out): str(tmp_path / "no_ranges")}
+    no_ranges = [swap.get(a, a) for a in argv]  # the tiny settings: a lost check would run a short loop, not hours
+    assert main(no_ranges) == 2
     assert "--safe_policy randomized needs randomize ranges" in capsys.readouterr().err
     assert not (tmp_path / "no_ranges").exists() and drivers == [summary["baselines"]["randomized"]["policy"]] * 2
-

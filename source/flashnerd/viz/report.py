@@ -144,8 +144,10 @@ def plot_reality_gap(summary: dict, path: str | Path) -> None:
     styles = {"nominal": ("#4c72b0", "--", "PPO on nominal MuJoCo"),
               "oracle": ("#c44e52", ":", "oracle: PPO on the variant"),
               "randomized": ("#8172b2", "-.", "PPO on MuJoCo, randomized over the ranges")}
+    safe = summary.get("settings", {}).get("safe_policy", "nominal")  # runs from before the option: nominal
     for name, result in summary["baselines"].items():
         color, style, label = styles.get(name, ("#8172b2", "-.", name))
+        label += " (the safe policy)" if name == safe else ""
         ax.axhline(result["eval_variant"]["mean_return"], color=color, linestyle=style, label=label)
     ax.set_xscale("log")
     ticks = sorted(set(spent + first))

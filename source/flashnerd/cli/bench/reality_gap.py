@@ -1,16 +1,15 @@
 """`flashnerd bench reality-gap`: the loop a lab runs, on a robot variant standing in for the real robot.
 
 For each budget of robot time (minutes summed over robots), spent in --rounds equal parts (whole trajectories, never
-more than the budget): drive the variant with a
-safe policy (PPO on nominal MuJoCo, or with --safe_policy randomized the domain-randomized baseline, plus action
-noise), write its logs in the robot log format and import them (the
-lab's path), and adapt the learned model to them (`fit --init`); then round r trains PPO on model r (from round
-r-1's policy), and every round but the last drives the robot with its policy plus noise for the next part, logged
-and imported the same way, and refits the model on every log so far. Every policy is evaluated in the variant.
-Baselines in the same run, each with as many PPO iterations as the last round's policy has behind it: PPO on
-nominal MuJoCo, PPO on MuJoCo with domain randomization over the variant's `randomize`
-ranges (when it has any), and the oracle a lab cannot run, PPO directly on the variant. The JSON is rewritten after
-every stage (`--resume` continues a stopped run); a plot of return in the variant against minutes of robot data.
+more than the budget): drive the variant with a safe policy plus action noise (PPO on nominal MuJoCo; with --safe_policy
+randomized, the domain-randomized baseline, trained first), write its logs in the robot log format and import them (the
+lab's path), and adapt the learned model to them (`fit --init`); then round r trains PPO on model r (from round r-1's
+policy), and every round but the last drives the robot with its policy plus noise for the next part, logged and imported
+the same way, and refits the model on every log so far. Every policy is evaluated in the variant. Baselines in the same
+run, each with as many PPO iterations as the last round's policy has behind it: PPO on nominal MuJoCo, PPO on MuJoCo
+with domain randomization over the variant's `randomize` ranges (when it has any), and the oracle a lab cannot run, PPO
+directly on the variant. The JSON is rewritten after every stage (`--resume` continues a stopped run); a plot of return
+in the variant against minutes of robot data.
 
 A variant with `randomize` ranges is two things here: the robot is its fixed values (`RobotVariant.fixed`, written
 to `<variant>_robot.yaml` in --out_dir: what is logged, what the oracle trains on, what every policy is evaluated
@@ -185,7 +184,7 @@ def run(args: argparse.Namespace) -> dict:
             state["budgets"].append(row)
         study.budget(row, _steps(args, robot.control_dt, minutes, args.rounds))
     state["budgets"].sort(key=lambda b: b["minutes"])
-    study.baselines([(label, path) for label, path in baselines.items()
+    study.baselines([(label, variant) for label, variant in baselines.items()
                      if label not in order and (label != "randomized" or ranges)])
     state["randomized"] = ("PPO on MuJoCo drawing the variant's randomize ranges over the nominal robot" if ranges
                            else "skipped: the variant has no randomize ranges")
