@@ -19,6 +19,7 @@ EVAL_SEEDS=${EVAL_SEEDS:-"3 4"}
 MIN_SUCCESS=${MIN_SUCCESS:-0.5}
 EVAL_BACKENDS=${EVAL_BACKENDS:-mujoco,flashnerd}  # flashnerd alone where the mujoco fine-tunes were measured already
 FT_SEEDS=${FT_SEEDS:-1}  # fine-tuning seeds per evaluation lineage and backend
+PATIENCE=${PATIENCE:-5}  # validations without a lower held-out loss before a refit stops (0: its whole budget)
 OUT=${OUT:-data/duck_lineages2}
 LOGS=${LOGS:-logs/duck_improve2}
 T=FlashNeRD-Roll-Flat-Microduck-v0
@@ -68,7 +69,7 @@ flashnerd improve --task $T --policy "${STARTS[@]}" --restart_from_policy \
   --dynamics_checkpoint checkpoints/microduck/flashnerd.safetensors --data "${KEEP[@]}" --rounds "$ROUNDS" \
   --iterations 100 --target_minutes "$(awk "BEGIN {print 34.1 * $N}")" --target_worlds 1024 --traj_len 100 \
   --action_noise 0.3 \
-  --fit_budget "$FIT" --out_dir "$LOGS" "${RESUME[@]}" | tail -n 1
+  --fit_budget "$FIT" --patience "$PATIENCE" --out_dir "$LOGS" "${RESUME[@]}" | tail -n 1
 M=$LOGS/round_$((ROUNDS - 1))/model.safetensors
 for S in $EVAL_SEEDS; do
   P=$(pretrained "$S")

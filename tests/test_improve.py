@@ -32,11 +32,12 @@ def test_improve_runs_rounds_keeps_each_and_resumes_where_it_stopped(tmp_path, c
     assert set(row["nrmse_held_out"]["nrmse_after"]) and (out / "improve.png").is_file()
     policy_time = (out / "round_0" / "policy.pt").stat().st_mtime_ns
     capsys.readouterr()
-    # a run stopped before --algo and several lineages existed (one policy setting, the lineage's fields flat in the
-    # row) resumes as PPO along one lineage
+    # a run stopped before --algo, --patience and several lineages existed (one policy setting, the lineage's fields
+    # flat in the row) resumes as PPO along one lineage, its refits stopping after 5 stale validations
     flat_row = {**{k: v for k, v in row.items() if k != "lineages"}, **lineage}
     older = {**table, "rounds": [flat_row],
-             "settings": {**{k: v for k, v in table["settings"].items() if k not in ("algo", "shac_horizon")},
+             "settings": {**{k: v for k, v in table["settings"].items()
+                             if k not in ("algo", "shac_horizon", "patience")},
                           "policy": None}}
     (out / "improve.json").write_text(json.dumps(older))
     assert main([*_argv(out, 1), "--resume"]) == 0
@@ -60,18 +61,21 @@ def test_improve_trains_every_lineage_and_refits_on_all_their_rollouts(tmp_path,
     import flashnerd.cli.improve as improve
 
     short_episodes(improve)
-    starts, fits, train = [], [], improve.train_policy
+    starts, fits, patience, train = [], [], [], improve.train_policy
     monkeypatch.setattr(improve, "train_policy", lambda *a, init=None: (starts.append(init), train(*a, init=init))[1])
     adapt = improve.adapt_model
     monkeypatch.setattr(improve, "adapt_model", lambda data, *a, **k: (fits.append(list(data)),
-                                                                     adapt(data, *a, **k))[1])
+                                                                     patience.append(k["patience"]),
+                                                                     adapt(data, *a, **k))[2])
     first = tmp_path / "first"
     assert main(_argv(first, 1)) == 0
     policies = [str(first / "round_0" / "policy.pt"), str(tmp_path / "b.pt")]
     Path(policies[1]).write_bytes(Path(policies[0]).read_bytes())
-    starts.clear(), fits.clear()
+    assert patience == [5]  # the refits stop as `fit --init` does by default
+    starts.clear(), fits.clear(), patience.clear()
     out = tmp_path / "two"
-    assert main([*_argv(out, 2), "--policy", *policies]) == 0
+    assert main([*_argv(out, 2), "--policy", *policies, "--patience", "0"]) == 0
+    assert patience == [0, 0]  # every refit runs its whole --fit_budget
     rounds = json.loads((out / "improve.json").read_text())["rounds"]
     own = [[str(out / f"round_{r}" / f"lineage_{k}" / "policy.pt") for k in (0, 1)] for r in (0, 1)]
     assert starts == [*policies, *own[0]]  # each lineage goes on from its own last policy
@@ -124,6 +128,7 @@ def test_improve_restarts_every_round_from_the_given_policies_when_asked(tmp_pat
 def test_improve_refuses_bad_settings_before_any_work(tmp_path, capsys):
     base = _argv(tmp_path / "x", 1)
     assert main([*base, "--target_minutes", "0"]) == 2 and "--target_minutes" in capsys.readouterr().err
+    assert main([*base, "--patience", "-1"]) == 2 and "--patience must be >= 0" in capsys.readouterr().err
     assert main([*base, "--dynamics_checkpoint", str(tmp_path / "none.safetensors")]) == 2
     assert "does not exist" in capsys.readouterr().err
     assert main([*base, "--resume"]) == 2 and "does not exist" in capsys.readouterr().err

@@ -29,9 +29,11 @@ INIT_LR = 3e-4  # a fitted model adapts to a robot's data at a lower learning ra
 
 def adapt_model(data: str | Path | list, init: str | Path, out: Path, time_budget_s: float, seed: int, device: str,
                 mix_data: tuple[str, ...] = (), mix: float = 0.0,
-                contact_head_steps: int = FitConfig.contact_head_steps) -> tuple[Fitter, dict]:
+                contact_head_steps: int = FitConfig.contact_head_steps,
+                patience: int = INIT_PATIENCE) -> tuple[Fitter, dict]:
     """`fit --init`: the checkpoint `init` (its kind, size, contact rows and ensemble) fitted further on `data` for
-    `time_budget_s` seconds at the adaptation learning rate with early stopping, its contact head refitted for
+    `time_budget_s` seconds at the adaptation learning rate with early stopping after `patience` validations without
+    a better held-out loss (0: none), its contact head refitted for
     `contact_head_steps` (0: none), written to `out` with the held-out NRMSE before and after on its card. Returns
     the fitter and {"fit_steps", "fit_seconds", "nrmse_card"}."""
     ckpt = read_checkpoint(init)
@@ -41,7 +43,7 @@ def adapt_model(data: str | Path | list, init: str | Path, out: Path, time_budge
                               max_rows=ckpt["representation"].get("max_rows", FitConfig.max_rows),  # bounded on read
                               ensemble=ckpt.get("ensemble", 1),
                               max_steps=10**9, time_budget_s=time_budget_s, init=str(init), mix_data=tuple(mix_data),
-                              mix=mix, lr=INIT_LR, patience=INIT_PATIENCE, seed=seed,
+                              mix=mix, lr=INIT_LR, patience=patience, seed=seed,
                               contact_head_steps=contact_head_steps)
     fitter = Fitter(data, cfg, device=device)
     fitter.init_from(init)

@@ -35,7 +35,7 @@ from flashnerd.cli.common import (
     run_state,
     write_json,
 )
-from flashnerd.cli.fit import adapt_model
+from flashnerd.cli.fit import INIT_PATIENCE, adapt_model
 from flashnerd.cli.overrides import add_override_arg, apply_overrides, of_root
 from flashnerd.cli.record import RECORD_OWNS, record_policy
 from flashnerd.cli.train import ALGOS, apply_uncertainty_args
@@ -52,7 +52,7 @@ from flashnerd.viz.report import plot_improve
 
 # a run stopped before a setting existed ran with what was then fixed (PPO; contact heads of 1,000 steps)
 SETTING_DEFAULTS = {"algo": "ppo", "shac_horizon": None, "restart_from_policy": False, "contact_head_steps": 1000,
-                    "overrides": [], "robot": None}
+                    "overrides": [], "robot": None, "patience": INIT_PATIENCE}
 # config fields improve sets itself, refused as overrides (the common flag-owned ones are refused by their flags)
 IMPROVE_OWNS = {"agent.max_iterations": "--iterations", "agent.save_interval": "every round saves its last policy",
                 "env.robot": "--robot",
@@ -94,6 +94,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--traj_len", type=int, default=100, help="control steps per recorded trajectory")
     p.add_argument("--action_noise", type=float, default=0.3, help="largest per-world std of noise on the actions")
     p.add_argument("--fit_budget", type=float, default=120.0, help="seconds of training per refit")
+    p.add_argument("--patience", type=int, default=INIT_PATIENCE,
+                   help="validations without a lower held-out loss before a refit stops and keeps its best step (0: "
+                        f"the whole --fit_budget; default {INIT_PATIENCE})")
     p.add_argument("--contact_head_steps", type=int, default=FitConfig.contact_head_steps,
                    help="steps refitting the model's contact head after every refit, as `flashnerd fit` (0: the "
                         f"refitted models carry no head; default {FitConfig.contact_head_steps})")
@@ -124,7 +127,8 @@ def _check(args: argparse.Namespace) -> str:
         check_positive_number(name, getattr(args, name))
     if not (math.isfinite(args.action_noise) and args.action_noise >= 0):
         raise CLIError(f"--action_noise must be a finite number >= 0, got {args.action_noise}")
-    check_fit_config(FitConfig(contact_head_steps=args.contact_head_steps))  # the refits' setting, before any work
+    # the refits' settings, before any work
+    check_fit_config(FitConfig(contact_head_steps=args.contact_head_steps, patience=args.patience))
     check_file_stem(args.name)
     check_writable("out_dir", args.out_dir)
     check_device(args.device)
@@ -304,8 +308,8 @@ def _roll_out(args: argparse.Namespace, policy: str, folder: Path, minutes: floa
 
 
 def _refit(args: argparse.Namespace, model: str, data: list[str], out: Path) -> dict:
-    """`fit --init model` on every dataset so far, for --fit_budget seconds, with early stopping."""
+    """`fit --init model` on every dataset so far, for --fit_budget seconds, with early stopping (--patience)."""
     _, fit = adapt_model(data, model, out, args.fit_budget, args.seed, args.device,
-                         contact_head_steps=args.contact_head_steps)
+                         contact_head_steps=args.contact_head_steps, patience=args.patience)
     return {"next_model": str(out), "fit_steps": fit["fit_steps"], "fit_seconds": fit["fit_seconds"],
             "nrmse_held_out": fit["nrmse_card"]}
