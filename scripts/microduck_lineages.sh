@@ -19,7 +19,9 @@ EVAL_SEEDS=${EVAL_SEEDS:-"3 4"}
 MIN_SUCCESS=${MIN_SUCCESS:-0.5}
 EVAL_BACKENDS=${EVAL_BACKENDS:-mujoco,flashnerd}  # flashnerd alone where the mujoco fine-tunes were measured already
 FT_SEEDS=${FT_SEEDS:-1}  # fine-tuning seeds per evaluation lineage and backend
-PATIENCE=${PATIENCE:-5}  # validations without a lower held-out loss before a refit stops (0: its whole budget)
+# validations without a lower held-out loss before a refit stops (0: its whole budget); a resumed run keeps its own,
+# so another PATIENCE needs another LOGS
+PATIENCE=${PATIENCE:-5}
 OUT=${OUT:-data/duck_lineages2}
 LOGS=${LOGS:-logs/duck_improve2}
 T=FlashNeRD-Roll-Flat-Microduck-v0

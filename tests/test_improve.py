@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from flashnerd.cli.main import main
+from flashnerd.models.checkpoint import read_checkpoint
 
 TASK = "FlashNeRD-Velocity-Flat-Anymal-C-v0"
 
@@ -30,10 +31,11 @@ def test_improve_runs_rounds_keeps_each_and_resumes_where_it_stopped(tmp_path, c
     assert lineage["target_seconds"] == 4 * 40 * 0.02 and lineage["transitions"] == 4 * 40  # 3 s asked: 2 traj.
     assert set(lineage["eval"]) == {"model", "target"} and lineage["eval"]["target"]["episodes"] == 2
     assert set(row["nrmse_held_out"]["nrmse_after"]) and (out / "improve.png").is_file()
+    assert isinstance(row["stopped_early"], bool) and 0 <= row["best_step"] <= row["fit_steps"]  # patience 5
     policy_time = (out / "round_0" / "policy.pt").stat().st_mtime_ns
     capsys.readouterr()
     # a run stopped before --algo, --patience and several lineages existed (one policy setting, the lineage's fields
-    # flat in the row) resumes as PPO along one lineage, its refits stopping after 5 stale validations
+    # flat in the row) resumes as PPO along one lineage with the patience its refits had (5)
     flat_row = {**{k: v for k, v in row.items() if k != "lineages"}, **lineage}
     older = {**table, "rounds": [flat_row],
              "settings": {**{k: v for k, v in table["settings"].items()
@@ -43,6 +45,8 @@ def test_improve_runs_rounds_keeps_each_and_resumes_where_it_stopped(tmp_path, c
     assert main([*_argv(out, 1), "--resume"]) == 0
     assert json.loads((out / "improve.json").read_text())["rounds"][0]["lineages"] == [lineage]
     capsys.readouterr()
+    assert main([*_argv(out, 1), "--resume", "--patience", "0"]) == 2
+    assert "other settings than the stopped run (patience)" in capsys.readouterr().err
 
     assert main(_argv(out, 1)) == 2 and "add --resume" in capsys.readouterr().err
     assert main([*_argv(out, 2), "--resume"]) == 0  # round 0 is kept, round 1 starts from its model and policy
@@ -75,7 +79,10 @@ def test_improve_trains_every_lineage_and_refits_on_all_their_rollouts(tmp_path,
     starts.clear(), fits.clear(), patience.clear()
     out = tmp_path / "two"
     assert main([*_argv(out, 2), "--policy", *policies, "--patience", "0"]) == 0
-    assert patience == [0, 0]  # every refit runs its whole --fit_budget
+    assert patience == [0, 0]  # every refit runs its whole --fit_budget, and says so
+    first_refit = json.loads((out / "improve.json").read_text())["rounds"][0]
+    assert read_checkpoint(first_refit["next_model"])["fit_config"]["patience"] == 0
+    assert "stopped_early" not in first_refit
     rounds = json.loads((out / "improve.json").read_text())["rounds"]
     own = [[str(out / f"round_{r}" / f"lineage_{k}" / "policy.pt") for k in (0, 1)] for r in (0, 1)]
     assert starts == [*policies, *own[0]]  # each lineage goes on from its own last policy

@@ -32,10 +32,10 @@ def adapt_model(data: str | Path | list, init: str | Path, out: Path, time_budge
                 contact_head_steps: int = FitConfig.contact_head_steps,
                 patience: int = INIT_PATIENCE) -> tuple[Fitter, dict]:
     """`fit --init`: the checkpoint `init` (its kind, size, contact rows and ensemble) fitted further on `data` for
-    `time_budget_s` seconds at the adaptation learning rate with early stopping after `patience` validations without
-    a better held-out loss (0: none), its contact head refitted for
-    `contact_head_steps` (0: none), written to `out` with the held-out NRMSE before and after on its card. Returns
-    the fitter and {"fit_steps", "fit_seconds", "nrmse_card"}."""
+    `time_budget_s` seconds at the adaptation learning rate, stopping early after `patience` validations without a
+    lower held-out loss (0: no early stopping, the whole budget), its contact head refitted for `contact_head_steps`
+    (0: none), written to `out` with the held-out NRMSE before and after on its card. Returns the fitter and
+    {"fit_steps", "fit_seconds", "nrmse_card"} (and "best_step", "stopped_early" with early stopping)."""
     ckpt = read_checkpoint(init)
     fit_cfg = ckpt.get("fit_config", {})
     cfg = dataclasses.replace(FitConfig(), model=ckpt["kind"], size=fit_cfg.get("size", FitConfig.size),
@@ -49,7 +49,8 @@ def adapt_model(data: str | Path | list, init: str | Path, out: Path, time_budge
     fitter.init_from(init)
     fit = fitter.fit(out, log_dir=str(out.parent / "fit"), progress=False)
     card = fitter.adaptation_report(init, out)
-    return fitter, {"fit_steps": fit["steps"], "fit_seconds": fit["train_seconds"], "nrmse_card": card}
+    return fitter, {"fit_steps": fit["steps"], "fit_seconds": fit["train_seconds"], "nrmse_card": card,
+                    **{k: fit[k] for k in ("best_step", "stopped_early") if k in fit}}
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -92,7 +93,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--mix", type=float, default=None,
                    help=f"share of every batch drawn from --mix_data (default {FitConfig.mix})")
     p.add_argument("--patience", type=int, default=None,
-                   help=f"stop after this many validations without a better held-out loss; --out keeps the best step "
+                   help=f"stop after this many validations without a lower held-out loss; --out keeps the best step "
                         f"(default {INIT_PATIENCE} with --init, else 0: off)")
     add_robot_file_arg(p)
     p.set_defaults(func=run)

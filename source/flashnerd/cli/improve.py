@@ -52,7 +52,7 @@ from flashnerd.viz.report import plot_improve
 
 # a run stopped before a setting existed ran with what was then fixed (PPO; contact heads of 1,000 steps)
 SETTING_DEFAULTS = {"algo": "ppo", "shac_horizon": None, "restart_from_policy": False, "contact_head_steps": 1000,
-                    "overrides": [], "robot": None, "patience": INIT_PATIENCE}
+                    "overrides": [], "robot": None, "patience": 5}
 # config fields improve sets itself, refused as overrides (the common flag-owned ones are refused by their flags)
 IMPROVE_OWNS = {"agent.max_iterations": "--iterations", "agent.save_interval": "every round saves its last policy",
                 "env.robot": "--robot",
@@ -93,10 +93,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--target_worlds", type=int, default=64, help="worlds rolling the policy out at once")
     p.add_argument("--traj_len", type=int, default=100, help="control steps per recorded trajectory")
     p.add_argument("--action_noise", type=float, default=0.3, help="largest per-world std of noise on the actions")
-    p.add_argument("--fit_budget", type=float, default=120.0, help="seconds of training per refit")
+    p.add_argument("--fit_budget", type=float, default=120.0,
+                   help="most seconds of training per refit (--patience may stop it sooner)")
     p.add_argument("--patience", type=int, default=INIT_PATIENCE,
-                   help="validations without a lower held-out loss before a refit stops and keeps its best step (0: "
-                        f"the whole --fit_budget; default {INIT_PATIENCE})")
+                   help="validations (one every 100 steps) without a lower held-out loss before a refit stops and "
+                        f"keeps its best step (0: the whole --fit_budget, keeping its last step; default "
+                        f"{INIT_PATIENCE})")
     p.add_argument("--contact_head_steps", type=int, default=FitConfig.contact_head_steps,
                    help="steps refitting the model's contact head after every refit, as `flashnerd fit` (0: the "
                         f"refitted models carry no head; default {FitConfig.contact_head_steps})")
@@ -311,5 +313,5 @@ def _refit(args: argparse.Namespace, model: str, data: list[str], out: Path) -> 
     """`fit --init model` on every dataset so far, for --fit_budget seconds, with early stopping (--patience)."""
     _, fit = adapt_model(data, model, out, args.fit_budget, args.seed, args.device,
                          contact_head_steps=args.contact_head_steps, patience=args.patience)
-    return {"next_model": str(out), "fit_steps": fit["fit_steps"], "fit_seconds": fit["fit_seconds"],
+    return {"next_model": str(out), **{k: v for k, v in fit.items() if k != "nrmse_card"},
             "nrmse_held_out": fit["nrmse_card"]}

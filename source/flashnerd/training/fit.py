@@ -79,7 +79,7 @@ class FitConfig:
     init: str = ""  # start from this checkpoint's weights and normalizers (fresh optimizer and schedule)
     mix_data: tuple[str, ...] = ()  # datasets (e.g. simulation) trained on beside the data, never validated on
     mix: float = 0.1  # share of every batch drawn from mix_data
-    patience: int = 0  # stop after this many validations without a better loss; `out` keeps the best (0: off)
+    patience: int = 0  # stop after this many validations without a lower loss; `out` keeps the best (0: off)
     ensemble: int = 1  # members trained together (own initialization and batches), stored and stepped as one model
     # steps of the contact head fitted after the model on the data's contact labels, outside time_budget_s (0: none;
     # data without labels or a robot without contact bodies get none)
