@@ -96,9 +96,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--fit_budget", type=float, default=120.0,
                    help="most seconds of training per refit (--patience may stop it sooner)")
     p.add_argument("--patience", type=int, default=INIT_PATIENCE,
-                   help="validations (one every 100 steps) without a lower held-out loss before a refit stops and "
-                        f"keeps its best step (0: the whole --fit_budget, keeping its last step; default "
-                        f"{INIT_PATIENCE})")
+                   help=f"validations (one every {FitConfig.eval_every} steps) without a lower held-out loss before a "
+                        "refit stops and keeps its best step (0: the whole --fit_budget, keeping its last step; "
+                        f"default {INIT_PATIENCE})")
     p.add_argument("--contact_head_steps", type=int, default=FitConfig.contact_head_steps,
                    help="steps refitting the model's contact head after every refit, as `flashnerd fit` (0: the "
                         f"refitted models carry no head; default {FitConfig.contact_head_steps})")

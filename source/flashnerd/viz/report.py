@@ -144,7 +144,7 @@ def plot_reality_gap(summary: dict, path: str | Path) -> None:
     styles = {"nominal": ("#4c72b0", "--", "PPO on nominal MuJoCo"),
               "oracle": ("#c44e52", ":", "oracle: PPO on the variant"),
               "randomized": ("#8172b2", "-.", "PPO on MuJoCo, randomized over the ranges")}
-    safe = summary.get("settings", {}).get("safe_policy", "nominal")  # runs from before the option: nominal
+    safe = _safe_baseline(summary)
     for name, result in summary["baselines"].items():
         color, style, label = styles.get(name, ("#8172b2", "-.", name))
         label += " (the safe policy)" if name == safe else ""
@@ -480,10 +480,16 @@ def _bench_plan(data: dict, name: str, folder: Path) -> str:
     return "\n".join(rows)
 
 
+def _safe_baseline(summary: dict) -> str:
+    """The baseline whose policy logged a `bench reality-gap` run's first data (runs from before --safe_policy: the
+    nominal one)."""
+    return summary.get("settings", {}).get("safe_policy", "nominal")
+
+
 def _reality_gap(data: dict, name: str, folder: Path) -> str:
     """Every policy of a `bench reality-gap` run in the variant (baselines, each budget's rounds), each fitted
     model's error on the held-out logs, and the plot once the baselines and a budget are done."""
-    safe = data["settings"].get("safe_policy", "nominal")  # runs from before --safe_policy logged with nominal
+    safe = _safe_baseline(data)
     labels = {"nominal": "PPO on nominal MuJoCo", "oracle": "oracle: PPO on the variant",
               "randomized": "PPO on MuJoCo randomized over the ranges"}
     labels[safe] += " (the safe policy)"

@@ -162,7 +162,7 @@ def run(args: argparse.Namespace) -> dict:
 
     # baselines train as many PPO iterations as the last round's policy has behind it (rounds x iterations); the
     # safe policy first (every log starts from it), then the oracle, the third after the budgets
-    baselines = {"nominal": None, "oracle": study.target, "randomized": ranges}
+    baselines = {"nominal": None, "oracle": study.target, **({"randomized": ranges} if ranges else {})}
     order = [args.safe_policy, "oracle"]
     study.baselines([(label, baselines[label]) for label in order])
     if args.mix > 0 and "sim_data" not in state:  # simulation data of the nominal robot to mix into every fit
@@ -184,8 +184,7 @@ def run(args: argparse.Namespace) -> dict:
             state["budgets"].append(row)
         study.budget(row, _steps(args, robot.control_dt, minutes, args.rounds))
     state["budgets"].sort(key=lambda b: b["minutes"])
-    study.baselines([(label, variant) for label, variant in baselines.items()
-                     if label not in order and (label != "randomized" or ranges)])
+    study.baselines([(label, variant) for label, variant in baselines.items() if label not in order])
     state["randomized"] = ("PPO on MuJoCo drawing the variant's randomize ranges over the nominal robot" if ranges
                            else "skipped: the variant has no randomize ranges")
     study.save()
