@@ -141,7 +141,8 @@ def test_bench_reality_gap_runs_the_loop_a_lab_runs(tmp_path, capsys, monkeypatc
                for r in [*summary["baselines"].values(), first, last])
     assert block.count("-min budget, round") == 2 and block.count("refitted after round 0") == 1
 
-    # a run stopped before its last round: --resume trains that round alone, from the stages it kept, and runs a
+    # a run stopped before its last round: --resume finishes that round alone (from its last checkpoint), from the
+    # stages it kept, and runs a
     # budget it is given beside it (half of 0.2 min is 7 trajectories of 20 steps on each of 2 robots)
     for key in ("eval_variant", "robot_minutes", "ppo_wall_s"):
         del budget[key]
@@ -159,6 +160,7 @@ def test_bench_reality_gap_runs_the_loop_a_lab_runs(tmp_path, capsys, monkeypatc
     added, again = resumed["budgets"]
     assert again["minutes"] == 0.4 and again["rounds"][1]["model"] == first["next_model"] and "eval_variant" in again
     assert again["rounds"][1]["policy"] != first["policy"] and again["rounds"][1]["eval_model"]
+    assert again["rounds"][1]["resumed_at"] == 1  # the stopped round's own checkpoint: its one iteration was done
     assert added["minutes"] == 0.2 and added["robot_minutes"] == pytest.approx(2 * 7 * 20 * 2 * 0.02 / 60, abs=1e-3)
     assert main([*argv, "--rounds", "3", "--resume"]) == 2
     assert "other settings than the stopped run (rounds)" in capsys.readouterr().err

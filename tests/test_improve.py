@@ -66,7 +66,8 @@ def test_improve_trains_every_lineage_and_refits_on_all_their_rollouts(tmp_path,
 
     short_episodes(improve)
     starts, fits, patience, train = [], [], [], improve.train_policy
-    monkeypatch.setattr(improve, "train_policy", lambda *a, init=None: (starts.append(init), train(*a, init=init))[1])
+    monkeypatch.setattr(improve, "train_policy",
+                        lambda *a, init=None, **kw: (starts.append(init), train(*a, init=init, **kw))[1])
     adapt = improve.adapt_model
     monkeypatch.setattr(improve, "adapt_model", lambda data, *a, **k: (fits.append(list(data)),
                                                                      patience.append(k["patience"]),

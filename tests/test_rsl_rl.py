@@ -200,6 +200,33 @@ def test_resume_ends_at_the_requested_iteration_count(tmp_path, capsys):
     assert main([*argv[:6], "2", *argv[7:]]) == 2, "a run that already has 2 iterations cannot resume to 2"
 
 
+def test_a_stage_resumes_from_its_last_checkpoint(tmp_path):
+    """`train_policy(resume=True)` (the long stages of `bench reality-gap` and `improve`) continues a stopped run from
+    its last `model_<it>.pt` up to the stage's iteration count, carrying the stopped run's training seconds; a run
+    that had finished training returns its last checkpoint's policy untouched; without `resume` it starts afresh."""
+    from flashnerd.envs.registry import task_cfgs
+    from flashnerd.envs.rsl_rl import train_policy
+
+    env_cfg, agent_cfg = task_cfgs(TASK, num_envs=4, seed=5)
+    agent_cfg.num_steps_per_env, agent_cfg.max_iterations, agent_cfg.save_interval = 3, 4, 2
+    log_dir = tmp_path / "stage"
+    train_policy(TASK, env_cfg, agent_cfg, str(log_dir), 4)
+    assert sorted(p.name for p in log_dir.glob("model_*.pt")) == ["model_0.pt", "model_2.pt", "model_3.pt"]
+    (log_dir / "model_3.pt").unlink()  # stopped after the checkpoint of iteration 2: 3 iterations done
+    before = torch.load(log_dir / "model_2.pt", weights_only=True)["infos"]["train_seconds"]
+    runner, wall = train_policy(TASK, env_cfg, agent_cfg, str(log_dir), 4, resume=True)
+    assert runner.resumed_at == 3 and runner.current_learning_iteration == 3 and wall > before > 0
+    last = torch.load(log_dir / "model_3.pt", weights_only=True)
+    assert last["iter"] == 3 and last["infos"]["train_seconds"] > before
+
+    runner, wall = train_policy(TASK, env_cfg, agent_cfg, str(log_dir), 4, resume=True)  # nothing left to train
+    assert runner.resumed_at == 4 and wall == pytest.approx(last["infos"]["train_seconds"], abs=0.5)
+    weights = runner.alg.save()["actor_state_dict"]
+    assert all(torch.equal(weights[k], v) for k, v in last["actor_state_dict"].items())
+    runner, _ = train_policy(TASK, env_cfg, agent_cfg, str(log_dir), 1)
+    assert runner.resumed_at == 0 and runner.current_learning_iteration == 0
+
+
 def test_max_seconds_stops_after_the_iteration_that_spends_them(tmp_path, capsys):
     argv = ["train", "--task", TASK, "--num_envs", "8", "--max_iterations", "5", "--seed", "3",
             "--log_root", str(tmp_path), "--eval_episodes", "0"]

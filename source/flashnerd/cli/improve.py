@@ -43,7 +43,7 @@ from flashnerd.dynamics import REFERENCE_BACKEND, backend_info, backend_names
 from flashnerd.dynamics.learned import MEMBER_MODES, default_checkpoint
 from flashnerd.envs.evaluate import evaluate_on_backends
 from flashnerd.envs.registry import play_variant, task_cfgs
-from flashnerd.envs.rsl_rl import train_policy
+from flashnerd.envs.rsl_rl import CHECKPOINT_EVERY, train_policy
 from flashnerd.envs.shac import ShacCfg, train_shac
 from flashnerd.models.checkpoint import read_checkpoint
 from flashnerd.sim.scene import variant_robot
@@ -54,7 +54,8 @@ from flashnerd.viz.report import plot_improve
 SETTING_DEFAULTS = {"algo": "ppo", "shac_horizon": None, "restart_from_policy": False, "contact_head_steps": 1000,
                     "overrides": [], "robot": None, "patience": 5}
 # config fields improve sets itself, refused as overrides (the common flag-owned ones are refused by their flags)
-IMPROVE_OWNS = {"agent.max_iterations": "--iterations", "agent.save_interval": "every round saves its last policy",
+IMPROVE_OWNS = {"agent.max_iterations": "--iterations",
+                "agent.save_interval": "a round saves a checkpoint every 100 iterations to resume from",
                 "env.robot": "--robot",
                 "env.terrain": "the rounds train on the task's terrain, where their rollouts are recorded"}
 
@@ -272,7 +273,7 @@ def _train(args: argparse.Namespace, model: str, start: str | None, folder: Path
     apply_uncertainty_args(args, env_cfg)
     if args.iterations is not None:
         agent_cfg.max_iterations = args.iterations
-    agent_cfg.save_interval = agent_cfg.max_iterations
+    agent_cfg.save_interval = min(agent_cfg.max_iterations, CHECKPOINT_EVERY)  # PPO's; SHAC saves its last only
     shac_cfg = ShacCfg(horizon=args.shac_horizon or ShacCfg.horizon) if args.algo == "shac" else None
     _apply(args, env_cfg, agent_cfg, shac_cfg)
     path = folder / "policy.pt"
@@ -281,7 +282,7 @@ def _train(args: argparse.Namespace, model: str, start: str | None, folder: Path
                                    agent_cfg.max_iterations, init=start)
     else:
         learner, wall = train_policy(args.task, env_cfg, agent_cfg, str(folder / "ppo"), agent_cfg.max_iterations,
-                                     init=start)
+                                     init=start, resume=args.resume)
     learner.save(str(path))
     policy = learner.get_inference_policy(device=args.device)
     on_model = evaluate_on_backends(args.task, env_cfg, policy, args.eval_episodes, backends=[args.dynamics])
@@ -289,6 +290,7 @@ def _train(args: argparse.Namespace, model: str, start: str | None, folder: Path
     target = evaluate_on_backends(task, target_cfg, policy, args.eval_episodes, backends=[REFERENCE_BACKEND])
     return {"policy": str(path), "algo": args.algo, "train_wall_s": round(wall, 1),
             "iterations": agent_cfg.max_iterations,
+            **({"resumed_at": learner.resumed_at} if getattr(learner, "resumed_at", 0) else {}),
             "eval": {"model": on_model[args.dynamics], "target": target[REFERENCE_BACKEND]}}
 
 

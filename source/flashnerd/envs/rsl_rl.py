@@ -132,8 +132,10 @@ class FlashNeRDRunner(OnPolicyRunner):
         self.max_seconds = max_seconds
         self.stopped_by_time = False
         self._spent_before = 0.0  # training seconds before the current `learn` call
+        self.seconds_before = 0.0  # training seconds of the stopped process a resumed run continues (`train_policy`)
         self.tracker_state: dict[str, float] = {}  # the env's trackers at the end of training (`train_policy`)
         self.dynamics_checkpoint: str | None = None  # the learned model it trained on (`train_policy`), if any
+        self.resumed_at = 0  # iterations a stopped run had done when `train_policy(resume=True)` continued it
         log = self.logger.log
 
         def log_and_record(**kw) -> None:  # rsl_rl logs once per iteration, after the policy update
@@ -211,8 +213,10 @@ class FlashNeRDRunner(OnPolicyRunner):
         return loaded.get("infos")
 
     def save(self, path: str, infos: dict | None = None) -> None:
+        # the training seconds so far go with every checkpoint, so a run resumed from it can report its whole time
+        spent = self.seconds_before + (self.iteration_curve[-1][0] if self.iteration_curve else 0.0)
         tmp = f"{path}.tmp"
-        super().save(tmp, infos)
+        super().save(tmp, {"train_seconds": round(spent, 3), **(infos or {})})
         os.replace(tmp, path)
 
 
@@ -228,20 +232,45 @@ def make_runner(task: str, env_cfg, agent_cfg, log_dir: str | None = None, verbo
     return env, runner
 
 
+CHECKPOINT_EVERY = 100  # iterations between the checkpoints a long stage (a bench, an improve round) resumes from
+
+
+def last_checkpoint(log_dir: str | Path) -> tuple[Path, int] | None:
+    """The `model_<it>.pt` in `log_dir` with the highest iteration and that iteration, or None when there is none."""
+    found = [(int(p.stem[len("model_"):]), p) for p in Path(log_dir).glob("model_*.pt")
+             if p.stem[len("model_"):].isdigit()]
+    if not found:
+        return None
+    it, path = max(found)
+    return path, it
+
+
 def train_policy(task: str, env_cfg, agent_cfg, log_dir: str | None, iterations: int,
-                 init: str | None = None, max_seconds: float | None = None) -> tuple[FlashNeRDRunner, float]:
+                 init: str | None = None, max_seconds: float | None = None,
+                 resume: bool = False) -> tuple[FlashNeRDRunner, float]:
     """Seeded PPO on `task`: `iterations` iterations of `agent_cfg` (from the policy checkpoint `init`, counted from
-    zero, when given), fewer when `max_seconds` of training run out first. Returns the runner (its env closed; its
-    `tracker_state` holds the env's trackers at the end, e.g. the terrain level, and `dynamics_checkpoint` the learned
-    model's file, the shipped default included) and the wall time in seconds."""
+    zero, when given), fewer when `max_seconds` of training run out first. With `resume`, a stopped run of the same
+    stage continues from the last `model_<it>.pt` in `log_dir` (saved every `agent_cfg.save_interval` iterations) up
+    to `iterations` in all; `runner.resumed_at` is the iteration count it found (0: started afresh). Returns the runner
+    (its env closed; its `tracker_state` holds the env's trackers at the end, e.g. the terrain level, and
+    `dynamics_checkpoint` the learned model's file, the shipped default included) and the training time in seconds
+    (the stopped runs' collect + update seconds, from the checkpoint, plus this call's wall time)."""
     seed_everything(agent_cfg.seed)
     env, runner = make_runner(task, env_cfg, agent_cfg, log_dir, max_seconds=max_seconds)
-    if init is not None:
+    found = last_checkpoint(log_dir) if resume and log_dir is not None else None
+    if found is not None:  # a checkpoint's "iter" is its last completed iteration
+        infos = runner.load(str(found[0]), map_location=agent_cfg.device) or {}
+        runner.resumed_at = runner.current_learning_iteration = min(found[1] + 1, iterations)
+        runner.seconds_before = float(infos.get("train_seconds", 0.0))
+    elif init is not None:
         runner.load(init, map_location=agent_cfg.device)
         runner.current_learning_iteration = 0
     start = time.perf_counter()
-    runner.learn(num_learning_iterations=iterations, init_at_random_ep_len=True)
-    wall = time.perf_counter() - start
+    if iterations > runner.resumed_at:
+        runner.learn(num_learning_iterations=iterations - runner.resumed_at, init_at_random_ep_len=found is None)
+    else:  # the stopped run had finished training: its last checkpoint is the policy
+        runner.current_learning_iteration = iterations - 1
+    wall = runner.seconds_before + time.perf_counter() - start
     runner.tracker_state = env.unwrapped.tracker_state()
     path = getattr(env.unwrapped.dyn, "checkpoint_path", None)
     runner.dynamics_checkpoint = None if path is None else str(Path(path).resolve())

@@ -8,8 +8,9 @@ policy), and every round but the last drives the robot with its policy plus nois
 the same way, and refits the model on every log so far. Every policy is evaluated in the variant. Baselines in the same
 run, each with as many PPO iterations as the last round's policy has behind it: PPO on nominal MuJoCo, PPO on MuJoCo
 with domain randomization over the variant's `randomize` ranges (when it has any), and the oracle a lab cannot run, PPO
-directly on the variant. The JSON is rewritten after every stage (`--resume` continues a stopped run); a plot of return
-in the variant against minutes of robot data.
+directly on the variant. The JSON is rewritten after every stage (`--resume` continues a stopped run, a PPO stage from
+its last checkpoint, saved every `CHECKPOINT_EVERY` iterations); a plot of return in the variant against minutes of
+robot data.
 
 A variant with `randomize` ranges is two things here: the robot is its fixed values (`RobotVariant.fixed`, written
 to `<variant>_robot.yaml` in --out_dir: what is logged, what the oracle trains on, what every policy is evaluated
@@ -44,7 +45,7 @@ from flashnerd.dynamics import REFERENCE_BACKEND, backend_info
 from flashnerd.dynamics.learned import default_checkpoint
 from flashnerd.envs.evaluate import evaluate_on_backends
 from flashnerd.envs.registry import play_variant, task_cfgs
-from flashnerd.envs.rsl_rl import train_policy
+from flashnerd.envs.rsl_rl import CHECKPOINT_EVERY, train_policy
 from flashnerd.models.checkpoint import read_checkpoint
 from flashnerd.sim.scene import variant_robot
 from flashnerd.training.fit import FitConfig, Fitter, check_fit_config, nrmse_before_after
@@ -217,13 +218,15 @@ class _Study:
         args = self.args
         env_cfg, agent_cfg = task_cfgs(args.task, num_envs=args.num_envs, seed=args.seed, device=args.device,
                                        dynamics=dynamics, dynamics_checkpoint=checkpoint, robot_variant=variant)
-        agent_cfg.max_iterations = agent_cfg.save_interval = iterations
-        runner, wall = train_policy(args.task, env_cfg, agent_cfg, str(self.out / label), iterations, init=start)
+        agent_cfg.max_iterations, agent_cfg.save_interval = iterations, min(iterations, CHECKPOINT_EVERY)
+        runner, wall = train_policy(args.task, env_cfg, agent_cfg, str(self.out / label), iterations, init=start,
+                                    resume=args.resume)
         path = str(self.out / label / "policy.pt")
         runner.save(path)
         policy = runner.get_inference_policy(device=args.device)
         task, cfg = play_variant(args.task, dataclasses.replace(env_cfg, robot_variant=self.target))
         result = {"policy": path, "train_wall_s": round(wall, 1), "iterations": iterations,
+                  **({"resumed_at": runner.resumed_at} if runner.resumed_at else {}),
                   "eval_variant": evaluate_on_backends(task, cfg, policy, args.eval_episodes,
                                                        backends=[REFERENCE_BACKEND])[REFERENCE_BACKEND]}
         if checkpoint is not None:
@@ -262,7 +265,7 @@ class _Study:
         """One budget of robot time in --rounds parts of `steps` per robot: the safe policy's logs (the shipped model
         adapts to them: model 0), then the rollouts of every round's policy but the last (model r+1: model r
         refitted on all logs so far). Round r trains PPO on model r, from round r-1's policy. `row` fills stage by
-        stage; a stage a stopped run left half-done runs again."""
+        stage; a stage a stopped run left half-done runs again (PPO from its last checkpoint, with --resume)."""
         args, tag = self.args, f"{row['minutes']:g}min"
         if "logged" not in row:
             row["logged"] = self.robot_log(self.safe_policy(), self.out / tag, steps, args.seed + 3)
