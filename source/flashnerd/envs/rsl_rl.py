@@ -259,7 +259,8 @@ def train_policy(task: str, env_cfg, agent_cfg, log_dir: str | None, iterations:
     env, runner = make_runner(task, env_cfg, agent_cfg, log_dir, max_seconds=max_seconds)
     found = last_checkpoint(log_dir) if resume and log_dir is not None else None
     if found is not None:  # a checkpoint's "iter" is its last completed iteration
-        infos = runner.load(str(found[0]), map_location=agent_cfg.device) or {}
+        infos = runner.load(str(found[0]), map_location=agent_cfg.device)
+        infos = infos if isinstance(infos, dict) else {}
         runner.resumed_at = runner.current_learning_iteration = min(found[1] + 1, iterations)
         runner.seconds_before = float(infos.get("train_seconds", 0.0))
     elif init is not None:
