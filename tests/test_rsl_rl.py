@@ -197,6 +197,8 @@ def test_resume_ends_at_the_requested_iteration_count(tmp_path, capsys):
     resumed = Path(summary["log_dir"])
     assert summary["checkpoint"].endswith("model_3.pt") and (resumed / "model_3.pt").is_file()
     assert torch.load(resumed / "model_3.pt", weights_only=True)["iter"] == 3
+    before = torch.load(first / "model_1.pt", weights_only=True)["infos"]["train_seconds"]
+    assert torch.load(resumed / "model_3.pt", weights_only=True)["infos"]["train_seconds"] > before > 0
     assert main([*argv[:6], "2", *argv[7:]]) == 2, "a run that already has 2 iterations cannot resume to 2"
 
 
@@ -225,6 +227,15 @@ def test_a_stage_resumes_from_its_last_checkpoint(tmp_path):
     assert all(torch.equal(weights[k], v) for k, v in last["actor_state_dict"].items())
     runner, _ = train_policy(TASK, env_cfg, agent_cfg, str(log_dir), 1)
     assert runner.resumed_at == 0 and runner.current_learning_iteration == 0
+
+
+@pytest.mark.parametrize("infos, seconds", [({"train_seconds": 2.5}, 2.5), ({"train_seconds": "2"}, 0.0),
+                                             ({"train_seconds": float("nan")}, 0.0), ({"train_seconds": -1}, 0.0),
+                                             ({"train_seconds": True}, 0.0), (None, 0.0), ([1.0], 0.0)])
+def test_the_seconds_a_checkpoint_records_are_read_only_when_plain(infos, seconds):
+    from flashnerd.envs.rsl_rl import seconds_in
+
+    assert seconds_in(infos) == seconds
 
 
 def test_max_seconds_stops_after_the_iteration_that_spends_them(tmp_path, capsys):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import math
 import os
 import statistics
 import sys
@@ -235,6 +236,14 @@ def make_runner(task: str, env_cfg, agent_cfg, log_dir: str | None = None, verbo
 CHECKPOINT_EVERY = 100  # iterations between the checkpoints a long stage (a bench, an improve round) resumes from
 
 
+def seconds_in(infos) -> float:
+    """The training seconds a policy checkpoint's `infos` record (`FlashNeRDRunner.save`); 0 where there are none or
+    they are not a finite number >= 0 (a checkpoint of rsl_rl itself, or an edited one)."""
+    spent = infos.get("train_seconds") if isinstance(infos, dict) else None
+    ok = isinstance(spent, (int, float)) and not isinstance(spent, bool) and math.isfinite(spent) and spent >= 0
+    return float(spent) if ok else 0.0
+
+
 def last_checkpoint(log_dir: str | Path) -> tuple[Path, int] | None:
     """The `model_<it>.pt` in `log_dir` with the highest iteration and that iteration, or None when there is none."""
     found = [(int(p.stem[len("model_"):]), p) for p in Path(log_dir).glob("model_*.pt")
@@ -259,10 +268,8 @@ def train_policy(task: str, env_cfg, agent_cfg, log_dir: str | None, iterations:
     env, runner = make_runner(task, env_cfg, agent_cfg, log_dir, max_seconds=max_seconds)
     found = last_checkpoint(log_dir) if resume and log_dir is not None else None
     if found is not None:  # a checkpoint's "iter" is its last completed iteration
-        infos = runner.load(str(found[0]), map_location=agent_cfg.device)
-        infos = infos if isinstance(infos, dict) else {}
+        runner.seconds_before = seconds_in(runner.load(str(found[0]), map_location=agent_cfg.device))
         runner.resumed_at = runner.current_learning_iteration = min(found[1] + 1, iterations)
-        runner.seconds_before = float(infos.get("train_seconds", 0.0))
     elif init is not None:
         runner.load(init, map_location=agent_cfg.device)
         runner.current_learning_iteration = 0
