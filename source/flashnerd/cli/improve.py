@@ -55,7 +55,7 @@ SETTING_DEFAULTS = {"algo": "ppo", "shac_horizon": None, "restart_from_policy": 
                     "overrides": [], "robot": None, "patience": 5}
 # config fields improve sets itself, refused as overrides (the common flag-owned ones are refused by their flags)
 IMPROVE_OWNS = {"agent.max_iterations": "--iterations",
-                "agent.save_interval": "a round saves a checkpoint every 100 iterations to resume from",
+                "agent.save_interval": f"a round saves a checkpoint every {CHECKPOINT_EVERY} iterations to resume from",
                 "env.robot": "--robot",
                 "env.terrain": "the rounds train on the task's terrain, where their rollouts are recorded"}
 
