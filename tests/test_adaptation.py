@@ -199,8 +199,35 @@ def test_bench_reality_gap_logs_with_the_randomized_policy(tmp_path, capsys, mon
     assert "| PPO on MuJoCo randomized over the ranges (the safe policy) |" in block
     assert "| PPO on nominal MuJoCo |" in block
     capsys.readouterr()
+
+    # another loop setting on the same robot takes this run's baselines and held-out logs instead of training them
+    again = tmp_path / "again"
+    reuse = [*[str(again) if a == str(out) else a for a in argv], "--fit_budget", "2",
+             "--baselines_from", str(out / "reality_gap.json")]
+    assert main(reuse) == 0
+    second = json.loads((again / "reality_gap.json").read_text())
+    assert {k: {**b, "reused_from": None} for k, b in second["baselines"].items()} == \
+        {k: {**b, "reused_from": None} for k, b in summary["baselines"].items()}
+    assert {b["reused_from"] for b in second["baselines"].values()} == {str(out / "reality_gap.json")}
+    assert second["held_out"]["dataset"] == summary["held_out"]["dataset"]
+    assert not any((again / label).exists() for label in summary["baselines"])  # no PPO ran for them
+    assert drivers[2:] == [summary["baselines"]["randomized"]["policy"]]  # only the budget's own data was logged
+    assert "| PPO on nominal MuJoCo (reused) |" in render_block("reality_gap", again)
+    for extra, differs in ((["--seed", "1"], "seed"), (["--iterations", "2"], "baseline iterations"),
+                           (["--robot_variant", "variants/anymal_c_worn.yaml", "--safe_policy", "nominal"],
+                            "robot_variant (its digest)")):
+        other = tmp_path / f"other_{differs.split()[0]}"
+        assert main([*[str(other) if a == str(out) else a for a in argv], *extra,
+                     "--baselines_from", str(out / "reality_gap.json")]) == 2
+        err = capsys.readouterr().err.strip()
+        assert f"other settings ({differs}" in err and len(err.splitlines()) == 1, err
+        assert not other.exists()
+    (tmp_path / "broken.json").write_text("{not json")
+    assert main([*argv[:-1], str(tmp_path / "b"), "--baselines_from", str(tmp_path / "broken.json")]) == 2
+    assert "is not readable JSON" in capsys.readouterr().err
+
     swap = {"variants/anymal_c_worn_dr.yaml": "variants/anymal_c_worn.yaml", str(out): str(tmp_path / "no_ranges")}
     no_ranges = [swap.get(a, a) for a in argv]  # the tiny settings: a lost check would run a short loop, not hours
     assert main(no_ranges) == 2
     assert "--safe_policy randomized needs randomize ranges" in capsys.readouterr().err
-    assert not (tmp_path / "no_ranges").exists() and drivers == [summary["baselines"]["randomized"]["policy"]] * 2
+    assert not (tmp_path / "no_ranges").exists() and len(drivers) == 3

@@ -147,6 +147,15 @@ def _same_setting(name: str, stored, given) -> bool:
     return stored == given
 
 
+def read_json(flag: str, path: Path, fix: str):
+    """The JSON document in `path` (given by `flag`); an unreadable file or text that is no JSON is a one-line error
+    ending in `fix`. JSON holds data only: reading another person's file runs nothing from it."""
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as err:
+        raise CLIError(f"{flag}: '{path}' is not readable JSON ({type(err).__name__}); {fix}") from None
+
+
 def run_state(path: Path, settings: dict, resume: bool, fresh: dict, defaults: dict | None = None,
               upgrade: Callable[[dict], dict] | None = None) -> dict:
     """The state of a multi-stage command kept in the JSON `path` (rewritten after every stage): `fresh` with
@@ -160,11 +169,7 @@ def run_state(path: Path, settings: dict, resume: bool, fresh: dict, defaults: d
         return {"settings": settings, **fresh}
     if not path.is_file():
         raise CLIError(f"--resume given but '{path}' does not exist")
-    try:
-        state = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as err:
-        raise CLIError(f"--resume: '{path}' is not readable JSON ({type(err).__name__}); give a new "
-                       "--out_dir") from None
+    state = read_json("--resume", path, "give a new --out_dir")
     if not isinstance(state, dict) or not isinstance(state.get("settings"), dict):
         raise CLIError(f"--resume: '{path}' holds no run state of this command; give a new --out_dir")
     missing = [k for k in fresh if k not in state]

@@ -507,7 +507,11 @@ def _reality_gap(data: dict, name: str, folder: Path) -> str:
         return (f"| {label} | {minutes} | {r['train_wall_s']:.0f} | {e['mean_return']:.1f} | {e['fall_rate']:.0%} | "
                 f"{e['lin_vel_rms']:.2f} | {on_model} |")
 
-    rows += [row(labels.get(k, k), "-", r) for k, r in data["baselines"].items()]
+    rows += [row(labels.get(k, k) + (" (reused)" if "reused_from" in r else ""), "-", r)
+             for k, r in data["baselines"].items()]
+    reused = sorted({r["reused_from"] for r in data["baselines"].values() if "reused_from" in r})
+    note = ["", f"Baselines marked reused were trained once, for the run in `{', '.join(reused)}` (the same robot, "
+            "task, seed, PPO worlds and iterations: `--baselines_from`)."] if reused else []
     errors = ["", "NRMSE at H = 1 / 15 / 100 on held-out logs of the safe policy (no fit saw them):", "",
               "| model | robot time in its data (min) | the shipped model | this model |", "|---|---|---|---|"]
 
@@ -534,7 +538,7 @@ def _reality_gap(data: dict, name: str, folder: Path) -> str:
     if done and {safe, "oracle"} <= set(data["baselines"]):
         plot_reality_gap({**data, "budgets": done}, folder / f"{name}.png")
         errors += ["", f"![Return in the robot variant against minutes of robot data](results/{name}.png)"]
-    return "\n".join(rows + errors)
+    return "\n".join(rows + note + errors)
 
 
 RENDERERS: dict[str, Callable[[dict, str, Path], str]] = {

@@ -33,6 +33,7 @@ from flashnerd.cli.common import (
     check_positive,
     check_positive_number,
     check_writable,
+    read_json,
     run_state,
     write_json,
 )
@@ -53,6 +54,7 @@ from flashnerd.viz.report import plot_reality_gap
 
 TASK = "FlashNeRD-Velocity-Flat-Anymal-C-v0"
 SAFE_POLICIES = ("nominal", "randomized")  # baselines that may log the robot's first data
+OLD_DEFAULTS = {"contact_head_steps": 1000, "safe_policy": "nominal"}  # runs from before these options had them
 HELD_OUT_MINUTES = 2.0  # robot time of the safe policy's logs that every model is measured on, never fitted on
 
 
@@ -100,6 +102,10 @@ def add_parser(bsub: argparse._SubParsersAction) -> None:
                         "runs)")
     p.add_argument("--name", default="reality_gap", help="file stem of the JSON and the plot in --out_dir")
     p.add_argument("--resume", action="store_true", help="continue a stopped run in --out_dir from its JSON")
+    p.add_argument("--baselines_from", default=None,
+                   help="the JSON of an earlier run of the same robot, task, seed, PPO worlds and baseline iterations "
+                        "(rounds x iterations): take its baselines (and its held-out logs, when it logged them as "
+                        "this run would) instead of training them again, to compare loop settings")
     p.set_defaults(func=run)
 
 
@@ -149,7 +155,9 @@ def run(args: argparse.Namespace) -> dict:
         "task": args.task, "robot_variant": args.robot_variant, "variant": robot.variant.describe(),
         "model": args.model, "init": init, "rounds_per_budget": args.rounds, "iterations_per_round": per_round,
         "baseline_iterations": per_round * args.rounds, "eval_episodes": args.eval_episodes, "baselines": {},
-        "budgets": []}, defaults={"contact_head_steps": 1000, "safe_policy": "nominal"})  # runs from before the options
+        "budgets": []}, defaults=OLD_DEFAULTS)
+    if args.baselines_from:
+        _reuse_baselines(state, Path(args.baselines_from))
     out.mkdir(parents=True, exist_ok=True)
     study = _Study(args, out, state, lambda: write_json(path, state), init,
                    target=str(out / f"{robot.variant.name}_robot.yaml"))
@@ -193,6 +201,46 @@ def run(args: argparse.Namespace) -> dict:
     print(json.dumps({"baselines": {k: v["eval_variant"]["mean_return"] for k, v in state["baselines"].items()},
                       "budgets": {b["minutes"]: b["eval_variant"]["mean_return"] for b in state["budgets"]}}))
     return state
+
+
+# settings an earlier run must share for its baselines to be this run's: they decide every baseline's PPO and
+# evaluation; the robot is compared by its variant's digest (a copy of the file elsewhere is the same robot)
+BASELINE_SETTINGS = ("task", "seed", "num_envs", "eval_episodes")
+HELD_OUT_SETTINGS = ("safe_policy", "robot_worlds", "traj_len", "action_noise")  # what its held-out logs depend on
+
+
+def _reuse_baselines(state: dict, path: Path) -> None:
+    """Fill the baselines `state` lacks (and its held-out logs) from the earlier run in `path`, after checking that
+    the earlier run trained them exactly as this one would; each reused entry names the file it came from."""
+    other = read_json("--baselines_from", path, "give the JSON a finished `bench reality-gap` run wrote")
+    flag = f"--baselines_from '{path}'"
+    if not isinstance(other, dict) or not isinstance(other.get("settings"), dict) or \
+            not isinstance(other.get("baselines"), dict) or not isinstance(other.get("variant"), dict):
+        raise CLIError(f"{flag} holds no `bench reality-gap` run; give the JSON such a run wrote")
+    mine, theirs = state["settings"], {**OLD_DEFAULTS, **other["settings"]}
+    differ = [k for k in BASELINE_SETTINGS if mine.get(k) != theirs.get(k)]
+    differ += ["robot_variant (its digest)"] * (other["variant"].get("digest") != state["variant"]["digest"])
+    differ += ["baseline iterations (rounds x iterations)"] * (other.get("baseline_iterations")
+                                                                != state["baseline_iterations"])
+    if differ:
+        raise CLIError(f"{flag} trained its baselines with other settings ({', '.join(differ)}); give the same ones, "
+                       "or drop --baselines_from")
+    for label, entry in other["baselines"].items():
+        if not (isinstance(entry, dict) and isinstance(entry.get("policy"), str)
+                and isinstance(entry.get("eval_variant"), dict)):
+            raise CLIError(f"{flag}: its baseline '{label}' is no finished entry (edited or damaged)")
+        if not Path(entry["policy"]).is_file():
+            raise CLIError(f"{flag}: the policy of its baseline '{label}', '{entry['policy']}', is missing; run "
+                           "from the folder that run ran from, or drop --baselines_from")
+        if label not in state["baselines"]:
+            state["baselines"][label] = {**entry, "reused_from": str(path)}
+    # its held-out logs are this run's when the same safe policy (its file, reused above) logged them the same way
+    held_out, safe = other.get("held_out"), state["baselines"].get(mine["safe_policy"], {})
+    if ("held_out" not in state and safe.get("reused_from") == str(path)
+            and isinstance(held_out, dict) and isinstance(held_out.get("dataset"), str)
+            and Path(held_out["dataset"]).is_file()
+            and all(mine.get(k) == theirs.get(k) for k in HELD_OUT_SETTINGS)):
+        state["held_out"] = {**held_out, "reused_from": str(path)}
 
 
 def _steps(args: argparse.Namespace, control_dt: float, minutes: float, parts: int) -> int:
