@@ -42,7 +42,8 @@ class TrajectoryData:
 
     Contact labels, where the file has them for every contact body of the robot: `touching` (M, T, nb) 1.0 where a
     body touched during step t (a recorded force above `CONTACT_LABEL_N`, or a robot log's contact flag at the end
-    of the step), and `contact_force` (M, T, nb) the recorded force in N (`flashnerd record` data only)."""
+    of the step), and `contact_force` (M, T, nb) the recorded force in N (`flashnerd record` data only). `torque`
+    where the file has it: the joint torque measured at the end of each step (actuator identification reads it)."""
 
     qpos: torch.Tensor
     qvel: torch.Tensor
@@ -50,6 +51,7 @@ class TrajectoryData:
     attrs: dict
     touching: torch.Tensor | None = None
     contact_force: torch.Tensor | None = None
+    torque: torch.Tensor | None = None  # (M, T, nu) measured joint torque over each step (NaN where a log lacks it)
 
     @property
     def num_trajectories(self) -> int:
@@ -71,13 +73,13 @@ class TrajectoryData:
         """The trajectories `idx` (k,) (indices or a mask), labels included."""
         pick = lambda a: None if a is None else a[idx]  # noqa: E731
         return TrajectoryData(self.qpos[idx], self.qvel[idx], self.ctrl[idx], self.attrs, pick(self.touching),
-                              pick(self.contact_force))
+                              pick(self.contact_force), pick(self.torque))
 
     def to(self, device: torch.device | str) -> TrajectoryData:
         """A copy on `device`."""
         move = lambda a: None if a is None else a.to(device)  # noqa: E731
         return TrajectoryData(self.qpos.to(device), self.qvel.to(device), self.ctrl.to(device), self.attrs,
-                              move(self.touching), move(self.contact_force))
+                              move(self.touching), move(self.contact_force), move(self.torque))
 
 
 def load_dataset(path: str | Path, robot: RobotSpec | None = None) -> TrajectoryData:
@@ -102,6 +104,9 @@ def load_dataset(path: str | Path, robot: RobotSpec | None = None) -> Trajectory
                 raise ValueError(f"dataset '{path}' stores {bad[0]} as {arrays[bad[0]].ndim}-d "
                                  f"{arrays[bad[0]].dtype}; flashnerd record writes 3-d float arrays")
             label_arrays = _label_arrays(f, robot, attrs)
+            torque = f.get("torque")  # optional, of ctrl's shape: a file without it still serves fitting
+            if isinstance(torque, h5py.Dataset) and torque.dtype.kind == "f" and torque.shape == arrays["ctrl"].shape:
+                label_arrays["torque"] = torque
             declared = sum(a.size * 4 for a in (*arrays.values(), *label_arrays.values()))  # float32 in memory
             if declared > MAX_READ_FRACTION * available_host_bytes():
                 raise ValueError(f"dataset '{path}' declares {declared / 2**30:,.1f} GiB of arrays, more than this "
@@ -133,7 +138,7 @@ def load_dataset(path: str | Path, robot: RobotSpec | None = None) -> Trajectory
             raise ValueError(f"dataset '{path}' has a corrupt state_layout attribute ({str(err)[:100]})") from err
     robot = robot or _robot_of(attrs, path)
     touching, force = _contact_labels(labels, attrs, robot, qpos.shape[:2])
-    return _validated(TrajectoryData(qpos, qvel, ctrl, attrs, touching, force), robot, path)
+    return _validated(TrajectoryData(qpos, qvel, ctrl, attrs, touching, force, labels.get("torque")), robot, path)
 
 
 def _refuse_foreign_storage(f: h5py.File, path: Path) -> None:
@@ -235,7 +240,7 @@ def _validated(data: TrajectoryData, robot: RobotSpec, path: Path) -> Trajectory
                          f"beyond {MAX_ABS:g}, {dropped['quaternion']} with a non-unit quaternion); record it again")
     data = TrajectoryData(qpos, qvel, ctrl, {**data.attrs, "dropped_on_read": dropped,
                                              "variants": [_variant_name(data.attrs, path)]},
-                          data.touching, data.contact_force)
+                          data.touching, data.contact_force, data.torque)
     return data if bool(keep.all()) else data.select(keep)
 
 
@@ -276,7 +281,7 @@ def load_datasets(paths: Sequence[str | Path], robot: RobotSpec | None = None) -
     dropped = {k: sum(d.attrs["dropped_on_read"][k] for d in parts) for k in first.attrs["dropped_on_read"]}
     return TrajectoryData(cat("qpos"), cat("qvel"), cat("ctrl"), {**first.attrs, "dropped_on_read": dropped,
                                                                    "variants": variants},
-                          labelled("touching"), labelled("contact_force"))
+                          labelled("touching"), labelled("contact_force"), labelled("torque"))
 
 
 def plain_attr(value):

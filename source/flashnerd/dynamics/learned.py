@@ -21,7 +21,13 @@ import torch.utils.checkpoint
 from flashnerd.contacts import contact_features
 from flashnerd.dynamics.representation import StateRepresentation
 from flashnerd.models import Ensemble, disagreement
-from flashnerd.models.checkpoint import SUFFIX, contact_head_from_checkpoint, model_from_checkpoint, read_checkpoint
+from flashnerd.models.checkpoint import (
+    SUFFIX,
+    actuators_from_checkpoint,
+    contact_head_from_checkpoint,
+    model_from_checkpoint,
+    read_checkpoint,
+)
 from flashnerd.robots import RobotSpec
 from flashnerd.robots.spec_file import actuator_force_limits
 from flashnerd.sim.scene import actuator_ctrl_limits, build_scene, default_qpos
@@ -139,6 +145,10 @@ class LearnedDynamics:
         self._kd = torch.as_tensor(-self.scene.actuator_biasprm[:, 2], dtype=torch.float32, device=self.device)
         limit = actuator_force_limits(self.scene)  # (nu, 2) per-actuator range, as MuJoCo clamps (may be uneven)
         self._effort_low, self._effort_high = torch.as_tensor(limit.T, dtype=torch.float32, device=self.device)
+        identified = actuators_from_checkpoint(ckpt, self.nu)  # the logged robot's gains and limits, where fitted
+        if identified is not None:
+            self._kp, self._kd, self._effort_low, self._effort_high = (identified[k].to(self.device) for k in
+                                                                       ("kp", "kd", "effort_low", "effort_high"))
         # MuJoCo clamps each target to its actuator's ctrlrange (+-inf where unlimited); the model sees the same target
         ctrl_range = torch.as_tensor(actuator_ctrl_limits(self.scene), dtype=torch.float32, device=self.device)
         self._ctrl_low, self._ctrl_high = ctrl_range[:, 0], ctrl_range[:, 1]  # (nu,), (nu,)

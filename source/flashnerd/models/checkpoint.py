@@ -245,6 +245,30 @@ def model_from_checkpoint(ckpt: dict[str, Any], device: torch.device | str = "cp
     return model.to(device).eval(), x_norm.to(device), y_norm.to(device)
 
 
+ACTUATOR_FIELDS = ("kp", "kd", "effort_low", "effort_high")
+
+
+def actuators_from_checkpoint(ckpt: dict[str, Any], nu: int) -> dict[str, torch.Tensor] | None:
+    """The checkpoint's identified actuators (kp, kd, effort_low, effort_high, each (nu,) float32), or None when it
+    has none (the learned backend then uses the scene's). Gains that are not finite numbers, one per actuator, or
+    limits that are NaN or crossed are a one-line `CheckpointError`."""
+    entry = ckpt.get("actuators")
+    if entry is None:
+        return None
+    if not isinstance(entry, dict) or not all(isinstance(entry.get(k), torch.Tensor) for k in ACTUATOR_FIELDS):
+        raise CheckpointError(f"checkpoint actuators entry lacks one of {', '.join(ACTUATOR_FIELDS)}; the file is "
+                              "corrupt")
+    found = {k: entry[k].float() for k in ACTUATOR_FIELDS}
+    if any(v.shape != (nu,) for v in found.values()):
+        raise CheckpointError(f"checkpoint actuators are for {tuple(found['kp'].shape)} actuators, the robot has {nu}; "
+                              "the file is corrupt")
+    if not (torch.isfinite(found["kp"]).all() and torch.isfinite(found["kd"]).all()
+            and not torch.isnan(found["effort_low"]).any() and (found["effort_low"] <= found["effort_high"]).all()):
+        raise CheckpointError("checkpoint actuators hold non-finite gains or crossed torque limits; the file is "
+                              "corrupt")
+    return found
+
+
 def contact_head_from_checkpoint(ckpt: dict[str, Any], bodies: tuple[str, ...],
                                  device: torch.device | str = "cpu") -> ContactHead | None:
     """The checkpoint's contact head (eval mode on `device`), or None when it has none. Its body names must be

@@ -34,6 +34,7 @@ from flashnerd.dynamics.representation import StateRepresentation
 from flashnerd.models import MAX_MEMBERS, MODEL_KINDS, build_model, model_sizes, num_params, takes_contact_rows
 from flashnerd.models.checkpoint import (
     CheckpointError,
+    actuators_from_checkpoint,
     config_dict,
     contact_head_from_checkpoint,
     load_optimizer_state,
@@ -43,6 +44,7 @@ from flashnerd.models.checkpoint import (
 from flashnerd.models.normalizer import Normalizer
 from flashnerd.robots import robot_of_record
 from flashnerd.sim.scene import build_scene
+from flashnerd.training.actuators import identify_actuators
 from flashnerd.training.contact_head import contact_head_entry, fit_contact_head
 from flashnerd.training.evaluate import rollout_errors
 from flashnerd.training.features import trajectory_tensors
@@ -160,11 +162,12 @@ class Fitter:
             raise ValueError(f"variable contact rows need the {' or '.join(rows_kinds)} model, not '{cfg.model}'; "
                              "use --contacts probes")
         self.terrain = str(data.attrs.get("terrain", "flat"))  # contacts are detected against the recorded scene
-        scene = build_scene(self.robot, self.terrain)
+        self.scene = scene = build_scene(self.robot, self.terrain)
         contacts = dict(mode=cfg.contacts, max_rows=cfg.max_rows)
         self.probes = contact_features(self.robot, scene, self.device, **contacts)
         self.rep = StateRepresentation.for_robot(self.robot, scene, self.probes.dim)
         train, val = data.split(cfg.val_fraction, seed=cfg.seed)
+        self.own_train = train  # --data's training split alone: the robot whose actuators are identified
         # Trajectories are drawn uniformly, or, with mix_data, a share `mix` of every batch from the mixed-in data
         self.train_weights = None
         self.data_transitions = self.transitions  # of the data validated on
@@ -176,6 +179,7 @@ class Fitter:
         cpu_probes = contact_features(self.robot, scene, **contacts)  # features are built once, on the CPU
         self.cpu_probes = cpu_probes
         self.contact_head: dict | None = None  # the checkpoint's contact_head entry (from --init/--resume, or fitted)
+        self.actuators: dict | None = None  # the checkpoint's identified actuators (from --init/--resume, or fitted)
         x_tr, y_tr = trajectory_tensors(train, self.rep, cpu_probes)
         x_va, y_va = trajectory_tensors(val, self.rep, cpu_probes)
         # packed contact rows are pre-scaled and must not get per-slot statistics (that would break the encoder's
@@ -326,9 +330,10 @@ class Fitter:
             self.save(out)  # also when resumed with no step left to take
         if writer:
             writer.close()
-        head = None
+        head = actuators = None
         if main:
             head = self._fit_contact_head(out) if c.contact_head_steps else "none (--contact_head_steps 0)"
+            actuators = self._identify_actuators(out)
         windows = (c.batch_size + (c.ar_batch_size if c.ar_weight > 0 else 0)) * self.step * self.members
         return {"out": str(out), "model": c.model, "ensemble": self.members, "params": num_params(self.model),
                 "steps": self.step,
@@ -338,7 +343,19 @@ class Fitter:
                 "val_loss_initial": self.history[0]["val_loss"], "val_loss_final": self.history[-1]["val_loss"],
                 **({"best_step": self._best()["step"], "stopped_early": self._stale() >= c.patience}
                    if c.patience else {}),
-                "contact_head": head}
+                "contact_head": head, "actuators": actuators}
+
+    def _identify_actuators(self, out: str | Path) -> dict | str:
+        """Identify the robot's actuators from --data's measured torques (`training/actuators.py`) into the checkpoint
+        `out`; returns the card (held-out torque NRMSE of the nominal and the identified actuators), or why none."""
+        if self.own_train.torque is None:
+            kept = " (those of the starting checkpoint are kept)" if self.actuators else ""
+            return f"none identified (the data hold no measured torque){kept}"
+        phase = (self.robot.decimation - 1) / self.robot.decimation  # where the learned backend reads its PD law
+        gains, card = identify_actuators(self.own_train, self.val_cpu, self.rep, self.scene, phase)
+        self.actuators = {**gains, "card": {**card, "data": self.data_path.split(", ")}}
+        save_checkpoint(out, {**read_checkpoint(out, self.robot), "actuators": self.actuators})
+        return card
 
     def _fit_contact_head(self, out: str | Path) -> dict | str:
         """Fit the contact head on the data's labels and write it into the checkpoint `out`; returns the head's
@@ -452,6 +469,7 @@ class Fitter:
                         if self.cfg.mix_data else {})},
             "history": self.history,
             **({"contact_head": self.contact_head} if self.contact_head else {}),
+            **({"actuators": self.actuators} if self.actuators else {}),
         })
 
     def resume(self, path: str | Path) -> None:
@@ -500,6 +518,8 @@ class Fitter:
         contact_head_from_checkpoint(ckpt, self.robot.all_contact_bodies)  # a bad head is refused before the fit
         # --contact_head_steps 0 asks for no head: none is carried over from the starting checkpoint
         self.contact_head = ckpt.get("contact_head") if self.cfg.contact_head_steps else None
+        actuators_from_checkpoint(ckpt, self.scene.nu)  # a corrupt entry is refused before the fit, kept otherwise
+        self.actuators = ckpt.get("actuators")
         x_old, y_old = self.x_norm, self.y_norm
         self.x_norm, self.y_norm = Normalizer(len(x_old.mean)), Normalizer(len(y_old.mean))
         try:

@@ -1,0 +1,114 @@
+"""Actuator identification: the PD gains and torque limits that explain a robot's measured torques, fitted into the
+checkpoint and read by the learned backend for the torque it reports."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import h5py
+import pytest
+import torch
+
+from flashnerd.contacts import contact_features
+from flashnerd.data.dataset import load_dataset
+from flashnerd.data.record import record
+from flashnerd.dynamics import make_dynamics
+from flashnerd.dynamics.representation import StateRepresentation
+from flashnerd.models.checkpoint import CheckpointError, read_checkpoint, save_checkpoint
+from flashnerd.robots import get_robot
+from flashnerd.robots.variant import load_variant
+from flashnerd.sim.scene import build_scene
+from flashnerd.training.actuators import identify_actuators, nominal_actuators
+from flashnerd.training.fit import FitConfig, Fitter
+
+SMALL = dict(batch_size=8, ar_batch_size=4, window=8, eval_every=2, ar_history=4, ar_steps=2, contact_head_steps=0)
+KP_RTOL = 0.07
+PHASE = 3 / 4  # ANYmal-C steps 4 substeps per control step: its torque is read at the last
+
+
+@pytest.fixture(scope="module")
+def logs(tmp_path_factory):
+    """Exploration data of the nominal ANYmal-C and of its worn variant (kp 0.75x, torque limits 0.7x)."""
+    root = tmp_path_factory.mktemp("actuators")
+    nominal, worn = get_robot("anymal_c"), get_robot("anymal_c").with_variant(load_variant(
+        "variants/anymal_c_worn.yaml"))
+    record(nominal, num_worlds=8, steps=60, out=root / "nominal.h5", traj_len=20, seed=1, progress=False)
+    record(worn, num_worlds=8, steps=60, out=root / "worn.h5", traj_len=20, seed=2, progress=False)
+    return root
+
+
+@pytest.fixture(scope="module")
+def worn_model(logs):
+    """A one-step fit on the worn robot's data (its actuators are identified at the end of the fit) and its result."""
+    out = logs / "worn.safetensors"
+    result = Fitter(logs / "worn.h5", dataclasses.replace(FitConfig(), max_steps=1, **SMALL)).fit(out, progress=False)
+    return out, result
+
+
+def _identify(path):
+    robot = get_robot("anymal_c")
+    scene = build_scene(robot, "flat")
+    rep = StateRepresentation.for_robot(robot, scene, contact_features(robot, scene).dim)
+    train, val = load_dataset(path).split(0.25, seed=0)
+    return identify_actuators(train, val, rep, scene, PHASE), nominal_actuators(scene)
+
+
+def test_the_worn_robots_gains_and_limits_are_found_in_its_torques(logs):
+    (found, card), nominal = _identify(logs / "worn.h5")
+    # the variant's kp, 150, to the few percent the interpolated substep state allows (knees read lowest): the gains
+    # are those that best predict the measured torque from what the backend knows, the states at control steps
+    assert torch.allclose(found["kp"], 0.75 * nominal["kp"], rtol=KP_RTOL)
+    assert torch.allclose(found["kd"], nominal["kd"], rtol=0.2)  # kv_scale 1.0: the nominal damping gain
+    low, high = found["effort_low"], found["effort_high"]
+    clamped = torch.cat([low[low > -80], high[high < 80]])  # sides where the data showed a clamp
+    assert clamped.numel() > 0 and torch.allclose(clamped.abs(), torch.tensor(0.7 * 80.0))  # 56 N m, exactly
+    assert card["torque_nrmse_identified"] < 0.25 * card["torque_nrmse_nominal"]
+
+
+def test_the_nominal_robots_gains_are_found_again(logs):
+    (found, card), nominal = _identify(logs / "nominal.h5")
+    assert torch.allclose(found["kp"], nominal["kp"], rtol=KP_RTOL)
+    assert card["torque_nrmse_identified"] <= card["torque_nrmse_nominal"] + 1e-3
+
+
+def test_a_fit_writes_them_and_the_learned_backend_reports_their_torque(logs, worn_model, tmp_path):
+    out, result = worn_model
+    entry = read_checkpoint(out)["actuators"]
+    assert result["actuators"]["torque_nrmse_identified"] == entry["card"]["torque_nrmse_identified"]
+    robot = get_robot("anymal_c")
+    dyn = make_dynamics("flashnerd", robot, 3, checkpoint=str(out))
+    before_q, before_v = dyn.state().qpos.clone(), dyn.state().qvel.clone()
+    ctrl = dyn.rep.actuated_pos(before_q) + 0.3  # (3, nu) a target error the PD law answers
+    dyn.step(ctrl)
+    q = torch.lerp(dyn.rep.actuated_pos(before_q), dyn.rep.actuated_pos(dyn.state().qpos), PHASE)  # (3, nu)
+    v = torch.lerp(dyn.rep.actuated_vel(before_v), dyn.rep.actuated_vel(dyn.state().qvel), PHASE)  # (3, nu)
+    expected = torch.clamp(entry["kp"] * (ctrl - q) - entry["kd"] * v, entry["effort_low"], entry["effort_high"])
+    assert torch.allclose(dyn.state().joint_torque, expected, atol=1e-4)
+
+    # data without measured torque: a refit from that model keeps its actuators
+    with h5py.File(logs / "worn.h5") as src, h5py.File(tmp_path / "no_torque.h5", "w") as dst:
+        for key in ("qpos", "qvel", "ctrl"):
+            src.copy(key, dst)
+        dst.attrs.update(src.attrs)
+    refit = Fitter(tmp_path / "no_torque.h5", dataclasses.replace(FitConfig(), max_steps=1, **SMALL))
+    refit.init_from(out)
+    again = refit.fit(tmp_path / "refit.safetensors", progress=False)
+    assert "no measured torque" in again["actuators"] and "kept" in again["actuators"]
+    kept = read_checkpoint(tmp_path / "refit.safetensors")["actuators"]
+    assert all(torch.equal(kept[k], entry[k]) for k in ("kp", "kd", "effort_low", "effort_high"))
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda a: a.update(kp=a["kp"][:3]), "for (3,) actuators, the robot has 12"),
+    (lambda a: a["kd"].__setitem__(0, float("nan")), "non-finite gains or crossed torque limits"),
+    (lambda a: a.update(effort_low=a["effort_high"] + 1), "non-finite gains or crossed torque limits"),
+    (lambda a: a.pop("kd"), "lacks one of kp, kd"),
+])
+def test_a_damaged_actuators_entry_is_a_one_line_error(worn_model, tmp_path, edit, message):
+    ckpt = read_checkpoint(worn_model[0])
+    edit(ckpt["actuators"])
+    save_checkpoint(tmp_path / "bad.safetensors", ckpt)
+    with pytest.raises(CheckpointError, match=re.escape(message)) as err:
+        make_dynamics("flashnerd", get_robot("anymal_c"), 2, checkpoint=str(tmp_path / "bad.safetensors"))
+    assert len(str(err.value).splitlines()) == 1
