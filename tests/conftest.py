@@ -57,3 +57,15 @@ def short_episodes(monkeypatch):
                 monkeypatch.setattr(module, "play_variant", short_play)
 
     return shorten
+
+
+def record_nominal_and_worn(root, nominal_worlds: int, worn_worlds: int, steps: int) -> None:
+    """Exploration data of the nominal ANYmal-C (`root`/sim.h5, seed 1) and of its worn variant (`root`/worn.h5, seed
+    2: kp 0.75x, torque limits 0.7x, heavier, more joint friction), in 20-step trajectories."""
+    from flashnerd.data.record import record
+    from flashnerd.robots.variant import load_variant
+
+    nominal = get_robot("anymal_c")
+    worn = nominal.with_variant(load_variant("variants/anymal_c_worn.yaml"))
+    record(nominal, num_worlds=nominal_worlds, steps=steps, out=root / "sim.h5", traj_len=20, seed=1, progress=False)
+    record(worn, num_worlds=worn_worlds, steps=steps, out=root / "worn.h5", traj_len=20, seed=2, progress=False)

@@ -9,15 +9,14 @@ import re
 import h5py
 import pytest
 import torch
+from conftest import record_nominal_and_worn
 
 from flashnerd.contacts import contact_features
 from flashnerd.data.dataset import load_dataset
-from flashnerd.data.record import record
 from flashnerd.dynamics import make_dynamics
 from flashnerd.dynamics.representation import StateRepresentation
 from flashnerd.models.checkpoint import CheckpointError, read_checkpoint, save_checkpoint
 from flashnerd.robots import get_robot
-from flashnerd.robots.variant import load_variant
 from flashnerd.sim.scene import build_scene
 from flashnerd.training.actuators import identify_actuators, nominal_actuators
 from flashnerd.training.fit import FitConfig, Fitter
@@ -31,10 +30,7 @@ PHASE = 3 / 4  # ANYmal-C steps 4 substeps per control step: its torque is read 
 def logs(tmp_path_factory):
     """Exploration data of the nominal ANYmal-C and of its worn variant (kp 0.75x, torque limits 0.7x)."""
     root = tmp_path_factory.mktemp("actuators")
-    nominal, worn = get_robot("anymal_c"), get_robot("anymal_c").with_variant(load_variant(
-        "variants/anymal_c_worn.yaml"))
-    record(nominal, num_worlds=8, steps=60, out=root / "nominal.h5", traj_len=20, seed=1, progress=False)
-    record(worn, num_worlds=8, steps=60, out=root / "worn.h5", traj_len=20, seed=2, progress=False)
+    record_nominal_and_worn(root, nominal_worlds=8, worn_worlds=8, steps=60)
     return root
 
 
@@ -67,7 +63,7 @@ def test_the_worn_robots_gains_and_limits_are_found_in_its_torques(logs):
 
 
 def test_the_nominal_robots_gains_are_found_again(logs):
-    (found, card), nominal = _identify(logs / "nominal.h5")
+    (found, card), nominal = _identify(logs / "sim.h5")
     assert torch.allclose(found["kp"], nominal["kp"], rtol=KP_RTOL)
     assert card["torque_nrmse_identified"] <= card["torque_nrmse_nominal"] + 1e-3
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from conftest import record_nominal_and_worn
 
 from flashnerd.cli.main import main
 from flashnerd.data.dataset import load_dataset
@@ -25,10 +26,7 @@ SMALL = dict(batch_size=8, ar_batch_size=4, window=8, eval_every=2, ar_history=4
 def fitted(tmp_path_factory):
     """A nominal model fitted briefly on nominal data, and data of the worn variant."""
     root = tmp_path_factory.mktemp("adapt")
-    nominal, worn = get_robot("anymal_c"), get_robot("anymal_c").with_variant(load_variant(
-        "variants/anymal_c_worn.yaml"))
-    record(nominal, num_worlds=6, steps=40, out=root / "sim.h5", traj_len=20, seed=1, progress=False)
-    record(worn, num_worlds=10, steps=40, out=root / "worn.h5", traj_len=20, seed=2, progress=False)
+    record_nominal_and_worn(root, nominal_worlds=6, worn_worlds=10, steps=40)
     cfg = dataclasses.replace(FitConfig(), max_steps=6, **SMALL)
     Fitter(root / "sim.h5", cfg).fit(root / "sim.safetensors", progress=False)
     return root
@@ -100,7 +98,6 @@ def test_bench_reality_gap_runs_the_loop_a_lab_runs(tmp_path, capsys, monkeypatc
     import os
 
     import flashnerd.cli.bench.reality_gap as reality_gap
-    from flashnerd.robots.variant import load_variant
 
     short_episodes(reality_gap)
     monkeypatch.setattr(reality_gap, "HELD_OUT_MINUTES", 0.2)
