@@ -18,7 +18,7 @@ from flashnerd.dynamics.representation import StateRepresentation
 from flashnerd.models.checkpoint import CheckpointError, read_checkpoint, save_checkpoint
 from flashnerd.robots import get_robot
 from flashnerd.sim.scene import build_scene
-from flashnerd.training.actuators import identify_actuators, nominal_actuators
+from flashnerd.training.actuators import _fit_joint, identify_actuators, nominal_actuators, torque_features
 from flashnerd.training.fit import FitConfig, Fitter
 
 SMALL = dict(batch_size=8, ar_batch_size=4, window=8, eval_every=2, ar_history=4, ar_steps=2, contact_head_steps=0)
@@ -95,10 +95,47 @@ def test_a_fit_writes_them_and_the_learned_backend_reports_their_torque(logs, wo
     assert all(torch.equal(kept[k], entry[k]) for k in ("kp", "kd", "effort_low", "effort_high"))
 
 
+def test_a_joint_without_torque_keeps_its_law_and_a_repeated_reading_is_no_clamp(logs):
+    """One joint's torque missing (NaN) leaves the others identified and that joint on its starting law; a torque
+    sensor that repeats its lowest reading is not taken for a clamp, since the fitted law asks for no less there."""
+    robot = get_robot("anymal_c")
+    scene = build_scene(robot, "flat")
+    rep = StateRepresentation.for_robot(robot, scene, contact_features(robot, scene).dim)
+    train, val = load_dataset(logs / "sim.h5").split(0.25, seed=0)
+    train.torque = train.torque.clone()
+    train.torque[..., 3] = float("nan")
+    prior = {k: v + 1.0 for k, v in nominal_actuators(scene).items()}  # a starting checkpoint's (other) law
+    found, card = identify_actuators(train, val, rep, scene, PHASE, prior)
+    # a joint whose starting law predicts its held-out torque as well keeps it (a knee may: its least-squares law
+    # carries the interpolated substep state's bias)
+    assert 3 not in card["identified"] and 0 in card["identified"] and len(card["identified"]) >= 8
+    kept = [j for j in range(12) if j not in card["identified"]]
+    assert all(found[k][j] == prior[k][j] for k in found for j in kept)
+
+    error, vel, torque, ok = torque_features(train, rep, scene, PHASE)  # (K, nu) each
+    side, e, v = torque[ok[:, 2], 2], error[ok[:, 2], 2], vel[ok[:, 2], 2]  # a knee that never reached -80 N m
+    assert float(side.min()) > -70.0
+    lowest = side <= side.topk(8, largest=False).values[-1]  # its 8 lowest readings
+    repeated = torch.where(lowest, side[lowest].mean(), side)  # read as one value (their mean): a sensor's plateau
+    assert _fit_joint(repeated, e, v, -80.0, 80.0)[2] == -80.0  # no clamp: the nominal limit stays
+    clamp = float(side[lowest].max())  # the same readings held at the highest of them: what a clamp does
+    assert _fit_joint(torch.clamp(side, min=clamp), e, v, -80.0, 80.0)[2] == pytest.approx(clamp)
+
+
+def test_data_of_two_robots_identify_nothing(logs, worn_model, tmp_path):
+    cfg = dataclasses.replace(FitConfig(), max_steps=1, **SMALL)
+    fitter = Fitter([logs / "sim.h5", logs / "worn.h5"], cfg)
+    fitter.init_from(worn_model[0])
+    result = fitter.fit(tmp_path / "both.safetensors", progress=False)
+    assert "mixes robots: nominal, anymal_c_worn" in result["actuators"] and "kept" in result["actuators"]
+
+
 @pytest.mark.parametrize("edit, message", [
     (lambda a: a.update(kp=a["kp"][:3]), "for (3,) actuators, the robot has 12"),
     (lambda a: a["kd"].__setitem__(0, float("nan")), "non-finite gains or crossed torque limits"),
     (lambda a: a.update(effort_low=a["effort_high"] + 1), "non-finite gains or crossed torque limits"),
+    (lambda a: a.update(effort_low=torch.full_like(a["kp"], float("inf")), effort_high=torch.full_like(
+        a["kp"], float("inf"))), "non-finite gains or crossed torque limits"),
     (lambda a: a.pop("kd"), "lacks one of kp, kd"),
 ])
 def test_a_damaged_actuators_entry_is_a_one_line_error(worn_model, tmp_path, edit, message):

@@ -222,6 +222,16 @@ def test_bench_reality_gap_logs_with_the_randomized_policy(tmp_path, capsys, mon
     (tmp_path / "broken.json").write_text("{not json")
     assert main([*argv[:-1], str(tmp_path / "b"), "--baselines_from", str(tmp_path / "broken.json")]) == 2
     assert "is not readable JSON" in capsys.readouterr().err
+    for label, edit in (("oracle", lambda b: b["oracle"].update(eval_variant={})),  # figures the table needs
+                        ("nominal", lambda b: b["nominal"].update(iterations=7)),
+                        ("mine", lambda b: b.update(mine=b["oracle"]))):  # a label this command never writes
+        edited = json.loads((out / "reality_gap.json").read_text())
+        edit(edited["baselines"])
+        (tmp_path / "edited.json").write_text(json.dumps(edited))
+        assert main([*argv[:-1], str(tmp_path / "e"), "--baselines_from", str(tmp_path / "edited.json")]) == 2
+        err = capsys.readouterr().err.strip()
+        assert f"its baseline '{label}' is no finished entry" in err and len(err.splitlines()) == 1, err
+        assert not (tmp_path / "e").exists()
 
     swap = {"variants/anymal_c_worn_dr.yaml": "variants/anymal_c_worn.yaml", str(out): str(tmp_path / "no_ranges")}
     no_ranges = [swap.get(a, a) for a in argv]  # the tiny settings: a lost check would run a short loop, not hours

@@ -249,10 +249,11 @@ ACTUATOR_FIELDS = ("kp", "kd", "effort_low", "effort_high")
 
 
 def actuators_from_checkpoint(ckpt: dict[str, Any], nu: int) -> dict[str, torch.Tensor] | None:
-    """The checkpoint's identified actuators (kp, kd, effort_low, effort_high, each (nu,) float32), or None when it
-    has none (the learned backend then uses the scene's). Gains that are not finite numbers, one per actuator, or
-    limits that are NaN or crossed are a one-line `CheckpointError`."""
-    entry = ckpt.get("actuators")
+    """The identified actuators (kp, kd, effort_low, effort_high, each (nu,) float32) of a checkpoint (or of its
+    `actuators` entry itself), or None when it has none (the learned backend then uses the scene's). Gains that are
+    not finite numbers, one per actuator, or limits that are NaN, crossed or infinite on their own side (a law that
+    could only give infinite torque) are a one-line `CheckpointError`."""
+    entry = ckpt if "kp" in ckpt else ckpt.get("actuators")
     if entry is None:
         return None
     if not isinstance(entry, dict) or not all(isinstance(entry.get(k), torch.Tensor) for k in ACTUATOR_FIELDS):
@@ -263,7 +264,8 @@ def actuators_from_checkpoint(ckpt: dict[str, Any], nu: int) -> dict[str, torch.
         raise CheckpointError(f"checkpoint actuators are for {tuple(found['kp'].shape)} actuators, the robot has {nu}; "
                               "the file is corrupt")
     if not (torch.isfinite(found["kp"]).all() and torch.isfinite(found["kd"]).all()
-            and not torch.isnan(found["effort_low"]).any() and (found["effort_low"] <= found["effort_high"]).all()):
+            and not torch.isnan(found["effort_low"]).any() and (found["effort_low"] <= found["effort_high"]).all()
+            and (found["effort_low"] < float("inf")).all() and (found["effort_high"] > -float("inf")).all()):
         raise CheckpointError("checkpoint actuators hold non-finite gains or crossed torque limits; the file is "
                               "corrupt")
     return found

@@ -348,11 +348,17 @@ class Fitter:
     def _identify_actuators(self, out: str | Path) -> dict | str:
         """Identify the robot's actuators from --data's measured torques (`training/actuators.py`) into the checkpoint
         `out`; returns the card (held-out torque NRMSE of the nominal and the identified actuators), or why none."""
+        kept = " (those of the starting checkpoint are kept)" if self.actuators else ""
         if self.own_train.torque is None:
-            kept = " (those of the starting checkpoint are kept)" if self.actuators else ""
             return f"none identified (the data hold no measured torque){kept}"
+        robots = sorted(set(self.variants))
+        if len(robots) > 1:  # one law per joint cannot be two robots' actuators
+            return f"none identified (--data mixes robots: {', '.join(r or 'nominal' for r in robots)}){kept}"
         phase = (self.robot.decimation - 1) / self.robot.decimation  # where the learned backend reads its PD law
-        gains, card = identify_actuators(self.own_train, self.val_cpu, self.rep, self.scene, phase)
+        prior = actuators_from_checkpoint(self.actuators, self.scene.nu) if self.actuators else None
+        gains, card = identify_actuators(self.own_train, self.val_cpu, self.rep, self.scene, phase, prior)
+        if not card["identified"]:
+            return f"none identified (no joint's fitted law predicts its held-out torque better){kept}"
         self.actuators = {**gains, "card": {**card, "data": self.data_path.split(", ")}}
         save_checkpoint(out, {**read_checkpoint(out, self.robot), "actuators": self.actuators})
         return card

@@ -511,7 +511,7 @@ def _reality_gap(data: dict, name: str, folder: Path) -> str:
              for k, r in data["baselines"].items()]
     reused = sorted({r["reused_from"] for r in data["baselines"].values() if "reused_from" in r})
     note = ["", f"Baselines marked reused were trained once, for the run in `{', '.join(reused)}` (the same robot, "
-            "task, seed, PPO worlds and iterations: `--baselines_from`)."] if reused else []
+            "task, seed, PPO worlds, evaluation episodes and iterations: `--baselines_from`)."] if reused else []
     errors = ["", "NRMSE at H = 1 / 15 / 100 on held-out logs of the safe policy (no fit saw them):", "",
               "| model | robot time in its data (min) | the shipped model | this model |", "|---|---|---|---|"]
 

@@ -53,6 +53,7 @@ from flashnerd.training.fit import FitConfig, Fitter, check_fit_config, nrmse_be
 from flashnerd.viz.report import plot_reality_gap
 
 TASK = "FlashNeRD-Velocity-Flat-Anymal-C-v0"
+BASELINES = ("nominal", "oracle", "randomized")
 SAFE_POLICIES = ("nominal", "randomized")  # baselines that may log the robot's first data
 OLD_DEFAULTS = {"contact_head_steps": 1000, "safe_policy": "nominal"}  # runs from before these options had them
 HELD_OUT_MINUTES = 2.0  # robot time of the safe policy's logs that every model is measured on, never fitted on
@@ -103,9 +104,10 @@ def add_parser(bsub: argparse._SubParsersAction) -> None:
     p.add_argument("--name", default="reality_gap", help="file stem of the JSON and the plot in --out_dir")
     p.add_argument("--resume", action="store_true", help="continue a stopped run in --out_dir from its JSON")
     p.add_argument("--baselines_from", default=None,
-                   help="the JSON of an earlier run of the same robot, task, seed, PPO worlds and baseline iterations "
-                        "(rounds x iterations): take its baselines (and its held-out logs, when it logged them as "
-                        "this run would) instead of training them again, to compare loop settings")
+                   help="the JSON of an earlier run of the same robot, task, seed, device, PPO worlds, evaluation "
+                        "episodes and baseline iterations (rounds x iterations): take its baselines (and its held-out "
+                        "logs, when it logged them as this run would) instead of training them again, to compare loop "
+                        "settings")
     p.set_defaults(func=run)
 
 
@@ -156,8 +158,10 @@ def run(args: argparse.Namespace) -> dict:
         "model": args.model, "init": init, "rounds_per_budget": args.rounds, "iterations_per_round": per_round,
         "baseline_iterations": per_round * args.rounds, "eval_episodes": args.eval_episodes, "baselines": {},
         "budgets": []}, defaults=OLD_DEFAULTS)
+    if not args.resume:  # the robot model's hash (a stopped run from before this field resumes without it)
+        state["model_hash"] = robot.model_hash()
     if args.baselines_from:
-        _reuse_baselines(state, Path(args.baselines_from))
+        _reuse_baselines(state, Path(args.baselines_from), robot.model_hash())
     out.mkdir(parents=True, exist_ok=True)
     study = _Study(args, out, state, lambda: write_json(path, state), init,
                    target=str(out / f"{robot.variant.name}_robot.yaml"))
@@ -204,12 +208,13 @@ def run(args: argparse.Namespace) -> dict:
 
 
 # settings an earlier run must share for its baselines to be this run's: they decide every baseline's PPO and
-# evaluation; the robot is compared by its variant's digest (a copy of the file elsewhere is the same robot)
-BASELINE_SETTINGS = ("task", "seed", "num_envs", "eval_episodes")
+# evaluation; the robot is compared by its variant's digest (a copy of the file elsewhere is the same robot) and,
+# where both runs recorded it, the hash of the robot model the variant applies to
+BASELINE_SETTINGS = ("task", "seed", "num_envs", "eval_episodes", "device")
 HELD_OUT_SETTINGS = ("safe_policy", "robot_worlds", "traj_len", "action_noise")  # what its held-out logs depend on
 
 
-def _reuse_baselines(state: dict, path: Path) -> None:
+def _reuse_baselines(state: dict, path: Path, model_hash: str) -> None:
     """Fill the baselines `state` lacks (and its held-out logs) from the earlier run in `path`, after checking that
     the earlier run trained them exactly as this one would; each reused entry names the file it came from."""
     other = read_json("--baselines_from", path, "give the JSON a finished `bench reality-gap` run wrote")
@@ -220,15 +225,15 @@ def _reuse_baselines(state: dict, path: Path) -> None:
     mine, theirs = state["settings"], {**OLD_DEFAULTS, **other["settings"]}
     differ = [k for k in BASELINE_SETTINGS if mine.get(k) != theirs.get(k)]
     differ += ["robot_variant (its digest)"] * (other["variant"].get("digest") != state["variant"]["digest"])
+    differ += ["the robot model (its hash)"] * (other.get("model_hash", model_hash) != model_hash)
     differ += ["baseline iterations (rounds x iterations)"] * (other.get("baseline_iterations")
                                                                 != state["baseline_iterations"])
     if differ:
         raise CLIError(f"{flag} trained its baselines with other settings ({', '.join(differ)}); give the same ones, "
                        "or drop --baselines_from")
     for label, entry in other["baselines"].items():
-        if not (isinstance(entry, dict) and isinstance(entry.get("policy"), str)
-                and isinstance(entry.get("eval_variant"), dict)):
-            raise CLIError(f"{flag}: its baseline '{label}' is no finished entry (edited or damaged)")
+        if label not in BASELINES or not _finished(entry, state["baseline_iterations"]):
+            raise CLIError(f"{flag}: its baseline '{label}' is no finished entry of this command (edited or damaged)")
         if not Path(entry["policy"]).is_file():
             raise CLIError(f"{flag}: the policy of its baseline '{label}', '{entry['policy']}', is missing; run "
                            "from the folder that run ran from, or drop --baselines_from")
@@ -241,6 +246,17 @@ def _reuse_baselines(state: dict, path: Path) -> None:
             and Path(held_out["dataset"]).is_file()
             and all(mine.get(k) == theirs.get(k) for k in HELD_OUT_SETTINGS)):
         state["held_out"] = {**held_out, "reused_from": str(path)}
+
+
+def _finished(entry, iterations: int) -> bool:
+    """Whether `entry` reads as a finished baseline of `iterations` (what `_Study.ppo` writes): a policy file name,
+    finite figures in its evaluation, the iteration count."""
+    number = lambda x: isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)  # noqa: E731
+    figures = entry.get("eval_variant") if isinstance(entry, dict) else None
+    return (isinstance(entry, dict) and isinstance(entry.get("policy"), str) and number(entry.get("train_wall_s"))
+            and entry.get("iterations") == iterations and isinstance(figures, dict)
+            and all(number(figures.get(k)) for k in ("mean_return", "fall_rate", "lin_vel_rms", "episodes"))
+            and isinstance(figures.get("returns", {}), dict))
 
 
 def _steps(args: argparse.Namespace, control_dt: float, minutes: float, parts: int) -> int:
