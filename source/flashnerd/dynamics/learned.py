@@ -29,8 +29,7 @@ from flashnerd.models.checkpoint import (
     read_checkpoint,
 )
 from flashnerd.robots import RobotSpec
-from flashnerd.robots.spec_file import actuator_force_limits
-from flashnerd.sim.scene import actuator_ctrl_limits, build_scene, default_qpos
+from flashnerd.sim.scene import actuator_ctrl_limits, build_scene, default_qpos, position_actuators
 from flashnerd.types import RobotState, actuated_columns
 
 # Shipped checkpoints live in the repository's checkpoints/ folder (editable installs); FLASHNERD_CHECKPOINTS
@@ -141,14 +140,12 @@ class LearnedDynamics:
         self._probe_owner = probe_owner(robot, self.device)  # (P, nb)
         self._nb = len(robot.all_contact_bodies)
         self.contact_head = contact_head_from_checkpoint(ckpt, robot.all_contact_bodies, self.device)
-        self._kp = torch.as_tensor(self.scene.actuator_gainprm[:, 0], dtype=torch.float32, device=self.device)
-        self._kd = torch.as_tensor(-self.scene.actuator_biasprm[:, 2], dtype=torch.float32, device=self.device)
-        limit = actuator_force_limits(self.scene)  # (nu, 2) per-actuator range, as MuJoCo clamps (may be uneven)
-        self._effort_low, self._effort_high = torch.as_tensor(limit.T, dtype=torch.float32, device=self.device)
-        identified = actuators_from_checkpoint(ckpt, self.nu)  # the logged robot's gains and limits, where fitted
-        if identified is not None:
-            self._kp, self._kd, self._effort_low, self._effort_high = (identified[k].to(self.device) for k in
-                                                                       ("kp", "kd", "effort_low", "effort_high"))
+        # the PD law of the torque it reports: the logged robot's identified one where fitted, else the scene's
+        # (limits per actuator, as MuJoCo clamps, may be uneven)
+        law = actuators_from_checkpoint(ckpt, self.nu) or position_actuators(self.scene)
+        self._kp, self._kd, self._effort_low, self._effort_high = (
+            torch.as_tensor(law[k], dtype=torch.float32, device=self.device)
+            for k in ("kp", "kd", "effort_low", "effort_high"))  # (nu,) each
         # MuJoCo clamps each target to its actuator's ctrlrange (+-inf where unlimited); the model sees the same target
         ctrl_range = torch.as_tensor(actuator_ctrl_limits(self.scene), dtype=torch.float32, device=self.device)
         self._ctrl_low, self._ctrl_high = ctrl_range[:, 0], ctrl_range[:, 1]  # (nu,), (nu,)

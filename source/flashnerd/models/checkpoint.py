@@ -249,11 +249,11 @@ ACTUATOR_FIELDS = ("kp", "kd", "effort_low", "effort_high")
 
 
 def actuators_from_checkpoint(ckpt: dict[str, Any], nu: int) -> dict[str, torch.Tensor] | None:
-    """The identified actuators (kp, kd, effort_low, effort_high, each (nu,) float32) of a checkpoint (or of its
-    `actuators` entry itself), or None when it has none (the learned backend then uses the scene's). Gains that are
+    """The identified actuators (kp, kd, effort_low, effort_high, each (nu,) float32) of a checkpoint, or None when it
+    has none (the learned backend then uses the scene's). Gains that are
     not finite numbers, one per actuator, or limits that are NaN, crossed or infinite on their own side (a law that
     could only give infinite torque) are a one-line `CheckpointError`."""
-    entry = ckpt if "kp" in ckpt else ckpt.get("actuators")
+    entry = ckpt.get("actuators")
     if entry is None:
         return None
     if not isinstance(entry, dict) or not all(isinstance(entry.get(k), torch.Tensor) for k in ACTUATOR_FIELDS):

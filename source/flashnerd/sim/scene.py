@@ -175,6 +175,14 @@ def actuator_ctrl_limits(model: mujoco.MjModel) -> np.ndarray:
     return np.where(limited, model.actuator_ctrlrange, np.array([-np.inf, np.inf]))
 
 
+def position_actuators(model: mujoco.MjModel) -> dict[str, np.ndarray]:
+    """kp, kd, effort_low, effort_high (each (nu,)) of the model's position actuators: the PD law and the torque
+    limits (`actuator_force_limits`) MuJoCo applies."""
+    limits = actuator_force_limits(model)  # (nu, 2)
+    return {"kp": model.actuator_gainprm[:, 0].copy(), "kd": -model.actuator_biasprm[:, 2],
+            "effort_low": limits[:, 0].copy(), "effort_high": limits[:, 1].copy()}
+
+
 def robot_columns(robot: RobotSpec, model: mujoco.MjModel) -> tuple[int, int]:
     """(nq, nv) of the robot alone: its DOFs lead qpos/qvel of a scene with objects."""
     free = [j for j in range(model.njnt) if model.jnt_type[j] == mujoco.mjtJoint.mjJNT_FREE]

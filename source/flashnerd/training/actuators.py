@@ -14,8 +14,7 @@ import torch
 
 from flashnerd.data.dataset import TrajectoryData
 from flashnerd.dynamics.representation import StateRepresentation
-from flashnerd.robots.spec_file import actuator_force_limits
-from flashnerd.sim.scene import actuator_ctrl_limits
+from flashnerd.sim.scene import actuator_ctrl_limits, position_actuators
 
 SATURATED_MIN = 3  # samples at exactly one extreme value that may show a clamp (an unclamped PD torque repeats none)
 MIN_SAMPLES = 50  # finite, unclamped samples a joint needs for its gains to be fitted
@@ -39,10 +38,7 @@ def torque_features(data: TrajectoryData, rep: StateRepresentation, scene: mujoc
 
 def nominal_actuators(scene: mujoco.MjModel) -> dict[str, torch.Tensor]:
     """kp, kd, effort_low, effort_high (each (nu,), float32) of the scene's position actuators."""
-    limits = torch.as_tensor(actuator_force_limits(scene), dtype=torch.float32)  # (nu, 2)
-    return {"kp": torch.as_tensor(scene.actuator_gainprm[:, 0], dtype=torch.float32),
-            "kd": torch.as_tensor(-scene.actuator_biasprm[:, 2], dtype=torch.float32),
-            "effort_low": limits[:, 0].contiguous(), "effort_high": limits[:, 1].contiguous()}
+    return {k: torch.as_tensor(v, dtype=torch.float32) for k, v in position_actuators(scene).items()}
 
 
 def pd_torque(gains: dict[str, torch.Tensor], error: torch.Tensor, vel: torch.Tensor) -> torch.Tensor:

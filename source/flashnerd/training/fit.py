@@ -355,7 +355,7 @@ class Fitter:
         if len(robots) > 1:  # one law per joint cannot be two robots' actuators
             return f"none identified (--data mixes robots: {', '.join(r or 'nominal' for r in robots)}){kept}"
         phase = (self.robot.decimation - 1) / self.robot.decimation  # where the learned backend reads its PD law
-        prior = actuators_from_checkpoint(self.actuators, self.scene.nu) if self.actuators else None
+        prior = actuators_from_checkpoint({"actuators": self.actuators}, self.scene.nu)  # None where there is none
         gains, card = identify_actuators(self.own_train, self.val_cpu, self.rep, self.scene, phase, prior)
         if not card["identified"]:
             return f"none identified (no joint's fitted law predicts its held-out torque better){kept}"
