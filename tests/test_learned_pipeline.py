@@ -19,7 +19,7 @@ from safetensors.torch import save_file
 
 from flashnerd.cli.main import main
 from flashnerd.data.dataset import load_dataset
-from flashnerd.data.record import partial_path, record
+from flashnerd.data.record import fall_ending, partial_path, record
 from flashnerd.dynamics import make_dynamics
 from flashnerd.models.checkpoint import read_checkpoint
 from flashnerd.robots import RobotSpec
@@ -61,6 +61,29 @@ def test_record_round_trip_replays_in_the_simulator(anymal, tiny):
     err = (dyn.state().qpos - data.qpos[:, 20]).abs().max().item()
     assert err < 2e-3, err
     dyn.close()
+
+
+def test_fall_ending_trajectories_join_two_batches_at_the_right_steps():
+    """The trajectory that ends at a fall holds the T steps before the reset, across the batch boundary: arrays
+    hold their global step index, so every kept entry is known in closed form."""
+    import numpy as np
+
+    t, n = 5, 5
+    states = np.arange(t + 1, dtype=np.float32)[None, :, None].repeat(n, 0)  # (N, T+1, 1) global state index
+    steps = np.arange(t, dtype=np.float32)[None, :, None, None].repeat(n, 0)  # (N, T, 1, 1) a 4-d step array
+    prev, now = {"qpos": states, "ctrl": steps}, {"qpos": states + t, "ctrl": steps + t}
+    prev_resets, resets = np.zeros((n, t), bool), np.zeros((n, t), bool)
+    resets[0, 2] = True  # falls at step 2: kept, states 2..7 and steps 2..6
+    resets[1, 0] = True  # falls at once: would repeat the previous trajectory
+    resets[2, 3], prev_resets[2, 3] = True, True  # reset in the previous batch after step 3: its run is too short
+    resets[3, 3], prev_resets[3, 1] = True, True  # reset before step 3 of the previous batch: kept, states 3..8
+    resets[4, 1], resets[4, 3] = True, True  # two falls: the first one counts
+    out = fall_ending(prev, prev_resets, now, resets)
+    first = np.array([2, 3, 1])[:, None]  # worlds 0, 3, 4
+    assert np.array_equal(out["qpos"][..., 0], first + np.arange(t + 1))
+    assert np.array_equal(out["ctrl"][..., 0, 0], first + np.arange(t))
+    none = fall_ending(prev, prev_resets, now, np.zeros((n, t), bool))
+    assert none["qpos"].shape == (0, t + 1, 1) and none["ctrl"].shape == (0, t, 1, 1)
 
 
 def test_truncated_foreign_and_missing_datasets_are_refused(anymal, tiny, tmp_path):

@@ -182,10 +182,10 @@ def _part_path(out: str, rank: int) -> Path:
 
 def _buffer_bytes(robot, traj_len: int) -> int:
     """Bytes a world's batch buffers take while recording (states, controls, torques, contacts, probes; with the
-    copy of the kept rows)."""
+    previous batch, which a fall reaches back into, and the copy of the kept rows)."""
     nq, nv, nu, _ = robot_layout(robot)
     width = nq + nv + 2 * nu + len(robot.all_contact_bodies) + len(robot.probes)
-    return 2 * 4 * (traj_len + 1) * width
+    return 3 * 4 * (traj_len + 1) * width
 
 
 def _record_one(args: argparse.Namespace) -> dict:

@@ -5,7 +5,9 @@ Two sources of controls, one file format:
   control steps of PD targets around the default pose with a per-trajectory amplitude and random hold times;
 - a policy (`PolicySource`): a trained policy drives a task environment on an analytical backend with per-world
   Gaussian action noise, so the data covers the states a policy visits (gaits at commanded velocities). Worlds run
-  on across trajectories; a trajectory during which its world was reset (a fall) is dropped, not cut.
+  on across trajectories; a trajectory during which its world was reset (a fall) is dropped, not cut, and in its
+  place the world's last `traj_len` steps before the fall are kept (they begin in the previous batch), so the data
+  holds the states that lead to falls, not only the walks that never fell.
 
 The file layout and attributes are documented once, in docs/reference/dataset.md.
 """
@@ -85,6 +87,7 @@ class ExplorationSource:
     """Random initial states and `ExplorationController` targets on an analytical backend of `num_worlds` worlds."""
 
     kind = "exploration"
+    continuous = False  # every trajectory starts from a state of its own
 
     def __init__(self, robot: RobotSpec, num_worlds: int, gen: torch.Generator, nthread: int | None = None,
                  backend: str = REFERENCE_BACKEND, device: str = "cpu", terrain: str = "flat") -> None:
@@ -125,6 +128,7 @@ class PolicySource:
     """
 
     kind = "policy"
+    continuous = True  # worlds walk on from one trajectory into the next
 
     def __init__(self, env, policy, action_noise: float, gen: torch.Generator) -> None:
         self.env, self.policy, self.action_noise, self.gen = env, policy, action_noise, gen
@@ -207,6 +211,7 @@ def record(robot: RobotSpec, num_worlds: int, steps: int, out: str | Path, traj_
     try:
         bar = tqdm(total=n_chunks * traj_len * num_worlds, initial=done * traj_len * num_worlds, desc="record",
                    unit="step", disable=None if progress else True)
+        previous = None  # the last batch's arrays and resets, all worlds (a continuous source's falls reach back)
         for chunk in range(done, n_chunks):
             source.gen.manual_seed(_chunk_seed(seed, chunk))
             buf = {k: np.zeros((num_worlds, *w), dtype=np.float32) for k, w in widths.items()}
@@ -214,24 +219,30 @@ def record(robot: RobotSpec, num_worlds: int, steps: int, out: str | Path, traj_
             s = dyn.state()
             buf["qpos"][:, 0], buf["qvel"][:, 0] = s.qpos.cpu().numpy(), s.qvel.cpu().numpy()
             buf["probe_distance"][:, 0] = probes.signed_distance(s.qpos.cpu()).numpy()
-            was_reset = torch.zeros(num_worlds, dtype=torch.bool)
+            resets = np.zeros((num_worlds, traj_len), dtype=bool)  # (N, T) the world was reset by step t
             for t in range(traj_len):
                 ctrl, reset = source.step()
-                was_reset |= reset.cpu()
+                resets[:, t] = reset.cpu().numpy()
                 s = dyn.state()
                 buf["ctrl"][:, t], buf["torque"][:, t] = ctrl.cpu().numpy(), s.joint_torque.cpu().numpy()
                 buf["contact_force"][:, t] = s.contact_force.cpu().numpy()
                 buf["qpos"][:, t + 1], buf["qvel"][:, t + 1] = s.qpos.cpu().numpy(), s.qvel.cpu().numpy()
                 buf["probe_distance"][:, t + 1] = probes.signed_distance(s.qpos.cpu()).numpy()
                 bar.update(num_worlds)
-            good = ~was_reset.numpy()
-            interrupted = int(was_reset.sum())
-            finite = sane_trajectories(buf["qpos"], buf["qvel"], buf["torque"])
-            dropped = int((good & ~finite).sum())
-            good &= finite
+            good = ~resets.any(axis=1)
+            interrupted = int((~good).sum())
+            kept = {k: b[good] for k, b in buf.items()}
+            if source.continuous and previous is not None:
+                falls = fall_ending(*previous, buf, resets)
+                kept = {k: np.concatenate([kept[k], falls[k]]) for k in kept}
+            previous = (buf, resets) if source.continuous else None
+            finite = sane_trajectories(kept["qpos"], kept["qvel"], kept["torque"])
+            fell = len(kept["qpos"]) - int(good.sum())
+            dropped = int((~finite).sum())
             # One file per batch, renamed into place when complete: a kill at any point leaves only whole batches.
-            write_arrays(parts / f"chunk_{chunk:06d}.h5", {k: b[good] for k, b in buf.items()},
-                         {"dropped": dropped, "interrupted": interrupted}, compress=False)
+            write_arrays(parts / f"chunk_{chunk:06d}.h5", {k: b[finite] for k, b in kept.items()},
+                         {"dropped": dropped, "interrupted": interrupted,
+                          "fall_ending": int(finite[len(finite) - fell:].sum())}, compress=False)
         bar.close()
     except KeyboardInterrupt:  # keep every complete batch for --resume
         source.close()
@@ -243,6 +254,33 @@ def record(robot: RobotSpec, num_worlds: int, steps: int, out: str | Path, traj_
         raise
     source.close()
     return _assemble(parts, out, n_chunks, attrs, traj_len)
+
+
+def fall_ending(prev: dict[str, np.ndarray], prev_resets: np.ndarray, buf: dict[str, np.ndarray],
+                resets: np.ndarray) -> dict[str, np.ndarray]:
+    """The last T steps before each world's first reset in this batch, for worlds that walked without a reset
+    from step r of the previous batch to their reset at step r >= 1 of this one (r = 0 would repeat the previous
+    trajectory). `prev`/`buf` hold every world's arrays of the previous/this batch (state arrays (N, T+1, ...), step
+    arrays (N, T, ...), this batch's first state the previous one's last); `prev_resets`/`resets` (N, T) which
+    worlds a step reset. Returns arrays of the same kinds for the k worlds kept: (k, T+1, ...) and (k, T, ...)."""
+    n, t = resets.shape
+    first = np.where(resets.any(axis=1), resets.argmax(axis=1), t)  # (N,) step of the first reset (T: none)
+    late = (prev_resets & (np.arange(t)[None] >= first[:, None])).any(axis=1)  # (N,) reset since step r before
+    worlds = np.nonzero((first >= 1) & (first < t) & ~late)[0]  # (k,)
+    r = first[worlds][:, None]  # (k, 1)
+    out = {}
+    for key, now in buf.items():
+        span = now.shape[1]  # T+1 for states, T for steps
+        i = r + np.arange(span)[None]  # (k, span) the index into previous ++ this batch's new entries
+        from_prev = i < prev[key].shape[1]  # (k, span)
+        # this batch's entries after the previous batch's last: states from 1 (0 repeats it), steps from 0
+        cur = np.clip(i - prev[key].shape[1] + (span == t + 1), 0, span - 1)  # (k, span)
+        prev_i = np.minimum(i, span - 1)  # (k, span)
+        w = worlds[:, None]  # (k, 1)
+        picked_prev, picked_now = prev[key][w, prev_i], now[w, cur]  # (k, span, ...) each
+        mask = from_prev.reshape(*from_prev.shape, *([1] * (now.ndim - 2)))
+        out[key] = np.where(mask, picked_prev, picked_now)
+    return out
 
 
 def _chunk_files(parts: Path) -> list[Path]:
@@ -284,13 +322,13 @@ def _resume_parts(parts: Path, identity: dict) -> int:
 def _assemble(parts: Path, out: Path, n_chunks: int, attrs: dict, traj_len: int) -> dict:
     """Concatenate the batch files into `out` (temp file, then rename) and remove the folder."""
     files = _chunk_files(parts)
-    counts = {"dropped": 0, "interrupted": 0}
+    counts = {"dropped": 0, "interrupted": 0, "fall_ending": 0}
     kept = 0
     for path in files:
         with h5py.File(path, "r") as f:
             kept += int(f["qpos"].shape[0])
             for k in counts:
-                counts[k] += int(f.attrs[k])
+                counts[k] += int(f.attrs.get(k, 0))  # a batch an older flashnerd wrote has no fall_ending
     if kept == 0:
         shutil.rmtree(parts, ignore_errors=True)
         raise ValueError(f"every trajectory was dropped ({counts['dropped']} diverged, {counts['interrupted']} "
@@ -305,15 +343,15 @@ def merge_recordings(parts: list[Path], out: str | Path, seeds: list[int]) -> di
 
     Counters are summed; `shard_seeds` lists each shard's seed. The shards are deleted once `out` is in place.
     """
-    totals = {"num_trajectories": 0, "dropped": 0, "interrupted": 0}
+    totals = {"num_trajectories": 0, "dropped": 0, "interrupted": 0, "fall_ending": 0}
     worlds = 0
     for part in parts:
         with h5py.File(part, "r") as src:
             for k in totals:
-                totals[k] += int(src.attrs[k])
+                totals[k] += int(src.attrs.get(k, 0))
             worlds += int(src.attrs["num_worlds"])
     concat_files(parts, out, {**totals, "num_worlds": worlds, "shard_seeds": seeds})
     for part in parts:
         Path(part).unlink(missing_ok=True)
     return {"out": str(out), "trajectories": totals["num_trajectories"], "dropped": totals["dropped"],
-            "interrupted": totals["interrupted"], "shards": len(parts)}
+            "interrupted": totals["interrupted"], "fall_ending": totals["fall_ending"], "shards": len(parts)}

@@ -347,7 +347,9 @@ class _Study:
             step, folder = row["rounds"][r], f"{tag}/round_{r}"
             if "eval_variant" not in step:
                 start = row["rounds"][r - 1]["policy"] if r else None
-                step.update(self.ppo(f"{folder}/ppo", args.model, self.target, self.state["iterations_per_round"],
+                # the nominal robot file, as a lab knows no other: the model carries what differs, its actuators
+                # (the torque the task's terms read) identified from the logs' measured torque
+                step.update(self.ppo(f"{folder}/ppo", args.model, None, self.state["iterations_per_round"],
                                      step["model"], start))
                 self.save()
             if r == args.rounds - 1:
@@ -373,8 +375,8 @@ class _Study:
 def _robot_log(args: argparse.Namespace, variant: str, policy: str, folder: Path, steps: int, seed: int) -> dict:
     """`steps` control steps on each of --robot_worlds robots of the robot `variant` (a variant file) under `policy`
     plus noise (as `flashnerd record --task ... --checkpoint ...` drives it), written as a robot log and imported
-    back. `robot_minutes` is the robot time spent; `import.minutes` what was kept (trajectories that end in a fall or
-    a time-out are dropped)."""
+    back. `robot_minutes` is the robot time spent; `import.minutes` what was kept (a trajectory a fall interrupts is
+    dropped, and the last --traj_len steps before the fall kept in its place: `import.fall_ending`)."""
     recorded, robot = record_policy(args.task, variant, policy, args.robot_worlds, steps, args.traj_len,
                                     args.action_noise, seed, args.device, folder / "recorded.h5")
     dataset_to_log(folder / "recorded.h5", folder / "robot_log.parquet")
@@ -382,4 +384,4 @@ def _robot_log(args: argparse.Namespace, variant: str, policy: str, folder: Path
     imported = import_logs([folder / "robot_log.parquet"], robot, folder / "robot.h5", args.traj_len)
     return {"dataset": str(folder / "robot.h5"), "robot_minutes": round(steps * args.robot_worlds * robot.control_dt
                                                                          / 60, 4),
-            "import": {**imported, "interrupted": recorded["interrupted"]}}
+            "import": {**imported, "interrupted": recorded["interrupted"], "fall_ending": recorded["fall_ending"]}}
