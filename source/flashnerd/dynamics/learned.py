@@ -29,7 +29,7 @@ from flashnerd.models.checkpoint import (
     read_checkpoint,
 )
 from flashnerd.robots import RobotSpec
-from flashnerd.sim.scene import actuator_ctrl_limits, build_scene, default_qpos, position_actuators
+from flashnerd.sim.scene import actuator_ctrl_limits, build_scene, default_qpos, pd_torque, position_actuators
 from flashnerd.types import RobotState, actuated_columns
 
 # Shipped checkpoints live in the repository's checkpoints/ folder (editable installs); FLASHNERD_CHECKPOINTS
@@ -143,9 +143,8 @@ class LearnedDynamics:
         # the PD law of the torque it reports: the logged robot's identified one where fitted, else the scene's
         # (limits per actuator, as MuJoCo clamps, may be uneven)
         law = actuators_from_checkpoint(ckpt, self.nu) or position_actuators(self.scene)
-        self._kp, self._kd, self._effort_low, self._effort_high = (
-            torch.as_tensor(law[k], dtype=torch.float32, device=self.device)
-            for k in ("kp", "kd", "effort_low", "effort_high"))  # (nu,) each
+        self._law = {k: torch.as_tensor(law[k], dtype=torch.float32, device=self.device)
+                     for k in ("kp", "kd", "effort_low", "effort_high")}  # (nu,) each
         # MuJoCo clamps each target to its actuator's ctrlrange (+-inf where unlimited); the model sees the same target
         ctrl_range = torch.as_tensor(actuator_ctrl_limits(self.scene), dtype=torch.float32, device=self.device)
         self._ctrl_low, self._ctrl_high = ctrl_range[:, 0], ctrl_range[:, 1]  # (nu,), (nu,)
@@ -243,8 +242,7 @@ class LearnedDynamics:
         rep = self.rep
         joint_pos = torch.lerp(rep.actuated_pos(self._qpos), rep.actuated_pos(qpos), a)  # (N, nu)
         joint_vel = torch.lerp(rep.actuated_vel(self._qvel), rep.actuated_vel(qvel), a)  # (N, nu)
-        torque = self._kp * (ctrl - joint_pos) - self._kd * joint_vel  # (N, nu)
-        return qpos, qvel, torch.clamp(torque, self._effort_low, self._effort_high)
+        return qpos, qvel, pd_torque(self._law, ctrl - joint_pos, joint_vel)  # (N, nu) torque
 
     def detach(self) -> None:
         """Cut the autograd graph: the current states and caches keep their values and forget how they were made

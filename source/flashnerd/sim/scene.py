@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import mujoco
 import numpy as np
+import torch
 
 from flashnerd.robots import RobotSpec, get_robot
 from flashnerd.robots.spec_file import actuator_force_limits
@@ -181,6 +182,13 @@ def position_actuators(model: mujoco.MjModel) -> dict[str, np.ndarray]:
     limits = actuator_force_limits(model)  # (nu, 2)
     return {"kp": model.actuator_gainprm[:, 0].copy(), "kd": -model.actuator_biasprm[:, 2],
             "effort_low": limits[:, 0].copy(), "effort_high": limits[:, 1].copy()}
+
+
+def pd_torque(law: dict[str, torch.Tensor], error: torch.Tensor, vel: torch.Tensor) -> torch.Tensor:
+    """The torque (..., nu) of a position actuator `law` (kp, kd, effort_low, effort_high, each (nu,), as
+    `position_actuators` gives them) at target errors and joint velocities (..., nu): kp e - kd v, clamped."""
+    raw = law["kp"] * error - law["kd"] * vel  # (..., nu)
+    return torch.minimum(torch.maximum(raw, law["effort_low"]), law["effort_high"])
 
 
 def robot_columns(robot: RobotSpec, model: mujoco.MjModel) -> tuple[int, int]:

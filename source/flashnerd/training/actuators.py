@@ -14,7 +14,7 @@ import torch
 
 from flashnerd.data.dataset import TrajectoryData
 from flashnerd.dynamics.representation import StateRepresentation
-from flashnerd.sim.scene import actuator_ctrl_limits, position_actuators
+from flashnerd.sim.scene import actuator_ctrl_limits, pd_torque, position_actuators
 
 SATURATED_MIN = 3  # samples at exactly one extreme value that may show a clamp (an unclamped PD torque repeats none)
 MIN_SAMPLES = 50  # finite, unclamped samples a joint needs for its gains to be fitted
@@ -39,12 +39,6 @@ def torque_features(data: TrajectoryData, rep: StateRepresentation, scene: mujoc
 def nominal_actuators(scene: mujoco.MjModel) -> dict[str, torch.Tensor]:
     """kp, kd, effort_low, effort_high (each (nu,), float32) of the scene's position actuators."""
     return {k: torch.as_tensor(v, dtype=torch.float32) for k, v in position_actuators(scene).items()}
-
-
-def pd_torque(gains: dict[str, torch.Tensor], error: torch.Tensor, vel: torch.Tensor) -> torch.Tensor:
-    """The clamped PD torque (K, nu) of `gains` for target errors and velocities (K, nu)."""
-    raw = gains["kp"].to(error) * error - gains["kd"].to(error) * vel  # (K, nu)
-    return torch.minimum(torch.maximum(raw, gains["effort_low"].to(error)), gains["effort_high"].to(error))
 
 
 def _fit_joint(tau: torch.Tensor, error: torch.Tensor, vel: torch.Tensor, low: float, high: float
