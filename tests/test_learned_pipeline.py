@@ -78,11 +78,12 @@ def test_fall_ending_trajectories_join_two_batches_at_the_right_steps():
     resets[2, 3], prev_resets[2, 3] = True, True  # reset in the previous batch after step 3: its run is too short
     resets[3, 3], prev_resets[3, 1] = True, True  # reset before step 3 of the previous batch: kept, states 3..8
     resets[4, 1], resets[4, 3] = True, True  # two falls: the first one counts
-    out = fall_ending(prev, prev_resets, now, resets)
-    first = np.array([2, 3, 1])[:, None]  # worlds 0, 3, 4
+    out, worlds = fall_ending(prev, prev_resets, now, resets)
+    assert worlds.tolist() == [0, 3, 4]
+    first = np.array([2, 3, 1])[:, None]
     assert np.array_equal(out["qpos"][..., 0], first + np.arange(t + 1))
     assert np.array_equal(out["ctrl"][..., 0, 0], first + np.arange(t))
-    none = fall_ending(prev, prev_resets, now, np.zeros((n, t), bool))
+    none, _ = fall_ending(prev, prev_resets, now, np.zeros((n, t), bool))
     assert none["qpos"].shape == (0, t + 1, 1) and none["ctrl"].shape == (0, t, 1, 1)
 
 

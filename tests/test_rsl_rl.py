@@ -258,17 +258,20 @@ def test_max_seconds_stops_after_the_iteration_that_spends_them(tmp_path, capsys
 def test_policy_driven_recording_replays_and_drops_interrupted_trajectories(trained_run, tmp_path, capsys):
     """`record --task --checkpoint`: the stored controls are what the backend received (an exact replay), and a
     trajectory whose world was reset by the task (a fall under heavy action noise) is dropped, not stored cut; the
-    steps before a fall are kept as a trajectory that ends at the fall (reaching back into the previous batch)."""
+    steps before a fall are kept as a trajectory that ends at the fall (reaching back into the previous batch, in
+    place of the world's trajectory there), and no two trajectories share a step."""
     out = tmp_path / "policy.h5"
     argv = ["record", "--task", TASK, "--checkpoint", str(trained_run / "model_1.pt"), "--num_worlds", "16",
             "--steps", "90", "--traj_len", "30", "--action_noise", "3.0", "--seed", "2", "--out", str(out)]
     assert main(argv) == 0
     info = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert info["trajectories"] + info["interrupted"] + info["dropped"] == 48 + info["fall_ending"]
-    assert info["interrupted"] > 0 and info["fall_ending"] > 0  # falls under this noise, some after a clean batch
+    assert info["trajectories"] + info["interrupted"] + info["dropped"] + info["replaced"] == 48 + info["fall_ending"]
+    assert info["interrupted"] > 0 and info["replaced"] > 0  # falls under this noise, some after a clean batch
     data = load_dataset(out, get_robot("anymal_c"))
     assert data.attrs["source"] == "policy" and data.num_trajectories == info["trajectories"] > 0
     assert data.attrs["fall_ending"] == info["fall_ending"]
+    frames = data.qpos[:, 1:].reshape(-1, data.qpos.shape[-1])  # (M*T, nq) every trajectory's states after the first
+    assert len(torch.unique(frames, dim=0)) == len(frames)  # overlapping trajectories would repeat states exactly
     dyn = make_dynamics("mujoco", get_robot("anymal_c"), data.num_trajectories)
     dyn.reset(torch.arange(data.num_trajectories), data.qpos[:, 0], data.qvel[:, 0])
     for t in range(data.traj_len):

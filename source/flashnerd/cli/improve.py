@@ -178,7 +178,7 @@ def upgrade_state(state: dict) -> dict:
 # what each lineage's stages write in a round's row (ppo_wall_s: runs from before --algo); the refit's fields stay in
 # the row itself
 LINEAGE_FIELDS = ("policy", "algo", "train_wall_s", "ppo_wall_s", "iterations", "eval", "data", "target_seconds",
-                  "record_wall_s", "transitions", "interrupted", "fall_ending")
+                  "record_wall_s", "transitions", "interrupted", "fall_ending", "replaced")
 
 
 def _well_formed(rounds) -> bool:
@@ -309,7 +309,7 @@ def _roll_out(args: argparse.Namespace, policy: str, folder: Path, minutes: floa
     return {"data": str(folder / "rollouts.h5"), "target_seconds": round(steps * args.target_worlds *
                                                                          robot.control_dt, 1),
             "record_wall_s": round(time.perf_counter() - start, 1), "transitions": recorded["transitions"],
-            **{k: recorded[k] for k in ("interrupted", "fall_ending")}}  # falls cut trajectories; kept up to them
+            **{k: recorded[k] for k in ("interrupted", "fall_ending", "replaced")}}  # falls: kept up to them
 
 
 def _refit(args: argparse.Namespace, model: str, data: list[str], out: Path) -> dict:

@@ -181,11 +181,11 @@ def _part_path(out: str, rank: int) -> Path:
 
 
 def _buffer_bytes(robot, traj_len: int) -> int:
-    """Bytes a world's batch buffers take while recording (states, controls, torques, contacts, probes; with the
-    previous batch, which a fall reaches back into, and the copy of the kept rows)."""
+    """Bytes a world's batch buffers take while recording (states, controls, torques, contacts, probes): this batch
+    and the previous one (which a fall reaches back into), the rows kept of each, and the copy a write makes."""
     nq, nv, nu, _ = robot_layout(robot)
     width = nq + nv + 2 * nu + len(robot.all_contact_bodies) + len(robot.probes)
-    return 3 * 4 * (traj_len + 1) * width
+    return 5 * 4 * (traj_len + 1) * width
 
 
 def _record_one(args: argparse.Namespace) -> dict:

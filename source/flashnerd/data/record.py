@@ -6,8 +6,10 @@ Two sources of controls, one file format:
 - a policy (`PolicySource`): a trained policy drives a task environment on an analytical backend with per-world
   Gaussian action noise, so the data covers the states a policy visits (gaits at commanded velocities). Worlds run
   on across trajectories; a trajectory during which its world was reset (a fall) is dropped, not cut, and in its
-  place the world's last `traj_len` steps before the fall are kept (they begin in the previous batch), so the data
-  holds the states that lead to falls, not only the walks that never fell.
+  place the world's last `traj_len` steps before the fall are kept (they begin in the previous batch, and replace
+  that batch's trajectory of the world, which they overlap), so the data holds the states that lead to falls, not
+  only the walks that never fell. A batch of a continuous source is written once the next one has taken out the
+  trajectories its falls replace.
 
 The file layout and attributes are documented once, in docs/reference/dataset.md.
 """
@@ -208,10 +210,13 @@ def record(robot: RobotSpec, num_worlds: int, steps: int, out: str | Path, traj_
     except BaseException:
         source.close()
         raise
+    pending = None
     try:
         bar = tqdm(total=n_chunks * traj_len * num_worlds, initial=done * traj_len * num_worlds, desc="record",
                    unit="step", disable=None if progress else True)
-        previous = None  # the last batch's arrays and resets, all worlds (a continuous source's falls reach back)
+        continuous = getattr(source, "continuous", False)  # worlds walk on across batches (falls reach back)
+        previous = None  # a continuous source's last batch: every world's arrays and resets
+        # (`pending`, its rows) is written once this batch has taken out the trajectories its fall-ending ones overlap
         for chunk in range(done, n_chunks):
             source.gen.manual_seed(_chunk_seed(seed, chunk))
             buf = {k: np.zeros((num_worlds, *w), dtype=np.float32) for k, w in widths.items()}
@@ -229,22 +234,33 @@ def record(robot: RobotSpec, num_worlds: int, steps: int, out: str | Path, traj_
                 buf["qpos"][:, t + 1], buf["qvel"][:, t + 1] = s.qpos.cpu().numpy(), s.qvel.cpu().numpy()
                 buf["probe_distance"][:, t + 1] = probes.signed_distance(s.qpos.cpu()).numpy()
                 bar.update(num_worlds)
-            good = ~resets.any(axis=1)
-            interrupted = int((~good).sum())
-            kept = {k: b[good] for k, b in buf.items()}
-            if source.continuous and previous is not None:
-                falls = fall_ending(*previous, buf, resets)
-                kept = {k: np.concatenate([kept[k], falls[k]]) for k in kept}
-            previous = (buf, resets) if source.continuous else None
-            finite = sane_trajectories(kept["qpos"], kept["qvel"], kept["torque"])
-            fell = len(kept["qpos"]) - int(good.sum())
-            dropped = int((~finite).sum())
-            # One file per batch, renamed into place when complete: a kill at any point leaves only whole batches.
-            write_arrays(parts / f"chunk_{chunk:06d}.h5", {k: b[finite] for k, b in kept.items()},
-                         {"dropped": dropped, "interrupted": interrupted,
-                          "fall_ending": int(finite[len(finite) - fell:].sum())}, compress=False)
+            good = ~resets.any(axis=1)  # (N,)
+            batch = {"chunk": chunk, "rows": {k: b[good] for k, b in buf.items()}, "worlds": np.nonzero(good)[0],
+                     "counts": {"interrupted": int((~good).sum()), "fall_ending": 0, "replaced": 0}}
+            if continuous and previous is not None:
+                falls, fall_worlds = fall_ending(*previous, buf, resets)
+                batch["rows"] = {k: np.concatenate([v, falls[k]]) for k, v in batch["rows"].items()}
+                batch["worlds"] = np.concatenate([batch["worlds"], np.full(len(fall_worlds), -1)])  # not clean
+                batch["counts"]["fall_ending"] = len(fall_worlds)
+                if pending is not None:  # a fall-ending trajectory replaces the clean one it overlaps
+                    overlapped = np.isin(pending["worlds"], fall_worlds)  # (k,)
+                    pending["rows"] = {k: v[~overlapped] for k, v in pending["rows"].items()}
+                    pending["worlds"] = pending["worlds"][~overlapped]
+                    pending["counts"]["replaced"] = int(overlapped.sum())
+            if pending is not None:
+                _write_batch(parts, pending)
+            pending = None
+            if continuous:
+                previous, pending = (buf, resets), batch
+            else:
+                _write_batch(parts, batch)
+        if pending is not None:
+            _write_batch(parts, pending)
+            pending = None
         bar.close()
     except KeyboardInterrupt:  # keep every complete batch for --resume
+        if pending is not None:
+            _write_batch(parts, pending)
         source.close()
         raise
     except BaseException:  # an error: leave no half-written dataset behind (a resumed one keeps its earlier batches)
@@ -257,7 +273,7 @@ def record(robot: RobotSpec, num_worlds: int, steps: int, out: str | Path, traj_
 
 
 def fall_ending(prev: dict[str, np.ndarray], prev_resets: np.ndarray, buf: dict[str, np.ndarray],
-                resets: np.ndarray) -> dict[str, np.ndarray]:
+                resets: np.ndarray) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """The last T steps before each world's first reset in this batch, for worlds that walked without a reset
     from step r of the previous batch to their reset at step r >= 1 of this one (r = 0 would repeat the previous
     trajectory). `prev`/`buf` hold every world's arrays of the previous/this batch (state arrays (N, T+1, ...), step
@@ -280,7 +296,16 @@ def fall_ending(prev: dict[str, np.ndarray], prev_resets: np.ndarray, buf: dict[
         picked_prev, picked_now = prev[key][w, prev_i], now[w, cur]  # (k, span, ...) each
         mask = from_prev.reshape(*from_prev.shape, *([1] * (now.ndim - 2)))
         out[key] = np.where(mask, picked_prev, picked_now)
-    return out
+    return out, worlds
+
+
+def _write_batch(parts: Path, batch: dict) -> None:
+    """A batch's finite rows to its own file, renamed into place when complete: a kill at any point leaves only
+    whole batches."""
+    rows = batch["rows"]
+    finite = sane_trajectories(rows["qpos"], rows["qvel"], rows["torque"])
+    write_arrays(parts / f"chunk_{batch['chunk']:06d}.h5", {k: b[finite] for k, b in rows.items()},
+                 {"dropped": int((~finite).sum()), **batch["counts"]}, compress=False)
 
 
 def _chunk_files(parts: Path) -> list[Path]:
@@ -322,7 +347,7 @@ def _resume_parts(parts: Path, identity: dict) -> int:
 def _assemble(parts: Path, out: Path, n_chunks: int, attrs: dict, traj_len: int) -> dict:
     """Concatenate the batch files into `out` (temp file, then rename) and remove the folder."""
     files = _chunk_files(parts)
-    counts = {"dropped": 0, "interrupted": 0, "fall_ending": 0}
+    counts = {"dropped": 0, "interrupted": 0, "fall_ending": 0, "replaced": 0}
     kept = 0
     for path in files:
         with h5py.File(path, "r") as f:
@@ -343,7 +368,7 @@ def merge_recordings(parts: list[Path], out: str | Path, seeds: list[int]) -> di
 
     Counters are summed; `shard_seeds` lists each shard's seed. The shards are deleted once `out` is in place.
     """
-    totals = {"num_trajectories": 0, "dropped": 0, "interrupted": 0, "fall_ending": 0}
+    totals = {"num_trajectories": 0, "dropped": 0, "interrupted": 0, "fall_ending": 0, "replaced": 0}
     worlds = 0
     for part in parts:
         with h5py.File(part, "r") as src:
@@ -354,4 +379,5 @@ def merge_recordings(parts: list[Path], out: str | Path, seeds: list[int]) -> di
     for part in parts:
         Path(part).unlink(missing_ok=True)
     return {"out": str(out), "trajectories": totals["num_trajectories"], "dropped": totals["dropped"],
-            "interrupted": totals["interrupted"], "fall_ending": totals["fall_ending"], "shards": len(parts)}
+            "interrupted": totals["interrupted"], "fall_ending": totals["fall_ending"],
+            "replaced": totals["replaced"], "shards": len(parts)}

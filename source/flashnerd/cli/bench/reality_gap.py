@@ -376,7 +376,8 @@ def _robot_log(args: argparse.Namespace, variant: str, policy: str, folder: Path
     """`steps` control steps on each of --robot_worlds robots of the robot `variant` (a variant file) under `policy`
     plus noise (as `flashnerd record --task ... --checkpoint ...` drives it), written as a robot log and imported
     back. `robot_minutes` is the robot time spent; `import.minutes` what was kept (a trajectory a fall interrupts is
-    dropped, and the last --traj_len steps before the fall kept in its place: `import.fall_ending`)."""
+    dropped, and the last --traj_len steps before the fall kept in place of the robot's previous trajectory, which
+    they overlap: `import.fall_ending`, `import.replaced`)."""
     recorded, robot = record_policy(args.task, variant, policy, args.robot_worlds, steps, args.traj_len,
                                     args.action_noise, seed, args.device, folder / "recorded.h5")
     dataset_to_log(folder / "recorded.h5", folder / "robot_log.parquet")
@@ -384,4 +385,4 @@ def _robot_log(args: argparse.Namespace, variant: str, policy: str, folder: Path
     imported = import_logs([folder / "robot_log.parquet"], robot, folder / "robot.h5", args.traj_len)
     return {"dataset": str(folder / "robot.h5"), "robot_minutes": round(steps * args.robot_worlds * robot.control_dt
                                                                          / 60, 4),
-            "import": {**imported, "interrupted": recorded["interrupted"], "fall_ending": recorded["fall_ending"]}}
+            "import": {**imported, **{k: recorded[k] for k in ("interrupted", "fall_ending", "replaced")}}}
