@@ -71,6 +71,18 @@ def test_rows_that_are_not_finite_are_dropped_counted_and_split_the_run(recorded
     assert result["trajectories"] == 1 + 2  # rows 0-9 give one 8-step trajectory, rows 11-30 two
 
 
+def test_a_run_is_cut_into_trajectories_that_end_at_its_last_row(recorded, anymal):
+    """A run that ends in a fall keeps the steps before it: a 30-step episode imported as 20-step trajectories is its
+    steps 10-30, the remainder dropped at its start."""
+    frame, _ = read_log(recorded / "log.parquet")
+    write_log(recorded / "one.parquet", frame[frame["episode"] == 0])
+    result = import_logs([recorded / "one.parquet"], anymal, recorded / "one.h5", traj_len=20)
+    assert result["trajectories"] == 1
+    ref, got = _arrays(recorded / "ref.h5"), _arrays(recorded / "one.h5")
+    assert np.allclose(got["qpos"][0], ref["qpos"][0, 10:], atol=1e-6)
+    assert np.allclose(got["ctrl"][0], ref["ctrl"][0, 10:], atol=1e-6)
+
+
 def test_velocity_units_are_judged_over_the_whole_file(recorded, anymal):
     """A unit error is wrong in every row: one episode whose knee velocity reads 0.4 x its position's derivative (a
     nearly still joint, a noisy estimate) imports; the same factor over the whole file is refused."""

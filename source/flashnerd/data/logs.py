@@ -12,7 +12,8 @@ Columns (joint names are the robot's, so the order of the columns does not matte
     tau_<joint>, contact_<body>               optional: measured joint torque (N m), contact of each contact body (0, 1)
 
 Import resamples each run to the robot's control step (states interpolated, quaternions normalized, targets held
-from the last one sent), splits runs at gaps, drops and counts rows that are not finite, and checks units against
+from the last one sent), splits runs at gaps, drops and counts rows that are not finite, cuts each segment into
+trajectories that end at its last row (a run that ends in a fall keeps the steps before it), and checks units against
 the robot (velocities against the derivative of the positions, positions and targets against the joint and control
 ranges). Every problem is a one-line `LogError`. The stand-in robot writes this format too (`write_log`, used by
 `flashnerd record --format logs`), so a lab's path is the tested one.
@@ -353,9 +354,12 @@ def import_logs(paths: list[str | Path], robot: RobotSpec, out: str | Path, traj
                 if n == 0:
                     counts["short_segments"] += 1
                     continue
+                # windows end at the segment's last row: a run that ends in a fall keeps the steps before it, the
+                # remainder dropped is at its start
+                first = len(res["qpos"]) - 1 - n * traj_len
                 for k, v in res.items():
                     width = traj_len + (1 if len(v) == len(res["qpos"]) else 0)
-                    arrays.setdefault(k, []).append(np.stack([v[i * traj_len:i * traj_len + width]
+                    arrays.setdefault(k, []).append(np.stack([v[first + i * traj_len:first + i * traj_len + width]
                                                               for i in range(n)]))
         _check_velocity_units(sums, where)
         sources.append({"file": Path(path).name, "sha256": hashlib.sha256(Path(path).read_bytes()).hexdigest()})
