@@ -520,9 +520,21 @@ def _reality_gap(data: dict, name: str, folder: Path) -> str:
                  for k in ("nrmse_before", "nrmse_after")]
         return f"| {label} | {minutes:.1f} | {cells[0]} | {cells[1]} |"
 
+    logs = ["", "The robot's logs: minutes spent, minutes kept as trajectories, trajectories a fall interrupted, and "
+            "those kept up to a fall in their place (`-`: a run from before they were kept):", "",
+            "| logs | robot time (min) | kept (min) | interrupted | kept up to the fall |", "|---|---|---|---|---|"]
+
+    def log_row(label: str, log: dict) -> str:
+        kept = log["import"]
+        return (f"| {label} | {log['robot_minutes']:.1f} | {kept['minutes']:.1f} | {kept.get('interrupted', '-')} | "
+                f"{kept.get('fall_ending', '-')} |")
+
     for b in data["budgets"]:
         if "logged" not in b:
             continue
+        logs.append(log_row(f"{b['minutes']:g}-min budget: the safe policy", b["logged"]))
+        logs += [log_row(f"{b['minutes']:g}-min budget: round {r['round']}'s policy", r["rollouts"])
+                 for r in b["rounds"] if "rollouts" in r]
         seen = b["logged"]["robot_minutes"]
         if "nrmse_held_out" in b:
             errors.append(error_row(f"adapted ({b['minutes']:g}-min budget)", seen, b["nrmse_held_out"]))
@@ -538,7 +550,7 @@ def _reality_gap(data: dict, name: str, folder: Path) -> str:
     if done and {safe, "oracle"} <= set(data["baselines"]):
         plot_reality_gap({**data, "budgets": done}, folder / f"{name}.png")
         errors += ["", f"![Return in the robot variant against minutes of robot data](results/{name}.png)"]
-    return "\n".join(rows + note + errors)
+    return "\n".join(rows + note + errors + (logs if len(logs) > 5 else []))
 
 
 RENDERERS: dict[str, Callable[[dict, str, Path], str]] = {
