@@ -64,27 +64,30 @@ def test_record_round_trip_replays_in_the_simulator(anymal, tiny):
 
 
 def test_fall_ending_trajectories_join_two_batches_at_the_right_steps():
-    """The trajectory that ends at a fall holds the T steps before the reset, across the batch boundary: arrays
-    hold their global step index, so every kept entry is known in closed form."""
+    """The trajectory that ends in a fall holds the T steps into the state the world fell into (stored after the
+    resetting step), across the batch boundary: arrays hold their global step index, so every kept entry is known in
+    closed form."""
     import numpy as np
 
-    t, n = 5, 5
+    t, n = 5, 7
     states = np.arange(t + 1, dtype=np.float32)[None, :, None].repeat(n, 0)  # (N, T+1, 1) global state index
     steps = np.arange(t, dtype=np.float32)[None, :, None, None].repeat(n, 0)  # (N, T, 1, 1) a 4-d step array
     prev, now = {"qpos": states, "ctrl": steps}, {"qpos": states + t, "ctrl": steps + t}
     prev_resets, resets = np.zeros((n, t), bool), np.zeros((n, t), bool)
-    resets[0, 2] = True  # falls at step 2: kept, states 2..7 and steps 2..6
-    resets[1, 0] = True  # falls at once: would repeat the previous trajectory
-    resets[2, 3], prev_resets[2, 3] = True, True  # reset in the previous batch after step 3: its run is too short
-    resets[3, 3], prev_resets[3, 1] = True, True  # reset before step 3 of the previous batch: kept, states 3..8
-    resets[4, 1], resets[4, 3] = True, True  # two falls: the first one counts
-    out, worlds = fall_ending(prev, prev_resets, now, resets)
-    assert worlds.tolist() == [0, 3, 4]
-    first = np.array([2, 3, 1])[:, None]
-    assert np.array_equal(out["qpos"][..., 0], first + np.arange(t + 1))
-    assert np.array_equal(out["ctrl"][..., 0, 0], first + np.arange(t))
-    none, _ = fall_ending(prev, prev_resets, now, np.zeros((n, t), bool))
-    assert none["qpos"].shape == (0, t + 1, 1) and none["ctrl"].shape == (0, t, 1, 1)
+    resets[0, 2] = True  # falls at step 2 into state 8: states 3..8, steps 3..7
+    resets[1, 0] = True  # falls at once: states 1..6
+    resets[2, 3], prev_resets[2, 3] = True, True  # reset in the previous batch at step 3: state 4 follows it
+    resets[3, 3], prev_resets[3, 2] = True, True  # reset before step 3 there: states 4..9
+    resets[4, 1], resets[4, 3] = True, True  # two falls: the first one counts, states 2..7
+    resets[5, 4], prev_resets[5, 1] = True, True  # falls at the last step: this batch's own states 5..10
+    # world 6 never falls
+    out, worlds, overlap = fall_ending(prev, prev_resets, now, resets)
+    assert worlds.tolist() == [0, 1, 3, 4, 5] and overlap.tolist() == [True, True, True, True, False]
+    start = np.array([3, 1, 4, 2, 5])[:, None]
+    assert np.array_equal(out["qpos"][..., 0], start + np.arange(t + 1))
+    assert np.array_equal(out["ctrl"][..., 0, 0], start + np.arange(t))
+    none, kept, _ = fall_ending(prev, prev_resets, now, np.zeros((n, t), bool))
+    assert len(kept) == 0 and none["qpos"].shape == (0, t + 1, 1) and none["ctrl"].shape == (0, t, 1, 1)
 
 
 def test_truncated_foreign_and_missing_datasets_are_refused(anymal, tiny, tmp_path):

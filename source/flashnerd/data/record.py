@@ -6,16 +6,17 @@ Two sources of controls, one file format:
 - a policy (`PolicySource`): a trained policy drives a task environment on an analytical backend with per-world
   Gaussian action noise, so the data covers the states a policy visits (gaits at commanded velocities). Worlds run
   on across trajectories; a trajectory during which its world was reset (a fall) is dropped, not cut, and in its
-  place the world's last `traj_len` steps before the fall are kept (they begin in the previous batch, and replace
-  that batch's trajectory of the world, which they overlap), so the data holds the states that lead to falls, not
-  only the walks that never fell. A batch of a continuous source is written once the next one has taken out the
-  trajectories its falls replace.
+  place the `traj_len` steps that end in the fall are kept, the state the world fell into included (they begin in
+  the previous batch, and replace that batch's trajectory of the world where they overlap it), so the data holds
+  the states that lead to falls and the falls themselves, not only the walks that never fell. A batch of a
+  continuous source is written once the next one has taken out the trajectories its falls replace.
 
 The file layout and attributes are documented once, in docs/reference/dataset.md.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -134,6 +135,7 @@ class PolicySource:
 
     def __init__(self, env, policy, action_noise: float, gen: torch.Generator) -> None:
         self.env, self.policy, self.action_noise, self.gen = env, policy, action_noise, gen
+        env.keep_final_state = True  # the state a fall ended in, before the reset: the step into it is data
         self.terrain = env.cfg.terrain
         self.dyn, self.n = env.dyn, env.num_envs
         self.noise_std = torch.zeros(env.num_envs, 1)
@@ -153,8 +155,14 @@ class PolicySource:
         noise = self.noise_std * torch.randn(actions.shape, generator=self.gen)  # (N, na) drawn on the CPU generator
         actions = actions + noise.to(actions.device)
         _, _, terminated, truncated, _ = env.step(actions)
-        ctrl = env.joint_targets  # (N, nu) what the backend received, within the control ranges
+        ctrl = env.targets_sent  # (N, nu) what the backend received, within the control ranges (before resets)
         return ctrl, terminated | truncated
+
+    @property
+    def final_state(self):
+        """After a step with resets, the `RobotState` every world ended that step in (a reset world's before its
+        reset); None after a step without."""
+        return self.env.final_state
 
     def close(self) -> None:
         self.env.close()
@@ -229,6 +237,8 @@ def record(robot: RobotSpec, num_worlds: int, steps: int, out: str | Path, traj_
                 ctrl, reset = source.step()
                 resets[:, t] = reset.cpu().numpy()
                 s = dyn.state()
+                if continuous and resets[:, t].any():  # a reset world's step ends in the state its fall ended in
+                    s = _end_of_step(s, source.final_state, reset)
                 buf["ctrl"][:, t], buf["torque"][:, t] = ctrl.cpu().numpy(), s.joint_torque.cpu().numpy()
                 buf["contact_force"][:, t] = s.contact_force.cpu().numpy()
                 buf["qpos"][:, t + 1], buf["qvel"][:, t + 1] = s.qpos.cpu().numpy(), s.qvel.cpu().numpy()
@@ -238,12 +248,12 @@ def record(robot: RobotSpec, num_worlds: int, steps: int, out: str | Path, traj_
             batch = {"chunk": chunk, "rows": {k: b[good] for k, b in buf.items()}, "worlds": np.nonzero(good)[0],
                      "counts": {"interrupted": int((~good).sum()), "fall_ending": 0, "replaced": 0}}
             if continuous and previous is not None:
-                falls, fall_worlds = fall_ending(*previous, buf, resets)
+                falls, fall_worlds, overlap = fall_ending(*previous, buf, resets)
                 batch["rows"] = {k: np.concatenate([v, falls[k]]) for k, v in batch["rows"].items()}
                 batch["worlds"] = np.concatenate([batch["worlds"], np.full(len(fall_worlds), -1)])  # not clean
                 batch["counts"]["fall_ending"] = len(fall_worlds)
                 if pending is not None:  # a fall-ending trajectory replaces the clean one it overlaps
-                    overlapped = np.isin(pending["worlds"], fall_worlds)  # (k,)
+                    overlapped = np.isin(pending["worlds"], fall_worlds[overlap])  # (k,)
                     pending["rows"] = {k: v[~overlapped] for k, v in pending["rows"].items()}
                     pending["worlds"] = pending["worlds"][~overlapped]
                     pending["counts"]["replaced"] = int(overlapped.sum())
@@ -272,31 +282,46 @@ def record(robot: RobotSpec, num_worlds: int, steps: int, out: str | Path, traj_
     return _assemble(parts, out, n_chunks, attrs, traj_len)
 
 
+def _end_of_step(state, final, reset: torch.Tensor):
+    """`state` with the rows of the worlds `reset` (N,) taken from `final`, the state they ended the step in."""
+    if final is None:
+        raise RuntimeError("a continuous recording source reset worlds without reporting the state they ended in")
+    pick = reset.to(state.qpos.device)[:, None]  # (N, 1)
+    rows = {k: torch.where(pick, getattr(final, k), getattr(state, k))
+            for k in ("qpos", "qvel", "joint_torque", "contact_force")}  # (N, ...) each
+    return dataclasses.replace(state, **rows)
+
+
 def fall_ending(prev: dict[str, np.ndarray], prev_resets: np.ndarray, buf: dict[str, np.ndarray],
-                resets: np.ndarray) -> tuple[dict[str, np.ndarray], np.ndarray]:
-    """The last T steps before each world's first reset in this batch, for worlds that walked without a reset
-    from step r of the previous batch to their reset at step r >= 1 of this one (r = 0 would repeat the previous
-    trajectory). `prev`/`buf` hold every world's arrays of the previous/this batch (state arrays (N, T+1, ...), step
-    arrays (N, T, ...), this batch's first state the previous one's last); `prev_resets`/`resets` (N, T) which
-    worlds a step reset. Returns arrays of the same kinds for the k worlds kept: (k, T+1, ...) and (k, T, ...)."""
+                resets: np.ndarray) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
+    """The T steps that end in each world's first fall of this batch, where the world ran that long since its last
+    reset. `prev`/`buf` hold every world's arrays of the previous/this batch (state arrays (N, T+1, ...), step
+    arrays (N, T, ...); this batch's first state is the previous one's last, and the state after a resetting step is
+    the state the world fell into, not its reset state); `prev_resets`/`resets` (N, T) which steps reset a world.
+
+    A world whose first reset here is at step r falls into state r+1, so its window is states r+1..T of the previous
+    batch and 1..r+1 of this one; no state of it may follow a reset, so the previous batch must have none at step r
+    or later. Returns the windows' arrays of each kind for the k worlds kept ((k, T+1, ...) and (k, T, ...)), those
+    worlds (k,), and which windows overlap the world's previous trajectory (k,) bool (all but r = T-1, whose
+    window is this batch's trajectory itself)."""
     n, t = resets.shape
     first = np.where(resets.any(axis=1), resets.argmax(axis=1), t)  # (N,) step of the first reset (T: none)
-    late = (prev_resets & (np.arange(t)[None] >= first[:, None])).any(axis=1)  # (N,) reset since step r before
-    worlds = np.nonzero((first >= 1) & (first < t) & ~late)[0]  # (k,)
-    r = first[worlds][:, None]  # (k, 1)
+    late = (prev_resets & (np.arange(t)[None] >= first[:, None])).any(axis=1)  # (N,) a reset since step r before
+    worlds = np.nonzero((first < t) & ~late)[0]  # (k,)
+    start = first[worlds][:, None] + 1  # (k, 1) the window's first state, in the previous batch's indices
     out = {}
     for key, now in buf.items():
         span = now.shape[1]  # T+1 for states, T for steps
-        i = r + np.arange(span)[None]  # (k, span) the index into previous ++ this batch's new entries
-        from_prev = i < prev[key].shape[1]  # (k, span)
+        i = start + np.arange(span)[None]  # (k, span) the index into previous ++ this batch's new entries
+        from_prev = i < span  # (k, span)
         # this batch's entries after the previous batch's last: states from 1 (0 repeats it), steps from 0
-        cur = np.clip(i - prev[key].shape[1] + (span == t + 1), 0, span - 1)  # (k, span)
+        cur = np.clip(i - span + (span == t + 1), 0, span - 1)  # (k, span)
         prev_i = np.minimum(i, span - 1)  # (k, span)
         w = worlds[:, None]  # (k, 1)
         picked_prev, picked_now = prev[key][w, prev_i], now[w, cur]  # (k, span, ...) each
         mask = from_prev.reshape(*from_prev.shape, *([1] * (now.ndim - 2)))
         out[key] = np.where(mask, picked_prev, picked_now)
-    return out, worlds
+    return out, worlds, start[:, 0] < t
 
 
 def _write_batch(parts: Path, batch: dict) -> None:

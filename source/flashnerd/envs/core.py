@@ -131,6 +131,7 @@ class FlashNeRDEnv(gym.Env):
         self._default_qpos = torch.as_tensor(self.dyn.default_qpos(), dtype=torch.float32, device=self.device)
         self.actions = torch.zeros(n, nj, device=self.device)  # (N, na)
         self.joint_targets = self.default_joint_pos.repeat(n, 1)  # (N, nj) what the backend was last sent
+        self.targets_sent = self.joint_targets  # (N, nj) what it was sent in the last step (a reset world's too)
         robot_model = build_scene(self.robot)
         ctrl_range = torch.as_tensor(actuator_ctrl_limits(robot_model), dtype=torch.float32,
                                      device=self.device)  # (nj, 2), +-inf where not limited
@@ -152,6 +153,10 @@ class FlashNeRDEnv(gym.Env):
         self.terminated = torch.zeros(n, dtype=torch.bool, device=self.device)  # (N,) ended by a termination
         self.truncated = torch.zeros(n, dtype=torch.bool, device=self.device)  # (N,) ended by a time-out
         self.common_step_counter = 0
+        # With keep_final_state (recording sets it), `final_state` holds after a step with resets a copy of the state
+        # every world was in before the resets replaced the reset worlds' (the state a fall ended in); else None.
+        self.keep_final_state = False
+        self.final_state = None
 
         # Contact groups: slices into the backend's (N, nb) contact-force summary.
         self._contact_slices: dict[str, slice] = {}
@@ -217,6 +222,7 @@ class FlashNeRDEnv(gym.Env):
         self.prev_actions, self.actions = self.actions, actions.clone()
         self.joint_targets = self._action_to_targets(self.actions)  # (N, nj)
         self.dyn.step(self.joint_targets)
+        self.targets_sent = self.joint_targets  # (N, nj) this step's, kept when a reset moves joint_targets on
 
         self.episode_length_buf += 1
         self.common_step_counter += 1
@@ -235,7 +241,13 @@ class FlashNeRDEnv(gym.Env):
         if self.state.disagreement is not None:  # how far PPO has taken the learned model from its data
             self.extras["log"]["Metrics/model_disagreement"] = self.state.disagreement.mean()
         reset_ids = torch.nonzero(terminated | truncated).flatten()
+        self.final_state = None
         if len(reset_ids) > 0:
+            if self.keep_final_state:
+                s = self.state
+                self.final_state = dataclasses.replace(s, qpos=s.qpos.clone(), qvel=s.qvel.clone(),
+                                                       joint_torque=s.joint_torque.clone(),
+                                                       contact_force=s.contact_force.clone())
             self._reset_idx(reset_ids)
         if self.command_manager is not None:  # commands are given to the robot: no gradient flows into them
             self.command_manager.update(self.step_dt, self.heading.detach())
