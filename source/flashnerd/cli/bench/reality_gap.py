@@ -376,8 +376,8 @@ def _robot_log(args: argparse.Namespace, variant: str, policy: str, folder: Path
     """`steps` control steps on each of --robot_worlds robots of the robot `variant` (a variant file) under `policy`
     plus noise (as `flashnerd record --task ... --checkpoint ...` drives it), written as a robot log and imported
     back. `robot_minutes` is the robot time spent; `import.minutes` what was kept (a trajectory a fall interrupts is
-    dropped, and the last --traj_len steps before the fall kept in place of the robot's previous trajectory, which
-    they overlap: `import.fall_ending`, `import.replaced`)."""
+    dropped, and the --traj_len steps that end in the fall kept, replacing the robot's previous trajectory where
+    they overlap it: `import.fall_ending`, `import.replaced`)."""
     recorded, robot = record_policy(args.task, variant, policy, args.robot_worlds, steps, args.traj_len,
                                     args.action_noise, seed, args.device, folder / "recorded.h5")
     dataset_to_log(folder / "recorded.h5", folder / "robot_log.parquet")
