@@ -197,7 +197,7 @@ def test_evaluate_model_and_bench_model_cli(tiny, tiny_ckpt, capsys):
     assert res["nrmse"]["1"] < res["nrmse"]["15"] * 10
     assert main(["bench", "model", "--batch", "4", "--min_seconds", "0.05"]) == 0
     bench = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert set(bench["steps_per_s"]) == {"flashnerd", "nerd"} and "4" in bench["ratio"]
+    assert set(bench["steps_per_s"]) == {"flashnerd", "nerd"} and "4" in bench["ratio"] and bench["machine"]
     roof = bench["roofline"]["flashnerd"]["4"]
     assert roof["fraction"] == pytest.approx(roof["achieved_gflops"] / roof["matmul_gflops"], rel=0.05)
     assert roof["achieved_gflops"] == pytest.approx(roof["flops_per_step"] * bench["steps_per_s"]["flashnerd"]["4"]

@@ -9,6 +9,7 @@ import torch
 
 from flashnerd.dynamics import make_dynamics
 from flashnerd.planning import DialMPC, DialMPCConfig, rollout_returns, spline_matrix
+from flashnerd.utils.machine import describe_machine
 
 
 def test_spline_interpolates_the_knots_reproduces_lines_and_stays_bounded():
@@ -352,6 +353,7 @@ def test_refined_planning_on_the_learned_model_scores_the_plan_as_the_batched_ro
     assert main(["plan", "--dynamics", "flashnerd", *tiny, "--out", str(tmp_path / "g.json")]) == 0
     saved = json.loads((tmp_path / "g.json").read_text())
     assert saved["grad_steps"] == 1 and saved["backends"]["flashnerd"]["per_platform"][0]["refinement"]
+    assert saved["backends"]["flashnerd"]["per_platform"][0]["machine"] == describe_machine("cpu")
     capsys.readouterr()
     bench = ["bench", "plan", "--platform", "5", "--num_samples", "8", "--horizon", "6", "--no-compile", "--grad_steps",
              "1"]  # its default --dynamics holds mujoco
@@ -404,7 +406,18 @@ def test_plan_table_counts_climbs_over_seeds_and_refuses_runs_that_differ_in_mor
     assert flash["median_planning_ms"] == 35.0 and flash["median_planning_ms_per_seed"] == [25.0, 35.0, 45.0]
     text = render_block("climb_seeds_x", out.parent)
     assert "| `flashnerd` | 1, 2, 3 | 4/6 (2, 1, 1) | 1.3 | 35 | 2/3 | 2/3 |" in text
-    assert "| `mujoco` | 1, 3 | 3/4 (1, 2) | 1.5 |" in text
+    assert "| `mujoco` | 1, 3 | 3/4 (1, 2) | 1.5 |" in text and "Timed on" not in text and "machines" not in flash
+    # platforms planned on two machines (a run continued in another session): the row names both
+    for run, machine in zip(runs, ("CPU A", "CPU B", "CPU A")):
+        for p in run["backends"]["flashnerd"]["per_platform"]:
+            p["machine"] = machine
+        (tmp_path / f"s{run['seed']}.json").write_text(json.dumps(run))
+    assert main(["plan-table", *map(str, paths), "--out", str(out)]) == 0
+    table = json.loads(out.read_text())
+    assert table["backends"]["flashnerd"]["machines"] == ["CPU A", "CPU B"]
+    assert "machines" not in table["backends"]["mujoco"]
+    assert "Timed on: CPU A and CPU B (`flashnerd`); a machine not recorded (`mujoco`)." in render_block(
+        "climb_seeds_x", out.parent)
 
     def refused(run: dict, message: str) -> None:
         bad = tmp_path / "bad.json"

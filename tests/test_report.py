@@ -147,3 +147,31 @@ def test_a_time_budgeted_run_shows_its_iterations_time_and_terrain_level(tmp_pat
     assert f"| `flashnerd` | {len(flash['curve'])} | {flash['total_seconds']:.0f} |" in text
     assert text.split("| `flashnerd` |")[1].split("\n")[0].endswith(" 2.38 |")
     assert text.split("| `mujoco` |")[1].split("\n")[0].endswith(f"{mujoco['eval_mujoco']['fall_rate']:.2f} | - |")
+
+
+def test_each_timing_names_the_machine_it_ran_on(tmp_path):
+    """Runs of one file timed on different machines (joined over sessions with --resume) say so, each run under its
+    machine; a file from before machines were recorded renders as before; the CPU's name and instruction sets come
+    from /proc/cpuinfo's first processor."""
+    from flashnerd.utils.machine import cpu_description
+    from flashnerd.viz.report import render_block
+
+    folder = tmp_path / "results"
+    folder.mkdir()
+    data = json.loads((ROOT / "docs" / "results" / "bench_ppo_4096.json").read_text())
+    (folder / "bench_ppo_old.json").write_text(json.dumps(data))
+    assert "Timed on" not in render_block("bench_ppo_old", folder)
+    data["backends"]["flashnerd"]["machine"] = "CPU A, 2 cores (avx2)"
+    (folder / "bench_ppo_mixed.json").write_text(json.dumps(data))
+    text = render_block("bench_ppo_mixed", folder)
+    assert "Timed on: a machine not recorded (`mujoco`, `nerd`); CPU A, 2 cores (avx2) (`flashnerd`)." in text
+    for run in data["backends"].values():
+        run["machine"] = "CPU A, 2 cores (avx2)"
+    (folder / "bench_ppo_one.json").write_text(json.dumps(data))
+    assert "Timed on CPU A, 2 cores (avx2)." in render_block("bench_ppo_one", folder)
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nmodel name\t: Some  CPU @ 2.0GHz\nflags\t\t: fpu avx2 avx512f amx_tile\n\n"
+                    "processor\t: 1\nmodel name\t: Other CPU\nflags\t\t: fpu\n")
+    described = cpu_description(str(info))
+    assert described.startswith("Some CPU @ 2.0GHz, ") and described.endswith("cores (avx2, avx512, amx)")
+    assert "unknown" not in cpu_description(str(tmp_path / "missing"))  # no cpuinfo: Python's platform names it

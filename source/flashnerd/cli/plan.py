@@ -35,6 +35,7 @@ from flashnerd.dynamics import backend_names
 from flashnerd.planning.climb import RolloutRecorder, climb_platform
 from flashnerd.sim.scene import variant_robot
 from flashnerd.utils.hints import finite_number
+from flashnerd.utils.machine import describe_machine
 
 RECORD_PER_CALL = 4  # planning rollouts kept per iteration when recording them
 
@@ -209,6 +210,8 @@ def run(args: argparse.Namespace) -> dict:
                 results.append(climb_platform(cfg, robot, backend, lane, seed=args.seed + lane, dynamics_kwargs=kwargs,
                                               device=args.device, progress=lambda k, _: bar.update(k - bar.n),
                                               recorder=recorder))
+            # per platform: a run continued with --resume may have planned its platforms on other machines
+            results[-1]["machine"] = describe_machine(args.device)
             done = results[-1]  # one line per platform on stderr: a run in the background (no progress bar) shows it
             verdict = "climbed" if done["climbed"] else "not climbed"
             print(f"{backend} platform {lane} ({done['height']:.3f} m): {verdict}, median "

@@ -190,6 +190,10 @@ def merge_runs(runs: list[dict], names: list[str]) -> dict:
             "median_planning_ms": float(np.median([ms for t in times for ms in t])),
             "median_planning_ms_per_seed": [float(np.median(t)) for t in times],
         }
+        # the machines its platforms were planned on, where recorded (a run may span sessions on other machines)
+        machines = {p["machine"] for run in per_seed for p in run.values() if isinstance(p.get("machine"), str)}
+        if machines:
+            out["backends"][backend]["machines"] = sorted(machines)
     return out
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import platform
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,6 +29,7 @@ from flashnerd.sim.scene import build_scene
 from flashnerd.training.benchmark import model_steps_per_second
 from flashnerd.training.evaluate import rollout_errors
 from flashnerd.training.fit import FitConfig, Fitter
+from flashnerd.utils.machine import describe_machine
 
 
 @dataclass
@@ -65,7 +65,7 @@ def run_suite(cfg: SuiteConfig, progress: bool = True) -> dict:
         raise ValueError(f"unknown model '{unknown[0]}'; choose from {', '.join(MODEL_KINDS)}")
     robots = [get_robot(name) for name in cfg.robots]  # unknown robots fail before any work
     out = {"command": cfg.command, "device": cfg.device, "threads": torch.get_num_threads(),
-           "machine": _machine(cfg.device), "size": cfg.size, "horizons": list(cfg.horizons),
+           "machine": describe_machine(cfg.device), "size": cfg.size, "horizons": list(cfg.horizons),
            "batches": [*cfg.batches, "max"], "robots": {}}
     for robot in robots:
         out["robots"][robot.name] = _run_robot(robot, cfg, progress)
@@ -163,7 +163,7 @@ def write_card(robot: RobotSpec, result: dict, path: Path, cfg: SuiteConfig, tra
              f"- data: `{train_path}` (exploration controls, `--record_worlds {cfg.record_worlds} --record_steps "
              f"{cfg.record_steps} --traj_len {cfg.traj_len}`, seed {cfg.seed}); held-out set `{eval_path}` "
              f"({result['eval_rollouts']} trajectories of {max(cfg.horizons)} steps, seed {cfg.seed + 1})",
-             f"- machine: {_machine(cfg.device)}, {torch.get_num_threads()} threads",
+             f"- machine: {describe_machine(cfg.device)}, {torch.get_num_threads()} threads",
              f"- model size class `{cfg.size}`",
              "", "| model | parameters | transitions | training (s) | optimizer steps | "
              + " | ".join(f"NRMSE H={h}" for h in horizons) + " |", "|---" * (5 + len(horizons)) + "|"]
@@ -178,9 +178,3 @@ def write_card(robot: RobotSpec, result: dict, path: Path, cfg: SuiteConfig, tra
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text("\n".join(lines))
     os.replace(tmp, path)
-
-
-def _machine(device: str) -> str:
-    if device.startswith("cuda") and torch.cuda.is_available():
-        return torch.cuda.get_device_name(torch.device(device))
-    return f"{platform.processor() or platform.machine()} CPU, {os.cpu_count()} cores"

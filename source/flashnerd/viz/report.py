@@ -189,6 +189,20 @@ def plot_improve(state: dict, path: str | Path) -> None:
                       f"flashnerd improve: {state['settings']['task']}\n(target system: {target})")
 
 
+def _machines(runs: dict[str, dict]) -> list[str]:
+    """Lines naming the machine each run was timed on (runs joined over sessions may differ), or none where no run
+    recorded one (files from before machines were recorded)."""
+    by_machine: dict[str, list[str]] = {}
+    for key, r in runs.items():
+        by_machine.setdefault(r.get("machine") or "", []).append(f"`{key}`")
+    if list(by_machine) == [""]:
+        return []
+    if len(by_machine) == 1:
+        return ["", f"Timed on {next(iter(by_machine))}."]
+    return ["", "Timed on: " + "; ".join(f"{m or 'a machine not recorded'} ({', '.join(keys)})"
+                                          for m, keys in by_machine.items()) + "."]
+
+
 def _bench_ppo(data: dict, name: str, folder: Path) -> str:
     plot_ppo(data["backends"], folder / f"{name}.png", data["task"])
     # SHAC's iterations are another unit (one window of its own worlds): PPO runs are compared with PPO runs
@@ -218,6 +232,7 @@ def _bench_ppo(data: dict, name: str, folder: Path) -> str:
         rows.append(f"| `{backend}` | {spent}{r['seconds_per_iteration']:.2f} | {halves} | "
                     f"{vs_fastest(r)} | {e['mean_return']:.1f} | {e['lin_vel_rms']:.3f} | "
                     f"{e['fall_rate']:.2f} |{ends}")
+    rows += _machines(data["backends"])
     tt = data.get("time_to_target")
     if tt and tt["target_return"] is None:
         rows += ["", f"No time to target: {tt['reference']}'s final MuJoCo return ({tt['reference_return']:.1f}) "
@@ -242,11 +257,16 @@ def _bench_ppo(data: dict, name: str, folder: Path) -> str:
     return "\n".join(rows)
 
 
+def _on(data: dict) -> str:
+    """', on <machine>' for a benchmark JSON that recorded its machine, else nothing."""
+    return f", on {data['machine']}" if data.get("machine") else ""
+
+
 def _bench_model(data: dict, name: str, folder: Path) -> str:
     models = list(data["steps_per_s"])
     batches = list(data["steps_per_s"][models[0]])
     rows = [f"Robot `{data['robot']}`, size class `{data['size']}`, device `{data['device']}`, "
-            f"{data['threads']} threads; steps x worlds per second.", "",
+            f"{data['threads']} threads{_on(data)}; steps x worlds per second.", "",
             "| batch | " + " | ".join(models) + " | FlashNeRD / NeRD |", "|---" * (len(models) + 2) + "|"]
     for b in batches:
         cells = " | ".join(f"{data['steps_per_s'][m][b]:,.0f}" for m in models)
@@ -463,6 +483,7 @@ def _climb_seeds(data: dict, name: str, folder: Path) -> str:
         rows.append(f"| `{backend}` | {', '.join(str(s) for s in r['seeds'])} | {total}/{planned} "
                     f"({', '.join(str(c) for c in r['climbs_per_seed'])}) | "
                     f"{total / len(r['seeds']):.1f} | {r['median_planning_ms']:.0f} | {cells} |")
+    rows += _machines({b: {"machine": " and ".join(r.get("machines", []))} for b, r in data["backends"].items()})
     return "\n".join(rows)
 
 
@@ -472,7 +493,7 @@ def _bench_plan(data: dict, name: str, folder: Path) -> str:
     first = next(iter(data["backends"]))
     rows = [f"Platform {data['platform']} ({data['height']:.3f} m), {data['num_samples']} samples, horizon "
             f"{data['horizon']}, {data['iterations']} iterations per decision, torch.compile "
-            f"{'on' if data['compile'] else 'off'}, {data['threads']} threads, device `{data['device']}`; "
+            f"{'on' if data['compile'] else 'off'}, {data['threads']} threads, device `{data['device']}`{_on(data)}; "
             f"{data['decisions']} timed decisions per backend in {data['turns']} turns.", "",
             f"| planning backend | median ms per decision | p10 | p90 | vs `{first}` |", "|---|---|---|---|---|"]
     rows += [f"| `{b}` | {r['median_planning_ms']:.0f} | {r['p10_ms']:.0f} | {r['p90_ms']:.0f} | {ratio[b]:.2f}x |"

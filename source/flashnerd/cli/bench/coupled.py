@@ -18,6 +18,7 @@ from flashnerd.dynamics import make_dynamics
 from flashnerd.dynamics.coupled import COUPLING_MODES, FREE_MOTION_ORACLE, CoupledDynamics, OracleFreeMotion
 from flashnerd.models import MODEL_KINDS
 from flashnerd.robots import get_robot
+from flashnerd.utils.machine import describe_machine
 
 
 def add_parser(bsub: argparse._SubParsersAction) -> None:
@@ -41,7 +42,7 @@ def run(args: argparse.Namespace) -> dict:
     n, dec = args.num_worlds, robot.decimation
     ctrl = torch.tensor(robot.default_joint_pos).repeat(n, 1)  # (N, nu)
     out = {"robot": robot.name, "num_worlds": n, "steps": args.steps, "free_motion": args.free_motion,
-           "threads": args.nthread or os.cpu_count()}
+           "threads": args.nthread or os.cpu_count(), "machine": describe_machine()}
     for mode in COUPLING_MODES:
         motion = OracleFreeMotion(robot, n) if args.free_motion == FREE_MOTION_ORACLE else args.free_motion
         dyn = make_dynamics(mode, robot, n, free_motion=motion, nthread=args.nthread)

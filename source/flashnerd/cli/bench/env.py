@@ -13,6 +13,7 @@ import torch
 from flashnerd.cli.common import add_env_args, check_positive, make_env
 from flashnerd.cli.overrides import add_override_arg, task_cfgs_with_overrides
 from flashnerd.dynamics import backend_info
+from flashnerd.utils.machine import describe_machine
 
 
 def add_parser(bsub: argparse._SubParsersAction) -> None:
@@ -47,7 +48,7 @@ def run(args: argparse.Namespace) -> dict:
     check_positive("steps", args.steps)
     env_cfg, _ = task_cfgs_with_overrides(args)
     result = {"task": args.task, "dynamics": env_cfg.dynamics, "num_envs": env_cfg.num_envs,
-              "device": env_cfg.device, "steps": args.steps}
+              "device": env_cfg.device, "machine": describe_machine(env_cfg.device), "steps": args.steps}
     result["env_steps_per_s"] = round(_env_steps_per_second(args.task, env_cfg, args.steps, args.warmup), 1)
     if "nthread" in backend_info(env_cfg.dynamics).options():
         # Same run, one thread: the quotient shows how well the backend uses the cores.

@@ -15,6 +15,7 @@ from flashnerd.models import FLASHNERD_KIND, MAX_MEMBERS, NERD_KIND
 from flashnerd.robots import get_robot
 from flashnerd.sim.scene import build_scene
 from flashnerd.training.benchmark import model_roofline, model_steps_per_second
+from flashnerd.utils.machine import describe_machine
 
 
 def add_parser(bsub: argparse._SubParsersAction) -> None:
@@ -58,7 +59,7 @@ def run(args: argparse.Namespace) -> dict:
             roofline[kind][str(b)] = model_roofline(kind, rep.input_dim, rep.target_dim, b, results[kind][str(b)],
                                                     args.size, args.device, args.min_seconds)
     out = {"robot": robot.name, "device": args.device, "size": args.size, "threads": torch.get_num_threads(),
-           "steps_per_s": results, "roofline": roofline}
+           "machine": describe_machine(args.device), "steps_per_s": results, "roofline": roofline}
     if FLASHNERD_KIND in results and NERD_KIND in results:
         out["ratio"] = {b: round(results[FLASHNERD_KIND][b] / results[NERD_KIND][b], 2) for b in results[NERD_KIND]}
     if args.ensemble > 1:

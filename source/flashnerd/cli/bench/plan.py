@@ -21,6 +21,7 @@ from flashnerd.cli.plan_args import (
 from flashnerd.planning.climb import PlatformClimb
 from flashnerd.sim.scene import variant_robot
 from flashnerd.sim.terrain import PLATFORM_HEIGHTS
+from flashnerd.utils.machine import describe_machine
 
 
 def add_parser(bsub: argparse._SubParsersAction) -> None:
@@ -68,7 +69,7 @@ def run(args: argparse.Namespace) -> dict:
            "num_samples": cfg.planner.num_samples, "horizon": cfg.planner.horizon,
            "iterations": cfg.planner.iterations, "grad_steps": cfg.planner.grad_steps,
            "grad_lr": cfg.planner.grad_lr if cfg.planner.grad_steps else None,
-           "compile": cfg.compile, "threads": torch.get_num_threads(),
+           "compile": cfg.compile, "threads": torch.get_num_threads(), "machine": describe_machine(args.device),
            "device": args.device, "decisions": args.decisions, "turns": args.turns, "backends": {
                b: {"median_planning_ms": round(float(np.median(ms)), 1),
                    "p10_ms": round(float(np.percentile(ms, 10)), 1), "p90_ms": round(float(np.percentile(ms, 90)), 1),

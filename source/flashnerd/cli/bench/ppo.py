@@ -34,6 +34,7 @@ from flashnerd.envs.registry import task_cfgs
 from flashnerd.envs.rsl_rl import train_policy
 from flashnerd.envs.shac import ShacCfg, make_shac
 from flashnerd.models import MODEL_KINDS
+from flashnerd.utils.machine import describe_machine
 from flashnerd.utils.seeding import seed_everything
 from flashnerd.viz.report import plot_ppo, plot_targets, run_label
 
@@ -257,7 +258,7 @@ def train_and_time(args: argparse.Namespace, backend: str, seed: int, run_dir: P
     curve = runner.iteration_curve
     evaluate = _reference_evaluator(args, env_cfg)
     evaluation = evaluate(runner.get_inference_policy(device=agent_cfg.device))
-    out = _run_result(backend, "ppo", seed, curve, evaluation)
+    out = _run_result(backend, "ppo", seed, curve, evaluation, args.device)
     if runner.tracker_state:  # the trackers where training ended, e.g. the mean terrain level the curriculum reached
         out["tracker_state"] = runner.tracker_state
     if runner.dynamics_checkpoint:  # the file it trained on, also when that was the shipped default
@@ -307,7 +308,7 @@ def shac_and_time(args: argparse.Namespace, backend: str, seed: int, run_dir: Pa
                 points.append((trainer.total_time, evaluate(policy)["mean_return"]))
     env.close()
     evaluation = evaluate(trainer.get_inference_policy(device=agent_cfg.device))
-    out = _run_result(backend, "shac", seed, trainer.iteration_curve, evaluation)
+    out = _run_result(backend, "shac", seed, trainer.iteration_curve, evaluation, args.device)
     out["num_envs"] = args.shac_num_envs
     if args.eval_every:
         out["mujoco_curve"] = points + [(trainer.total_time, evaluation["mean_return"])]  # (seconds, MuJoCo return)
@@ -326,12 +327,15 @@ def _reference_evaluator(args: argparse.Namespace, env_cfg):
         args.task, env_cfg, policy, args.eval_episodes, backends=[REFERENCE_BACKEND])[REFERENCE_BACKEND]
 
 
-def _run_result(backend: str, algo: str, seed: int, curve: list[tuple[float, float]], evaluation: dict) -> dict:
-    """What every run in the JSON holds: its timing, reward curve and final MuJoCo evaluation."""
+def _run_result(backend: str, algo: str, seed: int, curve: list[tuple[float, float]], evaluation: dict,
+                device: str) -> dict:
+    """What every run in the JSON holds: its timing (and the machine it ran on: runs added by --resume may have run on
+    another), reward curve and final MuJoCo evaluation."""
     out = {
         "backend": backend,
         "algo": algo,
         "seed": seed,
+        "machine": describe_machine(device),
         "iterations": len(curve),
         "seconds_per_iteration": curve[-1][0] / len(curve),
         "total_seconds": curve[-1][0],

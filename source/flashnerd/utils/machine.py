@@ -1,0 +1,59 @@
+"""Which machine a measurement ran on, for the JSON of every benchmark.
+
+Sessions of this project run on CPUs of several kinds (AVX2 only, AVX-512, AMX), whose matrix products differ by
+several times; a timing means little without the machine it was taken on, and a file that gains runs over several
+sessions (`--resume`) may hold timings from several machines.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+from functools import lru_cache
+
+import torch
+
+# instruction sets that change how fast the models' matrix products run, as /proc/cpuinfo names them
+_ISA_FLAGS = {"avx2": "avx2", "avx512f": "avx512", "avx512_bf16": "avx512-bf16", "amx_tile": "amx"}
+
+
+def describe_machine(device: str | torch.device = "cpu") -> str:
+    """'Intel(R) Xeon(R) Processor, 2 cores (avx2, avx512, avx512-bf16, amx)' on a CPU, the GPU's name on CUDA."""
+    device = torch.device(device)
+    if device.type == "cuda" and torch.cuda.is_available():
+        return torch.cuda.get_device_name(device)
+    return _cpu()
+
+
+@lru_cache(maxsize=1)
+def _cpu() -> str:
+    return cpu_description()
+
+
+def cpu_description(cpuinfo: str = "/proc/cpuinfo") -> str:
+    """The CPU's model name, this process's core count and the instruction sets of `_ISA_FLAGS` it has."""
+    name, flags = _cpuinfo(cpuinfo)
+    name = name or platform.processor() or platform.machine() or "unknown CPU"
+    isa = [label for flag, label in _ISA_FLAGS.items() if flag in flags]
+    return f"{name}, {os.cpu_count()} cores" + (f" ({', '.join(isa)})" if isa else "")
+
+
+def _cpuinfo(path: str) -> tuple[str, set[str]]:
+    """The first processor's model name and flags from a /proc/cpuinfo file (empty where there is none, e.g.
+    macOS)."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            text = f.read(1 << 20)
+    except OSError:
+        return "", set()
+    name, flags = "", set()
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        key = key.strip()
+        if key == "model name" and not name:
+            name = " ".join(value.split())
+        elif key == "flags" and not flags:
+            flags = set(value.split())
+        if not line.strip() and name:  # the first processor's block ends
+            break
+    return name, flags
