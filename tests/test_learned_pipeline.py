@@ -323,15 +323,22 @@ def test_time_to_target_reads_the_reference_and_each_runs_own_target_off_the_cur
     results = {"mujoco/seed1": run("mujoco", 20.0, [[10, 5.0], [20, 18.0], [30, 20.0]]),
                "mujoco/seed2": run("mujoco", 10.0, [[10, 9.5], [20, 8.0], [30, 10.0]]),
                "flashnerd/seed1": run("flashnerd", 16.0, [[5, 15.0], [10, 14.0], [15, 16.0]]),
-               "flashnerd/seed2": run("flashnerd", -1.0, [[5, -3.0], [10, -1.0]])}
+               "flashnerd/seed2": run("flashnerd", -1.0, [[5, -3.0], [10, -1.0]]),
+               # ends below its first saved policy: that policy meets 90% of its final return at once (no gain)
+               "nerd/seed1": run("nerd", 3.0, [[3, 3.5], [10, 2.0], [20, 3.0]])}
     tt = time_to_target(results, 0.9)
     assert tt["reference_return"] == 15.0 and tt["target_return"] == pytest.approx(13.5)
-    assert tt["seconds"] == {"mujoco/seed1": 20, "mujoco/seed2": None, "flashnerd/seed1": 5, "flashnerd/seed2": None}
-    assert tt["own_seconds"] == {"mujoco/seed1": 20, "mujoco/seed2": 10, "flashnerd/seed1": 5, "flashnerd/seed2": None}
-    assert tt["by_backend"]["mujoco"] == {"runs": 2, "final_mean": 15.0, "final_min": 10.0, "final_max": 20.0,
-                                          "own_seconds": [20, 10], "own_seconds_mean": 15}
+    assert tt["seconds"] == {"mujoco/seed1": 20, "mujoco/seed2": None, "flashnerd/seed1": 5, "flashnerd/seed2": None,
+                             "nerd/seed1": None}
+    assert tt["own_seconds"] == {"mujoco/seed1": 20, "mujoco/seed2": 10, "flashnerd/seed1": 5, "flashnerd/seed2": None,
+                                 "nerd/seed1": None}
+    assert tt["no_gain"] == ["nerd/seed1"]
+    assert tt["by_backend"]["mujoco"] == {"runs": 2, "keys": ["mujoco/seed1", "mujoco/seed2"], "final_mean": 15.0,
+                                          "final_min": 10.0, "final_max": 20.0, "own_seconds": [20, 10],
+                                          "own_seconds_mean": 15}
     flash = tt["by_backend"]["flashnerd"]
     assert flash["final_mean"] == 7.5 and flash["own_seconds"] == [5, None] and flash["own_seconds_mean"] is None
+    assert tt["by_backend"]["nerd"]["own_seconds"] == [None]
 
 
 def test_time_to_target_takes_a_named_reference_run_and_groups_shac_apart():

@@ -245,14 +245,24 @@ def _bench_ppo(data: dict, name: str, folder: Path) -> str:
                  "| run | seconds to target |", "|---|---|"]
         rows += [f"| `{k}` | {'not reached' if t is None else f'{t:.0f}'} |" for k, t in tt["seconds"].items()]
     seconds = lambda t: "not reached" if t is None else f"{t:.0f}"  # noqa: E731
+    no_gain = set(tt.get("no_gain", [])) if tt else set()
+
+    def mean(r: dict) -> str:  # a backend whose every run gained nothing has no mean time either
+        return "no gain" if r.get("keys") and set(r["keys"]) <= no_gain else seconds(r["own_seconds_mean"])
+
+    def each(r: dict) -> str:  # per run; files from before `keys` was kept name no runs
+        return ", ".join("no gain" if k in no_gain else seconds(t)
+                         for k, t in zip(r.get("keys", [None] * r["runs"]), r["own_seconds"]))
     if tt and "by_backend" in tt and any(b["runs"] > 1 for b in tt["by_backend"].values()):
         rows += ["", f"Over seeds (the seed's Fig. 5 reading): each run's time to {tt['fraction']:.0%} of its own "
                  "final MuJoCo return, and the final returns' mean and spread:", "",
                  "| training backend | runs | final return, mean (lowest - highest) | seconds to its own target, "
                  "mean (each run) |", "|---|---|---|---|"]
         rows += [f"| `{b}` | {r['runs']} | {r['final_mean']:.1f} ({r['final_min']:.1f} - {r['final_max']:.1f}) | "
-                 f"{seconds(r['own_seconds_mean'])} ({', '.join(seconds(t) for t in r['own_seconds'])}) |"
-                 for b, r in tt["by_backend"].items()]
+                 f"{mean(r)} ({each(r)}) |" for b, r in tt["by_backend"].items()]
+        if no_gain:
+            rows += ["", f"No gain: {', '.join(f'`{k}`' for k in sorted(no_gain))} ended no better in MuJoCo than "
+                     "the first policy it saved, so has no time to its own target."]
     rows += ["", f"![PPO reward against accumulated training time](results/{name}.png)"]
     return "\n".join(rows)
 

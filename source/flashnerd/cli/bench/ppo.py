@@ -219,24 +219,30 @@ def _resumed(path: Path, settings: dict, grid: dict[str, tuple[str, str, int]]) 
 def time_to_target(results: dict, fraction: float, reference: str = REFERENCE_BACKEND) -> dict:
     """The accumulated training seconds at which each run's policy first reached `fraction` of the `reference` runs'
     final MuJoCo return (mean over their seeds; the best final return when there is no such run), and `fraction` of
-    its own final return, read off the runs' MuJoCo curves (None for a run that never did); per run name the mean,
-    lowest and highest final return over its seeds and the mean time to its own target."""
+    its own final return, read off the runs' MuJoCo curves (None for a run that never did, and for the runs in
+    `no_gain`, whose final return is no better than their first saved policy's); per run name the mean, lowest and
+    highest final return over its seeds and the mean time to its own target."""
     first_at = lambda r, goal: next((t for t, ret in r["mujoco_curve"] if ret >= goal), None)  # noqa: E731
+    # a run that ends no better than its first saved policy learned nothing in MuJoCo's eyes: its first policy meets
+    # any fraction of its final return, which would read as the fastest run of all
+    no_gain = [key for key, r in results.items() if r["eval_mujoco"]["mean_return"] <= r["mujoco_curve"][0][1]]
     # the seed's Fig. 5 reading: how soon each run reaches `fraction` of its own final return
-    own = {key: first_at(r, fraction * r["eval_mujoco"]["mean_return"]) if r["eval_mujoco"]["mean_return"] > 0
-           else None for key, r in results.items()}
+    own = {key: first_at(r, fraction * r["eval_mujoco"]["mean_return"])
+           if r["eval_mujoco"]["mean_return"] > 0 and key not in no_gain else None for key, r in results.items()}
     by_backend = {}
     for label in dict.fromkeys(run_label(r) for r in results.values()):
         keys = [k for k, r in results.items() if run_label(r) == label]
         finals, times = [results[k]["eval_mujoco"]["mean_return"] for k in keys], [own[k] for k in keys]
-        by_backend[label] = {"runs": len(keys), "final_mean": statistics.mean(finals), "final_min": min(finals),
+        by_backend[label] = {"runs": len(keys), "keys": keys, "final_mean": statistics.mean(finals),
+                             "final_min": min(finals),
                              "final_max": max(finals), "own_seconds": times,
                              "own_seconds_mean": None if None in times else statistics.mean(times)}
     ref = [r for r in results.values() if run_label(r) == reference]
     finals = [r["eval_mujoco"]["mean_return"] for r in ref]
     ref_return = statistics.mean(finals) if finals else max(r["eval_mujoco"]["mean_return"] for r in results.values())
     out = {"fraction": fraction, "reference_return": ref_return,
-           "reference": reference if finals else "best final", "own_seconds": own, "by_backend": by_backend}
+           "reference": reference if finals else "best final", "own_seconds": own, "no_gain": no_gain,
+           "by_backend": by_backend}
     if ref_return <= 0:  # a fraction of a return that is no gain says nothing: no target
         return {**out, "target_return": None, "seconds": {key: None for key in results}}
     target = fraction * ref_return
