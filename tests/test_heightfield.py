@@ -28,6 +28,7 @@ from flashnerd.sim.heightfield import (
 )
 from flashnerd.sim.scene import build_scene
 from flashnerd.sim.terrain import sample_spawn_xy, terrain_height
+from flashnerd.utils.machine import describe_machine
 
 
 @pytest.fixture(scope="module")
@@ -361,6 +362,4 @@ def test_bench_ppo_on_the_rough_task_ends_at_max_seconds_and_reports_the_terrain
     assert data["max_seconds"] == 1e-6 and run["iterations"] == len(run["curve"]) == 1
     assert (out / "mujoco" / "model_0.pt").is_file() and not (out / "mujoco" / "model_2.pt").exists()
     assert 0.0 <= run["tracker_state"]["Curriculum/terrain_levels"] <= LEVELS - 1
-    from flashnerd.utils.machine import describe_machine
-
     assert run["machine"] == describe_machine("cpu")  # every run names its machine: --resume may add runs from others

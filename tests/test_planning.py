@@ -418,6 +418,11 @@ def test_plan_table_counts_climbs_over_seeds_and_refuses_runs_that_differ_in_mor
     assert "machines" not in table["backends"]["mujoco"]
     assert "Timed on: CPU A and CPU B (`flashnerd`); a machine not recorded (`mujoco`)." in render_block(
         "climb_seeds_x", out.parent)
+    del runs[2]["backends"]["flashnerd"]["per_platform"][0]["machine"]  # a platform from before machines were kept
+    (tmp_path / "s3.json").write_text(json.dumps(runs[2]))
+    assert main(["plan-table", *map(str, paths), "--out", str(out)]) == 0
+    assert json.loads(out.read_text())["backends"]["flashnerd"]["machines"] == ["CPU A", "CPU B",
+                                                                                 "a machine not recorded"]
 
     def refused(run: dict, message: str) -> None:
         bad = tmp_path / "bad.json"

@@ -175,3 +175,29 @@ def test_each_timing_names_the_machine_it_ran_on(tmp_path):
     described = cpu_description(str(info))
     assert described.startswith("Some CPU @ 2.0GHz, ") and described.endswith("cores (avx2, avx512, amx)")
     assert "unknown" not in cpu_description(str(tmp_path / "missing"))  # no cpuinfo: Python's platform names it
+
+
+def test_a_run_that_learned_nothing_has_no_time_to_its_own_target(tmp_path):
+    """Fig. 5 over seeds: a run ending no better in MuJoCo than its first saved policy is marked `no gain` (its first
+    policy would otherwise read as the fastest run), and its backend's mean is over its other runs."""
+    from flashnerd.cli.bench.ppo import time_to_target
+    from flashnerd.viz.report import render_block
+
+    folder = tmp_path / "results"
+    folder.mkdir()
+    data = json.loads((ROOT / "docs" / "results" / "bench_ppo_4096.json").read_text())
+    runs = {}
+    for backend, seed, final, curve in (("mujoco", 1, 20.0, [[10, 3.0], [20, 19.0]]),
+                                        ("nerd", 1, 3.0, [[30, 3.5], [60, 2.5]]),  # no gain
+                                        ("nerd", 2, 9.0, [[30, 3.5], [60, 8.5]])):
+        run = json.loads(json.dumps(data["backends"][backend]))
+        run.update(backend=backend, seed=seed, mujoco_curve=curve + [[90, final]])
+        run["eval_mujoco"]["mean_return"] = final
+        runs[f"{backend}/seed{seed}"] = run
+    runs["mujoco/seed2"] = {**runs["mujoco/seed1"], "seed": 2, "mujoco_curve": [[10, 20.0]]}  # one point: not judged
+    data.update(backends=runs, eval_every=1, time_to_target=time_to_target(runs, 0.9))
+    assert data["time_to_target"]["no_gain"] == ["nerd/seed1"]
+    (folder / "bench_ppo_gain.json").write_text(json.dumps(data))
+    text = render_block("bench_ppo_gain", folder)
+    assert "| `nerd` | 2 | 6.0 (3.0 - 9.0) | 60 (no gain, 60) |" in text
+    assert "No gain: `nerd/seed1`: the run ended no better in MuJoCo than the first policy it saved" in text

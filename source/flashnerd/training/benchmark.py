@@ -79,8 +79,9 @@ def model_roofline(kind: str, input_dim: int, output_dim: int, batch: int, steps
 
     matmul_rate = _timed(matmuls, dev, min_seconds) * sum(2 * b * m * k * n for b, m, k, n in recorder.shapes)
     achieved = flops * steps_per_s
-    return {"flops_per_step": round(flops), "achieved_gflops": round(achieved / 1e9, 2),
-            "matmul_gflops": round(matmul_rate / 1e9, 2), "fraction": round(achieved / matmul_rate, 3)}
+    # four significant digits, not decimals: at small batches on a loaded machine the rates fall below 0.01 GFLOP/s
+    return {"flops_per_step": round(flops), "achieved_gflops": float(f"{achieved / 1e9:.4g}"),
+            "matmul_gflops": float(f"{matmul_rate / 1e9:.4g}"), "fraction": float(f"{achieved / matmul_rate:.4g}")}
 
 
 @torch.no_grad()

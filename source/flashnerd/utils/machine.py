@@ -18,10 +18,11 @@ _ISA_FLAGS = {"avx2": "avx2", "avx512f": "avx512", "avx512_bf16": "avx512-bf16",
 
 
 def describe_machine(device: str | torch.device = "cpu") -> str:
-    """'Intel(R) Xeon(R) Processor, 2 cores (avx2, avx512, avx512-bf16, amx)' on a CPU, the GPU's name on CUDA."""
+    """'Intel(R) Xeon(R) Processor, 2 cores (avx2, avx512, avx512-bf16, amx)' on a CPU; on CUDA the GPU's name and
+    then the CPU (MuJoCo steps on the CPU whatever the device)."""
     device = torch.device(device)
     if device.type == "cuda" and torch.cuda.is_available():
-        return torch.cuda.get_device_name(device)
+        return f"{torch.cuda.get_device_name(device)}; {_cpu()}"
     return _cpu()
 
 
@@ -31,11 +32,18 @@ def _cpu() -> str:
 
 
 def cpu_description(cpuinfo: str = "/proc/cpuinfo") -> str:
-    """The CPU's model name, this process's core count and the instruction sets of `_ISA_FLAGS` it has."""
+    """The CPU's model name, the cores this process may use and the instruction sets of `_ISA_FLAGS` it has."""
     name, flags = _cpuinfo(cpuinfo)
     name = name or platform.processor() or platform.machine() or "unknown CPU"
     isa = [label for flag, label in _ISA_FLAGS.items() if flag in flags]
-    return f"{name}, {os.cpu_count()} cores" + (f" ({', '.join(isa)})" if isa else "")
+    return f"{name}, {_cores()} cores" + (f" ({', '.join(isa)})" if isa else "")
+
+
+def _cores() -> int | str:
+    """Cores this process may run on (its affinity, where the OS has one), else the machine's count."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or "?"
 
 
 def _cpuinfo(path: str) -> tuple[str, set[str]]:

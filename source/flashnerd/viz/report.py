@@ -31,7 +31,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from flashnerd.dynamics import REFERENCE_BACKEND
-from flashnerd.planning.climb import ClimbPlanCfg
+from flashnerd.planning.climb import NOT_RECORDED, ClimbPlanCfg, platform_machines
 from flashnerd.utils.hints import finite_number
 from flashnerd.viz.figure import save_figure
 from flashnerd.viz.suite import plot_radar, suite_table
@@ -199,7 +199,7 @@ def _machines(runs: dict[str, dict]) -> list[str]:
         return []
     if len(by_machine) == 1:
         return ["", f"Timed on {next(iter(by_machine))}."]
-    return ["", "Timed on: " + "; ".join(f"{m or 'a machine not recorded'} ({', '.join(keys)})"
+    return ["", "Timed on: " + "; ".join(f"{m or NOT_RECORDED} ({', '.join(keys)})"
                                           for m, keys in by_machine.items()) + "."]
 
 
@@ -261,8 +261,9 @@ def _bench_ppo(data: dict, name: str, folder: Path) -> str:
         rows += [f"| `{b}` | {r['runs']} | {r['final_mean']:.1f} ({r['final_min']:.1f} - {r['final_max']:.1f}) | "
                  f"{mean(r)} ({each(r)}) |" for b, r in tt["by_backend"].items()]
         if no_gain:
-            rows += ["", f"No gain: {', '.join(f'`{k}`' for k in sorted(no_gain))} ended no better in MuJoCo than "
-                     "the first policy it saved, so has no time to its own target."]
+            rows += ["", f"No gain: {', '.join(f'`{k}`' for k in sorted(no_gain))}: "
+                     + ("each run" if len(no_gain) > 1 else "the run") + " ended no better in MuJoCo than the first "
+                     "policy it saved, so has no time to its own target (a backend's mean is over its other runs)."]
     rows += ["", f"![PPO reward against accumulated training time](results/{name}.png)"]
     return "\n".join(rows)
 
@@ -354,6 +355,7 @@ def _reorient(data: dict, name: str, folder: Path) -> str:
         rel = f"{100 * r['targets_per_episode'] / ref:.0f}%" if ref else "-"
         rows.append(f"| `{run}` | {r['seconds_per_iteration']:.2f} | {r['targets_per_episode']:.2f} | {rel} | "
                     f"{100 * e['fall_rate']:.0f}% | {e['mean_episode_length_s']:.1f} | {e['mean_return']:.1f} |")
+    rows += _machines(backends)
     if any(len(runs) > 1 for runs in groups.values()):
         spread = lambda values, fmt: f"{fmt(mean(values))} ({fmt(min(values))} - {fmt(max(values))})"  # noqa: E731
         pct = lambda x: f"{100 * x:.0f}%"  # noqa: E731
@@ -396,7 +398,7 @@ def _finetune(data: dict, name: str, folder: Path) -> str:
     plot_finetune(backends, folder / f"{name}.png", data["task"])
     ref = backends.get(REFERENCE_BACKEND, {}).get("seconds_per_100_iterations")
     rows = [f"{data['iterations']} fine-tuning iterations x {data['seeds']} seeds per backend, "
-            f"{data['num_envs']} envs, device `{data['device']}`; every policy evaluated in MuJoCo.", "",
+            f"{data['num_envs']} envs, device `{data['device']}`{_on(data)}; every policy evaluated in MuJoCo.", "",
             "| fine-tuned on | s / 100 iterations | speed-up vs `mujoco` | success rate (MuJoCo) | return (MuJoCo) "
             "| falls (MuJoCo) |",
             "|---|---|---|---|---|---|"]
@@ -472,6 +474,7 @@ def _climb(data: dict, name: str, folder: Path) -> str:
         marks = " | ".join({True: "yes", False: "no", None: "-"}[done.get(p["lane"])] for p in lanes)
         climbs = f"{r['climbs']}/{r['platforms']}" + ("" if r["complete"] else " (incomplete)")
         rows.append(f"| `{backend}` | {climbs} | {r['median_planning_ms']:.0f} | {rel} | {marks} |")
+    rows += _machines({b: {"machine": " and ".join(platform_machines(r["per_platform"]))} for b, r in backends.items()})
     rows += ["", f"![Base height over time per platform and planning backend](results/{name}.png)"]
     return "\n".join(rows)
 

@@ -22,6 +22,7 @@ from flashnerd.dynamics import REFERENCE_BACKEND
 from flashnerd.envs.evaluate import evaluate_on_backends
 from flashnerd.envs.registry import play_variant, task_cfgs
 from flashnerd.envs.rsl_rl import make_runner, read_policy_checkpoint, train_policy
+from flashnerd.utils.machine import describe_machine
 from flashnerd.utils.seeding import seed_everything
 from flashnerd.viz.report import plot_finetune
 
@@ -98,6 +99,7 @@ def run(args: argparse.Namespace) -> dict:
         results[backend]["runs"] = runs
     summary = {"task": args.task, "eval_task": eval_task, "iterations": args.iterations, "seeds": args.seeds,
                "num_envs": env_cfg.num_envs, "pretrained": pretrained, "device": args.device,
+               "machine": describe_machine(args.device),
                "pretrained_eval": {"success_rate": start_eval.get("success_rate"),
                                    "mean_return": start_eval["mean_return"], "fall_rate": start_eval["fall_rate"]},
                "backends": results}

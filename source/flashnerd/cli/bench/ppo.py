@@ -221,11 +221,13 @@ def time_to_target(results: dict, fraction: float, reference: str = REFERENCE_BA
     final MuJoCo return (mean over their seeds; the best final return when there is no such run), and `fraction` of
     its own final return, read off the runs' MuJoCo curves (None for a run that never did, and for the runs in
     `no_gain`, whose final return is no better than their first saved policy's); per run name the mean, lowest and
-    highest final return over its seeds and the mean time to its own target."""
+    highest final return over its seeds and the mean time to its own target (over its runs not in `no_gain`)."""
     first_at = lambda r, goal: next((t for t, ret in r["mujoco_curve"] if ret >= goal), None)  # noqa: E731
     # a run that ends no better than its first saved policy learned nothing in MuJoCo's eyes: its first policy meets
     # any fraction of its final return, which would read as the fastest run of all
-    no_gain = [key for key, r in results.items() if r["eval_mujoco"]["mean_return"] <= r["mujoco_curve"][0][1]]
+    # (a run stopped before its first saved policy has only its final point: nothing to compare with)
+    no_gain = [key for key, r in results.items()
+               if len(r["mujoco_curve"]) > 1 and r["eval_mujoco"]["mean_return"] <= r["mujoco_curve"][0][1]]
     # the seed's Fig. 5 reading: how soon each run reaches `fraction` of its own final return
     own = {key: first_at(r, fraction * r["eval_mujoco"]["mean_return"])
            if r["eval_mujoco"]["mean_return"] > 0 and key not in no_gain else None for key, r in results.items()}
@@ -233,10 +235,10 @@ def time_to_target(results: dict, fraction: float, reference: str = REFERENCE_BA
     for label in dict.fromkeys(run_label(r) for r in results.values()):
         keys = [k for k, r in results.items() if run_label(r) == label]
         finals, times = [results[k]["eval_mujoco"]["mean_return"] for k in keys], [own[k] for k in keys]
+        gained = [t for k, t in zip(keys, times) if k not in no_gain]  # the mean is over runs that learned
         by_backend[label] = {"runs": len(keys), "keys": keys, "final_mean": statistics.mean(finals),
-                             "final_min": min(finals),
-                             "final_max": max(finals), "own_seconds": times,
-                             "own_seconds_mean": None if None in times else statistics.mean(times)}
+                             "final_min": min(finals), "final_max": max(finals), "own_seconds": times,
+                             "own_seconds_mean": None if None in gained or not gained else statistics.mean(gained)}
     ref = [r for r in results.values() if run_label(r) == reference]
     finals = [r["eval_mujoco"]["mean_return"] for r in ref]
     ref_return = statistics.mean(finals) if finals else max(r["eval_mujoco"]["mean_return"] for r in results.values())

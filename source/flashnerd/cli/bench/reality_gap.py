@@ -50,6 +50,7 @@ from flashnerd.envs.rsl_rl import CHECKPOINT_EVERY, train_policy
 from flashnerd.models.checkpoint import read_checkpoint
 from flashnerd.sim.scene import variant_robot
 from flashnerd.training.fit import FitConfig, Fitter, check_fit_config, nrmse_before_after
+from flashnerd.utils.machine import describe_machine
 from flashnerd.viz.report import plot_reality_gap
 
 TASK = "FlashNeRD-Velocity-Flat-Anymal-C-v0"
@@ -289,7 +290,8 @@ class _Study:
         runner.save(path)
         policy = runner.get_inference_policy(device=args.device)
         task, cfg = play_variant(args.task, dataclasses.replace(env_cfg, robot_variant=self.target))
-        result = {"policy": path, "train_wall_s": round(wall, 1), "iterations": iterations,
+        result = {"policy": path, "train_wall_s": round(wall, 1), "machine": describe_machine(args.device),
+                  "iterations": iterations,
                   **({"resumed_at": runner.resumed_at} if runner.resumed_at else {}),
                   "eval_variant": evaluate_on_backends(task, cfg, policy, args.eval_episodes,
                                                        backends=[REFERENCE_BACKEND])[REFERENCE_BACKEND]}
