@@ -12,8 +12,8 @@ import numpy as np
 
 from flashnerd.cli.common import CLIError, check_writable, write_json
 from flashnerd.cli.plan import PLAN_SETTINGS, SETTING_DEFAULTS, entry_sha256, is_backend_result, same_checkpoint
-from flashnerd.planning.climb import platform_machines
 from flashnerd.utils.hints import finite_number
+from flashnerd.utils.machine import machines_of
 
 # what runs of one table share: every plan setting but the seed, and the thread count (planning times are compared)
 TABLE_SETTINGS = (*(k for k in PLAN_SETTINGS if k != "seed"), "threads")
@@ -192,7 +192,7 @@ def merge_runs(runs: list[dict], names: list[str]) -> dict:
             "median_planning_ms_per_seed": [float(np.median(t)) for t in times],
         }
         # the machines its platforms were planned on, where recorded (a run may span sessions on other machines)
-        if machines := platform_machines([p for run in per_seed for p in run.values()]):
+        if machines := machines_of([p for run in per_seed for p in run.values()]):
             out["backends"][backend]["machines"] = machines
     return out
 

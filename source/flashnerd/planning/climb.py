@@ -302,15 +302,3 @@ def climb_platform(cfg: ClimbPlanCfg, robot: RobotSpec, dynamics: str, lane: int
     out = climb.result()
     climb.close()
     return out
-
-
-NOT_RECORDED = "a machine not recorded"
-
-
-def platform_machines(platforms: list[dict]) -> list[str]:
-    """The machines some platform results were planned on (`machine`, written per platform: a run continued with
-    --resume may span sessions), with `NOT_RECORDED` where others lack one; empty when none names one."""
-    named = {p["machine"] for p in platforms if isinstance(p.get("machine"), str)}
-    if named and any(not isinstance(p.get("machine"), str) for p in platforms):
-        named.add(NOT_RECORDED)
-    return sorted(named)

@@ -15,6 +15,7 @@ import torch
 
 # instruction sets that change how fast the models' matrix products run, as /proc/cpuinfo names them
 _ISA_FLAGS = {"avx2": "avx2", "avx512f": "avx512", "avx512_bf16": "avx512-bf16", "amx_tile": "amx"}
+NOT_RECORDED = "a machine not recorded"  # for results written before results named their machine
 
 
 def describe_machine(device: str | torch.device = "cpu") -> str:
@@ -22,15 +23,21 @@ def describe_machine(device: str | torch.device = "cpu") -> str:
     then the CPU (MuJoCo steps on the CPU whatever the device)."""
     device = torch.device(device)
     if device.type == "cuda" and torch.cuda.is_available():
-        return f"{torch.cuda.get_device_name(device)}; {_cpu()}"
-    return _cpu()
-
-
-@lru_cache(maxsize=1)
-def _cpu() -> str:
+        return f"{torch.cuda.get_device_name(device)}; {cpu_description()}"
     return cpu_description()
 
 
+def machines_of(results: list[dict]) -> list[str]:
+    """The machines a set of results (dicts with a `machine` each, e.g. one per planned platform: a run continued
+    with --resume may span sessions) were measured on, with `NOT_RECORDED` where some lack one; empty when none
+    names one."""
+    named = {r["machine"] for r in results if isinstance(r.get("machine"), str)}
+    if named and any(not isinstance(r.get("machine"), str) for r in results):
+        named.add(NOT_RECORDED)
+    return sorted(named)
+
+
+@lru_cache(maxsize=4)
 def cpu_description(cpuinfo: str = "/proc/cpuinfo") -> str:
     """The CPU's model name, the cores this process may use and the instruction sets of `_ISA_FLAGS` it has."""
     name, flags = _cpuinfo(cpuinfo)

@@ -31,8 +31,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from flashnerd.dynamics import REFERENCE_BACKEND
-from flashnerd.planning.climb import NOT_RECORDED, ClimbPlanCfg, platform_machines
+from flashnerd.planning.climb import ClimbPlanCfg
 from flashnerd.utils.hints import finite_number
+from flashnerd.utils.machine import NOT_RECORDED, machines_of
 from flashnerd.viz.figure import save_figure
 from flashnerd.viz.suite import plot_radar, suite_table
 
@@ -474,7 +475,7 @@ def _climb(data: dict, name: str, folder: Path) -> str:
         marks = " | ".join({True: "yes", False: "no", None: "-"}[done.get(p["lane"])] for p in lanes)
         climbs = f"{r['climbs']}/{r['platforms']}" + ("" if r["complete"] else " (incomplete)")
         rows.append(f"| `{backend}` | {climbs} | {r['median_planning_ms']:.0f} | {rel} | {marks} |")
-    rows += _machines({b: {"machine": " and ".join(platform_machines(r["per_platform"]))} for b, r in backends.items()})
+    rows += _machines({b: {"machine": " and ".join(machines_of(r["per_platform"]))} for b, r in backends.items()})
     rows += ["", f"![Base height over time per platform and planning backend](results/{name}.png)"]
     return "\n".join(rows)
 
