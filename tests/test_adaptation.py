@@ -197,11 +197,21 @@ def test_bench_reality_gap_logs_with_the_randomized_policy(tmp_path, capsys, mon
     assert "| PPO on nominal MuJoCo |" in block
     capsys.readouterr()
 
-    # another loop setting on the same robot takes this run's baselines and held-out logs instead of training them
+    # another loop setting on the same robot takes this run's baselines and held-out logs instead of training them;
+    # this one fine-tunes the safe policy in round 0, for other iterations than its baselines trained
+    starts, real_train = [], reality_gap.train_policy
+
+    def train_spy(task, env_cfg, agent_cfg, log_dir, iterations, init=None, **kwargs):
+        starts.append((init, iterations))
+        return real_train(task, env_cfg, agent_cfg, log_dir, iterations, init=init, **kwargs)
+
+    monkeypatch.setattr(reality_gap, "train_policy", train_spy)
     again = tmp_path / "again"
-    reuse = [*[str(again) if a == str(out) else a for a in argv], "--fit_budget", "2",
-             "--baselines_from", str(out / "reality_gap.json")]
+    reuse = [*[str(again) if a == str(out) else a for a in argv], "--fit_budget", "2", "--start_policy", "safe",
+             "--iterations", "2", "--baseline_iterations", "1", "--baselines_from", str(out / "reality_gap.json")]
     assert main(reuse) == 0
+    assert starts == [(summary["baselines"]["randomized"]["policy"], 2)]  # round 0 only: no baseline trained again
+    assert "per budget (round 0 fine-tunes the safe policy), baselines 1;" in render_block("reality_gap", again)
     second = json.loads((again / "reality_gap.json").read_text())
     assert {k: {**b, "reused_from": None} for k, b in second["baselines"].items()} == \
         {k: {**b, "reused_from": None} for k, b in summary["baselines"].items()}

@@ -515,6 +515,14 @@ def _bench_plan(data: dict, name: str, folder: Path) -> str:
     return "\n".join(rows)
 
 
+def _start_of_round_0(data: dict) -> str:
+    """How a `bench reality-gap` run's round 0 began, where it did not begin from scratch (runs from before
+    --start_policy did)."""
+    if data.get("settings", {}).get("start_policy", "scratch") == "scratch":
+        return ""
+    return " (round 0 fine-tunes the safe policy)"
+
+
 def _safe_baseline(summary: dict) -> str:
     """The baseline whose policy logged a `bench reality-gap` run's first data (runs from before --safe_policy: the
     nominal one)."""
@@ -530,8 +538,8 @@ def _reality_gap(data: dict, name: str, folder: Path) -> str:
     labels[safe] += " (the safe policy)"
     rows = [f"Robot variant `{data['robot_variant']}`; {data['rounds_per_budget']} round(s) of "
             f"{data['iterations_per_round']} "
-            f"PPO iterations per budget, baselines {data['baseline_iterations']}; {data['eval_episodes']} episodes "
-            "per evaluation in the variant.", "",
+            f"PPO iterations per budget{_start_of_round_0(data)}, baselines {data['baseline_iterations']}; "
+            f"{data['eval_episodes']} episodes per evaluation in the variant.", "",
             "| policy | robot time its model saw (min) | PPO wall (s) | return in the variant | falls | lin-vel RMS | "
             "on its model |",
             "|---|---|---|---|---|---|---|"]

@@ -4,10 +4,11 @@ For each budget of robot time (minutes summed over robots), spent in --rounds eq
 more than the budget): drive the variant with a safe policy plus action noise (PPO on nominal MuJoCo; with --safe_policy
 randomized, the domain-randomized baseline, trained first), write its logs in the robot log format and import them (the
 lab's path), and adapt the learned model to them (`fit --init`); then round r trains PPO on model r (from round r-1's
-policy), and every round but the last drives the robot with its policy plus noise for the next part, logged and imported
-the same way, and refits the model on every log so far. Every policy is evaluated in the variant. Baselines in the same
-run, each with as many PPO iterations as the last round's policy has behind it: PPO on nominal MuJoCo, PPO on MuJoCo
-with domain randomization over the variant's `randomize` ranges (when it has any), and the oracle a lab cannot run, PPO
+policy; round 0 from scratch, or with --start_policy safe from the safe policy), and every round but the last drives the
+robot with its policy plus noise for the next part, logged and imported the same way, and refits the model on every log
+so far. Every policy is evaluated in the variant. Baselines in the same run, each with as many PPO iterations as the
+last round's policy trained on models (--baseline_iterations to set them): PPO on nominal MuJoCo, PPO on MuJoCo with
+domain randomization over the variant's `randomize` ranges (when it has any), and the oracle a lab cannot run, PPO
 directly on the variant. The JSON is rewritten after every stage (`--resume` continues a stopped run, a PPO stage from
 its last checkpoint, saved every `CHECKPOINT_EVERY` iterations); a plot of return in the variant against minutes of
 robot data.
@@ -56,7 +57,10 @@ from flashnerd.viz.report import plot_reality_gap
 TASK = "FlashNeRD-Velocity-Flat-Anymal-C-v0"
 BASELINES = ("nominal", "oracle", "randomized")
 SAFE_POLICIES = ("nominal", "randomized")  # baselines that may log the robot's first data
-OLD_DEFAULTS = {"contact_head_steps": 1000, "safe_policy": "nominal"}  # runs from before these options had them
+START_POLICIES = ("scratch", "safe")  # what round 0's PPO starts from
+# runs from before these options had them
+OLD_DEFAULTS = {"contact_head_steps": 1000, "safe_policy": "nominal", "start_policy": "scratch",
+                "baseline_iterations": None}
 HELD_OUT_MINUTES = 2.0  # robot time of the safe policy's logs that every model is measured on, never fitted on
 
 
@@ -72,7 +76,10 @@ def add_parser(bsub: argparse._SubParsersAction) -> None:
                    help="rounds per budget: PPO on the model, its rollouts on the robot, refit (1: adapt once to the "
                         "safe policy's logs); the budget is spent in equal parts")
     p.add_argument("--iterations", type=int, default=None,
-                   help="PPO iterations per round (default: the task's); baselines train rounds x iterations")
+                   help="PPO iterations per round (default: the task's)")
+    p.add_argument("--baseline_iterations", type=int, default=None,
+                   help="PPO iterations of every baseline (default: rounds x iterations, as many as the last round's "
+                        "policy has behind it when round 0 starts from scratch)")
     p.add_argument("--num_envs", type=int, default=None, help="PPO worlds (default: the task's)")
     p.add_argument("--eval_episodes", type=int, default=64, help="evaluation episodes in the variant per policy")
     p.add_argument("--robot_worlds", type=int, default=16, help="robots logging at once (the budget is summed)")
@@ -80,6 +87,10 @@ def add_parser(bsub: argparse._SubParsersAction) -> None:
                    help="the baseline whose policy (plus noise) logs the robot's first data and the held-out logs: "
                         "nominal (PPO on nominal MuJoCo) or randomized (PPO over the variant's randomize ranges, "
                         "what a lab that fears falls would deploy first; the variant needs ranges)")
+    p.add_argument("--start_policy", choices=START_POLICIES, default="scratch",
+                   help="what round 0's PPO on the adapted model starts from: scratch (a fresh policy) or safe "
+                        "(fine-tunes the safe policy, whose logs the model was adapted to, as a lab would fine-tune "
+                        "the policy it runs; its PPO iterations then come on top of the safe policy's)")
     p.add_argument("--action_noise", type=float, default=0.3,
                    help="largest per-world std of the noise on the actions of every policy driving the robot")
     p.add_argument("--mix", type=float, default=0.0,
@@ -106,7 +117,7 @@ def add_parser(bsub: argparse._SubParsersAction) -> None:
     p.add_argument("--resume", action="store_true", help="continue a stopped run in --out_dir from its JSON")
     p.add_argument("--baselines_from", default=None,
                    help="the JSON of an earlier run of the same robot, task, seed, device, PPO worlds, evaluation "
-                        "episodes and baseline iterations (rounds x iterations): take its baselines (and its held-out "
+                        "episodes and baseline iterations: take its baselines (and its held-out "
                         "logs, when it logged them as this run would) instead of training them again, to compare loop "
                         "settings")
     p.set_defaults(func=run)
@@ -127,6 +138,7 @@ def run(args: argparse.Namespace) -> dict:
     for name in ("eval_episodes", "robot_worlds", "traj_len", "rounds"):
         check_positive(name, getattr(args, name))
     check_positive("iterations", args.iterations)
+    check_positive("baseline_iterations", args.baseline_iterations)
     check_positive("num_envs", args.num_envs)
     budgets = _budgets(args.real_minutes)
     check_file_stem(args.name)
@@ -157,7 +169,8 @@ def run(args: argparse.Namespace) -> dict:
     state = run_state(path, settings, args.resume, {
         "task": args.task, "robot_variant": args.robot_variant, "variant": robot.variant.describe(),
         "model": args.model, "init": init, "rounds_per_budget": args.rounds, "iterations_per_round": per_round,
-        "baseline_iterations": per_round * args.rounds, "eval_episodes": args.eval_episodes, "baselines": {},
+        "baseline_iterations": args.baseline_iterations or per_round * args.rounds,
+        "eval_episodes": args.eval_episodes, "baselines": {},
         "budgets": []}, defaults=OLD_DEFAULTS)
     if not args.resume:  # the robot model's hash (a stopped run from before this field resumes without it)
         state["model_hash"] = robot.model_hash()
@@ -174,7 +187,7 @@ def run(args: argparse.Namespace) -> dict:
         robot.variant.ranges_only().write(ranges)
         variant_robot(env_cfg.robot, ranges)  # compiled now: a range the nominal robot cannot take fails before work
 
-    # baselines train as many PPO iterations as the last round's policy has behind it (rounds x iterations); the
+    # baselines train --baseline_iterations (default: rounds x iterations, the last round's PPO on models); the
     # safe policy first (every log starts from it), then the oracle, the third after the budgets
     baselines = {"nominal": None, "oracle": study.target, **({"randomized": ranges} if ranges else {})}
     order = [args.safe_policy, "oracle"]
@@ -227,7 +240,7 @@ def _reuse_baselines(state: dict, path: Path, model_hash: str) -> None:
     differ = [k for k in BASELINE_SETTINGS if mine.get(k) != theirs.get(k)]
     differ += ["robot_variant (its digest)"] * (other["variant"].get("digest") != state["variant"]["digest"])
     differ += ["the robot model (its hash)"] * (other.get("model_hash", model_hash) != model_hash)
-    differ += ["baseline iterations (rounds x iterations)"] * (other.get("baseline_iterations")
+    differ += ["baseline iterations"] * (other.get("baseline_iterations")
                                                                 != state["baseline_iterations"])
     if differ:
         raise CLIError(f"{flag} trained its baselines with other settings ({', '.join(differ)}); give the same ones, "
@@ -348,7 +361,8 @@ class _Study:
                 row["rounds"].append({"round": r, "model": model})
             step, folder = row["rounds"][r], f"{tag}/round_{r}"
             if "eval_variant" not in step:
-                start = row["rounds"][r - 1]["policy"] if r else None
+                start = row["rounds"][r - 1]["policy"] if r else \
+                    (self.safe_policy() if args.start_policy == "safe" else None)
                 # the nominal robot file, as a lab knows no other: the model carries what differs, its actuators
                 # (the torque the task's terms read) identified from the logs' measured torque
                 step.update(self.ppo(f"{folder}/ppo", args.model, None, self.state["iterations_per_round"],
