@@ -144,7 +144,8 @@ def test_bench_reality_gap_runs_the_loop_a_lab_runs(tmp_path, capsys, monkeypatc
     for key in ("eval_variant", "robot_minutes", "ppo_wall_s"):
         del budget[key]
     del budget["rounds"][1]
-    del summary["settings"]["safe_policy"]  # a file from before --safe_policy resumes as the nominal policy's run
+    for key in ("safe_policy", "start_policy", "baseline_iterations"):  # a file from before these options resumes
+        del summary["settings"][key]  # as the nominal policy's run, round 0 from scratch, baselines rounds x iterations
     (out / "reality_gap.json").write_text(json.dumps(summary))
     assert render_block("reality_gap", out).count("-min budget, round") == 1  # a run still going: what is done
     kept = {p: os.stat(p).st_mtime_ns for p in (summary["baselines"]["oracle"]["policy"], first["policy"],
@@ -163,6 +164,8 @@ def test_bench_reality_gap_runs_the_loop_a_lab_runs(tmp_path, capsys, monkeypatc
     assert "other settings than the stopped run (rounds)" in capsys.readouterr().err
     assert main([*argv, "--safe_policy", "randomized", "--resume"]) == 2
     assert "other settings than the stopped run (safe_policy)" in capsys.readouterr().err
+    assert main([*argv, "--start_policy", "safe", "--resume"]) == 2
+    assert "other settings than the stopped run (start_policy)" in capsys.readouterr().err
 
 
 def test_bench_reality_gap_logs_with_the_randomized_policy(tmp_path, capsys, monkeypatch, short_episodes):

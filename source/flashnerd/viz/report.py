@@ -136,7 +136,7 @@ def plot_reality_gap(summary: dict, path: str | Path) -> None:
     spent = [b.get("robot_minutes", b["minutes"]) for b in budgets]
     ax.plot(spent, [b["eval_variant"]["mean_return"] for b in budgets], "o-", color="#55a868",
             label=f"PPO on {summary['model']} adapted to the robot's logs"
-                  + (f" ({rounds} rounds of PPO, rollouts, refit)" if rounds > 1 else ""))
+                  + (f" ({rounds} rounds of PPO, rollouts, refit)" if rounds > 1 else "") + _start_of_round_0(summary))
     first = [b["logged"]["robot_minutes"] for b in budgets] if rounds > 1 else []
     if first:
         ax.plot(first,

@@ -240,8 +240,7 @@ def _reuse_baselines(state: dict, path: Path, model_hash: str) -> None:
     differ = [k for k in BASELINE_SETTINGS if mine.get(k) != theirs.get(k)]
     differ += ["robot_variant (its digest)"] * (other["variant"].get("digest") != state["variant"]["digest"])
     differ += ["the robot model (its hash)"] * (other.get("model_hash", model_hash) != model_hash)
-    differ += ["baseline iterations"] * (other.get("baseline_iterations")
-                                                                != state["baseline_iterations"])
+    differ += ["baseline iterations"] * (other.get("baseline_iterations") != state["baseline_iterations"])
     if differ:
         raise CLIError(f"{flag} trained its baselines with other settings ({', '.join(differ)}); give the same ones, "
                        "or drop --baselines_from")
@@ -343,8 +342,9 @@ class _Study:
     def budget(self, row: dict, steps: int) -> None:
         """One budget of robot time in --rounds parts of `steps` per robot: the safe policy's logs (the shipped model
         adapts to them: model 0), then the rollouts of every round's policy but the last (model r+1: model r
-        refitted on all logs so far). Round r trains PPO on model r, from round r-1's policy. `row` fills stage by
-        stage; a stage a stopped run left half-done runs again (PPO from its last checkpoint, with --resume)."""
+        refitted on all logs so far). Round r trains PPO on model r, from round r-1's policy (round 0 from scratch, or
+        with --start_policy safe from the safe policy). `row` fills stage by stage; a stage a stopped run left
+        half-done runs again (PPO from its last checkpoint, with --resume)."""
         args, tag = self.args, f"{row['minutes']:g}min"
         if "logged" not in row:
             row["logged"] = self.robot_log(self.safe_policy(), self.out / tag, steps, args.seed + 3)
