@@ -117,9 +117,8 @@ def add_parser(bsub: argparse._SubParsersAction) -> None:
     p.add_argument("--resume", action="store_true", help="continue a stopped run in --out_dir from its JSON")
     p.add_argument("--baselines_from", default=None,
                    help="the JSON of an earlier run of the same robot, task, seed, device, PPO worlds, evaluation "
-                        "episodes and baseline iterations: take its baselines (and its held-out "
-                        "logs, when it logged them as this run would) instead of training them again, to compare loop "
-                        "settings")
+                        "episodes and baseline iterations: take its baselines (and its held-out logs, when it logged "
+                        "them as this run would) instead of training them again, to compare loop settings")
     p.set_defaults(func=run)
 
 
