@@ -312,6 +312,44 @@ def test_bench_ppo_seeds_mujoco_curve_time_to_target_and_resume(tiny_ckpt, tmp_p
     assert "run 'flashnerd/seed3'" in err and "lacks curve" in err and len(err.strip().splitlines()) == 1
 
 
+def test_bench_ppo_run_stopped_midway_resumes_from_its_last_policy_with_its_curve(tmp_path, capsys):
+    """A PPO run stopped after its iteration-1 checkpoint (the JSON never got it): --resume trains iterations 2 and 3
+    only, and the run's record holds the whole curve on one clock (the first two points those of the stopped run, as
+    its checkpoint saved them), every saved policy evaluated, and the halves of all four iterations."""
+    out = tmp_path / "bench"
+    argv = ["bench", "ppo", "--task", "FlashNeRD-Velocity-Flat-Anymal-C-v0", "--dynamics", "mujoco", "--num_envs", "4",
+            "--max_iterations", "4", "--eval_episodes", "2", "--out_dir", str(out), "--eval_every", "1"]
+    assert main(argv) == 0
+    whole = json.loads((out / "bench_ppo.json").read_text())["backends"]["mujoco"]
+    run_dir = out / "mujoco"
+    saved = torch.load(run_dir / "model_1.pt", weights_only=True)["infos"]
+    assert str(saved["curve"]) == str(whole["curve"][:2])  # str: a return is NaN before an episode ends
+    assert saved["collect_seconds"] > 0 and saved["learn_seconds"] > 0
+    (out / "bench_ppo.json").unlink()
+    for it in (2, 3):  # stopped before these were saved
+        (run_dir / f"model_{it}.pt").unlink()
+    assert main(argv + ["--resume"]) == 0
+    resumed = json.loads((out / "bench_ppo.json").read_text())["backends"]["mujoco"]
+    assert resumed["resumed_at"] == 2 and resumed["iterations"] == 4 and "resumed_at" not in whole
+    assert str(resumed["curve"][:2]) == str(saved["curve"])
+    seconds = [t for t, _ in resumed["curve"]]
+    assert len(seconds) == 4 and seconds == sorted(seconds) and seconds[2] > seconds[1]
+    assert [t for t, _ in resumed["mujoco_curve"]] == seconds
+    assert torch.load(run_dir / "model_3.pt", weights_only=True)["infos"]["train_seconds"] == pytest.approx(
+        seconds[-1], abs=1e-3)
+    halves = 4 * (resumed["collect_seconds_per_iteration"] + resumed["learn_seconds_per_iteration"])
+    assert halves == pytest.approx(seconds[-1], rel=1e-6)
+    # a stopped run whose checkpoint has no curve (an older flashnerd's) is a one-line error, not a curve with a gap
+    (out / "bench_ppo.json").unlink()
+    ckpt = torch.load(run_dir / "model_1.pt", weights_only=True)
+    del ckpt["infos"]["curve"]
+    torch.save(ckpt, run_dir / "model_3.pt")
+    capsys.readouterr()
+    assert main(argv + ["--resume"]) == 2
+    err = capsys.readouterr().err
+    assert "records no training curve" in err and len(err.strip().splitlines()) == 1
+
+
 def test_time_to_target_reads_the_reference_and_each_runs_own_target_off_the_curves():
     """Closed form on crafted curves: the reference is the mean final MuJoCo return of the mujoco runs; each run's own
     target is the fraction of its own final return (none for a final return <= 0); per backend the spread."""

@@ -229,6 +229,39 @@ def test_a_stage_resumes_from_its_last_checkpoint(tmp_path):
     assert runner.resumed_at == 0 and runner.current_learning_iteration == 0
 
 
+def test_a_resumed_stage_spends_the_whole_runs_max_seconds(tmp_path):
+    """`max_seconds` counts the stopped run's seconds too: a run the budget stopped resumes to no further iteration,
+    and a larger budget continues it by the seconds it has left."""
+    from flashnerd.envs.registry import task_cfgs
+    from flashnerd.envs.rsl_rl import train_policy
+
+    env_cfg, agent_cfg = task_cfgs(TASK, num_envs=4, seed=5)
+    agent_cfg.num_steps_per_env, agent_cfg.max_iterations, agent_cfg.save_interval = 3, 6, 1
+    log_dir = tmp_path / "stage"
+    runner, _ = train_policy(TASK, env_cfg, agent_cfg, str(log_dir), 6, max_seconds=1e-6)
+    assert runner.stopped_by_time and len(runner.full_curve()) == 1
+    runner, _ = train_policy(TASK, env_cfg, agent_cfg, str(log_dir), 6, max_seconds=1e-6, resume=True)
+    assert runner.resumed_at == 1 and runner.stopped_by_time and runner.current_learning_iteration == 0
+    assert sorted(p.name for p in log_dir.glob("model_*.pt")) == ["model_0.pt"]
+    runner, _ = train_policy(TASK, env_cfg, agent_cfg, str(log_dir), 6, max_seconds=1e6, resume=True)
+    assert not runner.stopped_by_time and len(runner.full_curve()) == 6 and runner.curve_before
+    assert runner.full_curve()[0] == runner.curve_before[0]
+
+
+@pytest.mark.parametrize("infos, done, ok", [
+    ({"curve": [[0.5, 1.0], [1.0, float("nan")]]}, 2, True), ({"curve": [[0.5, 1.0]]}, 2, False),
+    ({"curve": [[1.0, 1.0], [0.5, 1.0]]}, 2, False), ({"curve": [[0.5, "1"], [1.0, 1.0]]}, 2, False),
+    ({"curve": [[float("inf"), 1.0]]}, 1, False), ({"curve": [[-1.0, 1.0]]}, 1, False),
+    ({"curve": [[True, 1.0]]}, 1, False), ({"curve": "x"}, 1, False), ({}, 0, False), (None, 0, False)])
+def test_a_checkpoints_curve_is_read_only_when_whole_and_plain(infos, done, ok):
+    from flashnerd.envs.rsl_rl import curve_in
+
+    curve = curve_in(infos, done)
+    assert (curve is not None) == ok
+    if ok:
+        assert len(curve) == done and curve[0] == (0.5, 1.0)
+
+
 @pytest.mark.parametrize("infos, seconds", [({"train_seconds": 2.5}, 2.5), ({"train_seconds": "2"}, 0.0),
                                              ({"train_seconds": float("nan")}, 0.0), ({"train_seconds": -1}, 0.0),
                                              ({"train_seconds": True}, 0.0), (None, 0.0), ([1.0], 0.0)])

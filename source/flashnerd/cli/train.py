@@ -28,7 +28,7 @@ from flashnerd.cli.overrides import add_override_arg, apply_overrides, of_root
 from flashnerd.cli.policy import resolve_checkpoint
 from flashnerd.dynamics.learned import MEMBER_MODES
 from flashnerd.envs.evaluate import evaluate_on_backends
-from flashnerd.envs.rsl_rl import make_runner, seconds_in
+from flashnerd.envs.rsl_rl import make_runner
 from flashnerd.envs.shac import ShacCfg, differentiable_cfg, make_shac
 from flashnerd.models import MODEL_KINDS
 from flashnerd.utils.distributed import dist_info, shutdown
@@ -121,8 +121,9 @@ def run(args: argparse.Namespace) -> dict:
         save_params(log_dir, env, env_cfg, agent_cfg)
     remaining = agent_cfg.max_iterations
     if resume_path is not None:
-        runner.seconds_before = seconds_in(runner.load(str(resume_path), map_location=agent_cfg.device))
+        infos = runner.load(str(resume_path), map_location=agent_cfg.device)
         done = runner.current_learning_iteration + 1  # a checkpoint's "iter" is the last completed iteration
+        runner.restore_progress(infos, done)
         remaining = agent_cfg.max_iterations - done
         if remaining < 1:
             raise CLIError(f"'{resume_path}' already completed {done} iterations; raise --max_iterations above that")

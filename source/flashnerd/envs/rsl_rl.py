@@ -134,6 +134,10 @@ class FlashNeRDRunner(OnPolicyRunner):
         self.stopped_by_time = False
         self._spent_before = 0.0  # training seconds before the current `learn` call
         self.seconds_before = 0.0  # training seconds of the stopped process a resumed run continues (`train_policy`)
+        # what the checkpoint a resumed run continues from recorded of the iterations before it (`restore_progress`):
+        # their curve, on the run's own clock, and their collect / update seconds
+        self.curve_before: list[tuple[float, float]] = []
+        self.collect_before = self.learn_before = 0.0
         self.tracker_state: dict[str, float] = {}  # the env's trackers at the end of training (`train_policy`)
         self.dynamics_checkpoint: str | None = None  # the learned model it trained on (`train_policy`), if any
         self.resumed_at = 0  # iterations a stopped run had done when `train_policy(resume=True)` continued it
@@ -213,12 +217,33 @@ class FlashNeRDRunner(OnPolicyRunner):
             self.current_learning_iteration = loaded["iter"]
         return loaded.get("infos")
 
+    def full_curve(self) -> list[tuple[float, float]]:
+        """(training seconds, mean episode return) after every iteration of the whole run, a resumed run's earlier
+        iterations (from its checkpoint) included, on one clock."""
+        return self.curve_before + [(self.seconds_before + t, r) for t, r in self.iteration_curve]
+
     def save(self, path: str, infos: dict | None = None) -> None:
-        # the training seconds so far go with every checkpoint, so a run resumed from it can report its whole time
+        # the training seconds, the curve and its halves so far go with every checkpoint, so a run resumed from it
+        # can report its whole time and curve
         spent = self.seconds_before + (self.iteration_curve[-1][0] if self.iteration_curve else 0.0)
+        progress = {"train_seconds": round(spent, 3), "curve": [[t, r] for t, r in self.full_curve()],
+                    "collect_seconds": self.collect_before + self.collect_seconds,
+                    "learn_seconds": self.learn_before + self.learn_seconds}
         tmp = f"{path}.tmp"
-        super().save(tmp, {"train_seconds": round(spent, 3), **(infos or {})})
+        super().save(tmp, {**progress, **(infos or {})})
         os.replace(tmp, path)
+
+    def restore_progress(self, infos, done: int) -> None:
+        """Continue the clock of the checkpoint a run resumes from, `done` iterations into it: its training seconds
+        (`seconds_in`) and, where it recorded them as `save` does, its curve of `done` points and its collect /
+        update seconds (`curve_before` stays empty otherwise: a checkpoint of rsl_rl itself or of an older
+        flashnerd)."""
+        self.seconds_before = seconds_in(infos)
+        curve = curve_in(infos, done)
+        if curve:
+            self.curve_before, self.seconds_before = curve, curve[-1][0]  # the unrounded seconds of the curve
+            self.collect_before, self.learn_before = (_plain_seconds(infos, k) for k in ("collect_seconds",
+                                                                                        "learn_seconds"))
 
 
 def make_runner(task: str, env_cfg, agent_cfg, log_dir: str | None = None, verbose: bool = False,
@@ -244,6 +269,32 @@ def seconds_in(infos) -> float:
     return float(spent) if ok else 0.0
 
 
+def _plain_seconds(infos: dict, key: str) -> float:
+    """`infos[key]` where it is a finite number >= 0, else 0."""
+    value = infos.get(key)
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
+    return float(value) if ok else 0.0
+
+
+def curve_in(infos, done: int) -> list[tuple[float, float]] | None:
+    """The training curve a policy checkpoint's `infos` record (`FlashNeRDRunner.save`): `done` pairs of (training
+    seconds, mean return), the seconds finite, >= 0 and never falling, the returns numbers (NaN before the first
+    episode ends). None where there is no such curve (an rsl_rl checkpoint, an older flashnerd one, an edited one)."""
+    curve = infos.get("curve") if isinstance(infos, dict) else None
+    if not isinstance(curve, list) or len(curve) != done:
+        return None
+    out = []
+    for point in curve:
+        if not (isinstance(point, (list, tuple)) and len(point) == 2
+                and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in point)):
+            return None
+        t, r = float(point[0]), float(point[1])
+        if not math.isfinite(t) or t < (out[-1][0] if out else 0.0) or math.isinf(r):
+            return None
+        out.append((t, r))
+    return out
+
+
 def last_checkpoint(log_dir: str | Path) -> tuple[Path, int] | None:
     """The `model_<it>.pt` in `log_dir` with the highest iteration and that iteration, or None when there is none."""
     found = [(int(p.stem[len("model_"):]), p) for p in Path(log_dir).glob("model_*.pt")
@@ -260,7 +311,8 @@ def train_policy(task: str, env_cfg, agent_cfg, log_dir: str | None, iterations:
     """Seeded PPO on `task`: `iterations` iterations of `agent_cfg` (from the policy checkpoint `init`, counted from
     zero, when given), fewer when `max_seconds` of training run out first. With `resume`, a stopped run of the same
     stage continues from the last `model_<it>.pt` in `log_dir` (saved every `agent_cfg.save_interval` iterations) up
-    to `iterations` in all; `runner.resumed_at` is the iteration count it found (0: started afresh). Returns the runner
+    to `iterations` in all (and `max_seconds` of training in all, the stopped runs' included); `runner.resumed_at` is
+    the iteration count it found (0: started afresh) and `runner.full_curve()` the whole run's curve. Returns the runner
     (its env closed; its `tracker_state` holds the env's trackers at the end, e.g. the terrain level, and
     `dynamics_checkpoint` the learned model's file, the shipped default included) and the training time in seconds
     (the stopped runs' collect + update seconds, from the checkpoint, plus this call's wall time)."""
@@ -268,16 +320,20 @@ def train_policy(task: str, env_cfg, agent_cfg, log_dir: str | None, iterations:
     env, runner = make_runner(task, env_cfg, agent_cfg, log_dir, max_seconds=max_seconds)
     found = last_checkpoint(log_dir) if resume and log_dir is not None else None
     if found is not None:  # a checkpoint's "iter" is its last completed iteration
-        runner.seconds_before = seconds_in(runner.load(str(found[0]), map_location=agent_cfg.device))
+        runner.restore_progress(runner.load(str(found[0]), map_location=agent_cfg.device), found[1] + 1)
         runner.resumed_at = runner.current_learning_iteration = min(found[1] + 1, iterations)
     elif init is not None:
         runner.load(init, map_location=agent_cfg.device)
         runner.current_learning_iteration = 0
+    # `max_seconds` is the whole run's: a resumed run has the stopped runs' seconds fewer left
+    left = None if max_seconds is None else max_seconds - runner.seconds_before
     start = time.perf_counter()
-    if iterations > runner.resumed_at:
+    if iterations > runner.resumed_at and (left is None or left > 0):
+        runner.max_seconds = left
         runner.learn(num_learning_iterations=iterations - runner.resumed_at, init_at_random_ep_len=found is None)
-    else:  # the stopped run had finished training: its last checkpoint is the policy
-        runner.current_learning_iteration = iterations - 1
+    else:  # the stopped run had finished training (its iterations or its seconds): its last checkpoint is the policy
+        runner.current_learning_iteration = runner.resumed_at - 1
+        runner.stopped_by_time = iterations > runner.resumed_at
     wall = runner.seconds_before + time.perf_counter() - start
     runner.tracker_state = env.unwrapped.tracker_state()
     path = getattr(env.unwrapped.dyn, "checkpoint_path", None)

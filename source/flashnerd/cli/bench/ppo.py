@@ -4,7 +4,7 @@ over time. With `--eval_every` the policies saved along each run are evaluated i
 its return against accumulated training time and the time each run took to reach a fraction of a reference run's
 final return. A run named `backend:shac` trains with SHAC through that learned backend instead (its own world count
 and iterations, so that it can be given PPO's wall time). Results are written after every run; `--resume` skips the
-runs the JSON already holds."""
+runs the JSON already holds and continues a PPO run stopped midway from its last saved policy."""
 
 from __future__ import annotations
 
@@ -73,7 +73,8 @@ def add_parser(bsub: argparse._SubParsersAction) -> None:
     p.add_argument("--target_reference", default=REFERENCE_BACKEND,
                    help="the run (as named in --dynamics) whose final MuJoCo return, mean over seeds, sets the target")
     p.add_argument("--resume", action="store_true",
-                   help="keep the runs already in the JSON of --out_dir/--name (same settings) and run the rest")
+                   help="keep the runs already in the JSON of --out_dir/--name (same settings) and run the rest; "
+                        "a PPO run stopped midway continues from its last saved policy (SHAC runs start afresh)")
     p.add_argument("--robot", default=None,
                    help="another robot for a task that takes any (the velocity tasks): a name or a spec file "
                         "(docs/howto/bring_your_robot.md); every policy is evaluated in MuJoCo on it")
@@ -261,9 +262,14 @@ def train_and_time(args: argparse.Namespace, backend: str, seed: int, run_dir: P
     agent_cfg.max_iterations = args.max_iterations
     if args.eval_every:
         agent_cfg.save_interval = args.eval_every
+    # with --resume a run stopped midway continues from its last saved policy (model_<it>.pt, every --eval_every
+    # iterations, else rsl_rl's save interval), its curve and seconds from that checkpoint
     runner, _ = train_policy(args.task, env_cfg, agent_cfg, str(run_dir), agent_cfg.max_iterations,
-                             max_seconds=args.max_seconds)
-    curve = runner.iteration_curve
+                             max_seconds=args.max_seconds, resume=args.resume)
+    if runner.resumed_at and len(runner.curve_before) != runner.resumed_at:
+        raise CLIError(f"--resume: the last policy in '{run_dir}' records no training curve (a run of an older "
+                       "flashnerd); delete that folder to train the run afresh")
+    curve = runner.full_curve()
     evaluate = _reference_evaluator(args, env_cfg)
     evaluation = evaluate(runner.get_inference_policy(device=agent_cfg.device))
     out = _run_result(backend, "ppo", seed, curve, evaluation, args.device)
@@ -272,8 +278,10 @@ def train_and_time(args: argparse.Namespace, backend: str, seed: int, run_dir: P
     if runner.dynamics_checkpoint:  # the file it trained on, also when that was the shipped default
         out["dynamics_checkpoint"] = runner.dynamics_checkpoint
     # its halves: collecting rollouts (env steps and policy inference) and rsl_rl's PPO update
-    out["collect_seconds_per_iteration"] = runner.collect_seconds / len(curve)
-    out["learn_seconds_per_iteration"] = runner.learn_seconds / len(curve)
+    out["collect_seconds_per_iteration"] = (runner.collect_before + runner.collect_seconds) / len(curve)
+    out["learn_seconds_per_iteration"] = (runner.learn_before + runner.learn_seconds) / len(curve)
+    if runner.resumed_at:  # the iterations a stopped run had saved when this one continued it
+        out["resumed_at"] = runner.resumed_at
     if args.eval_every:
         # rsl_rl saves model_<i>.pt after iteration i (0-based) when i % save_interval == 0, and the final policy
         # (evaluated above); this run wrote (or overwrote) each of them
