@@ -360,6 +360,7 @@ def test_bench_ppo_on_the_rough_task_ends_at_max_seconds_and_reports_the_terrain
     data = json.loads((out / "bench_ppo.json").read_text())
     run = data["backends"]["mujoco"]
     assert data["max_seconds"] == 1e-6 and run["iterations"] == len(run["curve"]) == 1
-    assert (out / "mujoco" / "model_0.pt").is_file() and not (out / "mujoco" / "model_2.pt").exists()
+    run_dir = out / "bench_ppo" / "mujoco"
+    assert (run_dir / "model_0.pt").is_file() and not (run_dir / "model_2.pt").exists()
     assert 0.0 <= run["tracker_state"]["Curriculum/terrain_levels"] <= LEVELS - 1
     assert run["machine"] == describe_machine("cpu")  # every run names its machine: --resume may add runs from others

@@ -321,7 +321,7 @@ def test_bench_ppo_run_stopped_midway_resumes_from_its_last_policy_with_its_curv
             "--max_iterations", "4", "--eval_episodes", "2", "--out_dir", str(out), "--eval_every", "1"]
     assert main(argv) == 0
     whole = json.loads((out / "bench_ppo.json").read_text())["backends"]["mujoco"]
-    run_dir = out / "mujoco"
+    run_dir = out / "bench_ppo" / "mujoco"  # <out_dir>/<name>/<run>
     saved = torch.load(run_dir / "model_1.pt", weights_only=True)["infos"]
     assert str(saved["curve"]) == str(whole["curve"][:2])  # str: a return is NaN before an episode ends
     assert saved["collect_seconds"] > 0 and saved["learn_seconds"] > 0
@@ -339,15 +339,26 @@ def test_bench_ppo_run_stopped_midway_resumes_from_its_last_policy_with_its_curv
         seconds[-1], abs=1e-3)
     halves = 4 * (resumed["collect_seconds_per_iteration"] + resumed["learn_seconds_per_iteration"])
     assert halves == pytest.approx(seconds[-1], rel=1e-6)
-    # a stopped run whose checkpoint has no curve (an older flashnerd's) is a one-line error, not a curve with a gap
+    # a stopped run whose last policy has no curve (an older flashnerd's) is a one-line error before any training,
+    # not a curve with a gap; so is one saved past this run's iterations (another run's folder)
     (out / "bench_ppo.json").unlink()
     ckpt = torch.load(run_dir / "model_1.pt", weights_only=True)
     del ckpt["infos"]["curve"]
-    torch.save(ckpt, run_dir / "model_3.pt")
+    (run_dir / "model_3.pt").unlink()
+    torch.save(ckpt, run_dir / "model_2.pt")
     capsys.readouterr()
     assert main(argv + ["--resume"]) == 2
     err = capsys.readouterr().err
-    assert "records no training curve" in err and len(err.strip().splitlines()) == 1
+    assert "is no policy this run stopped at" in err and len(err.strip().splitlines()) == 1
+    assert not (run_dir / "model_3.pt").exists()  # nothing trained
+    assert "was run with other iterations" not in err  # the settings it wrote before the run were these
+    (out / "bench_ppo.json").unlink()  # (with it, other --max_iterations are refused for the file's settings)
+    assert main([*argv[:9], "2", *argv[10:], "--resume"]) == 2  # --max_iterations 2: model_2.pt lies past it
+    assert "more iterations than 2" in capsys.readouterr().err
+    # a fresh run (no --resume) clears a stopped run's policies first, so a later --resume cannot pick them up
+    torch.save(ckpt, run_dir / "model_7.pt")
+    assert main([*argv[:9], "2", *argv[10:]]) == 0
+    assert sorted(p.name for p in run_dir.glob("model_*.pt")) == ["model_0.pt", "model_1.pt"]
 
 
 def test_time_to_target_reads_the_reference_and_each_runs_own_target_off_the_curves():
@@ -441,7 +452,8 @@ def test_bench_ppo_shac_run_beside_ppo_evaluated_as_often_and_resumed_into_a_ppo
     assert r["mujoco_curve"][-1][1] == r["eval_mujoco"]["mean_return"]
     assert data["time_to_target"]["reference"] == "flashnerd"
     assert set(data["time_to_target"]["by_backend"]) == {"flashnerd", "flashnerd:shac"}
-    assert (out / "flashnerd_shac" / "model_5.pt").is_file()  # the final policy, in rsl_rl's checkpoint layout
+    # the final policy, in rsl_rl's checkpoint layout
+    assert (out / "bench_ppo" / "flashnerd_shac" / "model_5.pt").is_file()
 
     plain = tmp_path / "plain"  # the same SHAC run without evaluations along the way
     assert main([*base[:-2], "--out_dir", str(plain), "--dynamics", "flashnerd:shac", *shac[:-2]]) == 0

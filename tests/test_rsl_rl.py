@@ -252,7 +252,8 @@ def test_a_resumed_stage_spends_the_whole_runs_max_seconds(tmp_path):
     ({"curve": [[0.5, 1.0], [1.0, float("nan")]]}, 2, True), ({"curve": [[0.5, 1.0]]}, 2, False),
     ({"curve": [[1.0, 1.0], [0.5, 1.0]]}, 2, False), ({"curve": [[0.5, "1"], [1.0, 1.0]]}, 2, False),
     ({"curve": [[float("inf"), 1.0]]}, 1, False), ({"curve": [[-1.0, 1.0]]}, 1, False),
-    ({"curve": [[True, 1.0]]}, 1, False), ({"curve": "x"}, 1, False), ({}, 0, False), (None, 0, False)])
+    ({"curve": [[True, 1.0]]}, 1, False), ({"curve": [[10**400, 1.0]]}, 1, False), ({"curve": [[0.5, 1]]}, 1, False),
+    ({"curve": "x"}, 1, False), ({}, 0, False), (None, 0, False)])
 def test_a_checkpoints_curve_is_read_only_when_whole_and_plain(infos, done, ok):
     from flashnerd.envs.rsl_rl import curve_in
 
@@ -264,7 +265,8 @@ def test_a_checkpoints_curve_is_read_only_when_whole_and_plain(infos, done, ok):
 
 @pytest.mark.parametrize("infos, seconds", [({"train_seconds": 2.5}, 2.5), ({"train_seconds": "2"}, 0.0),
                                              ({"train_seconds": float("nan")}, 0.0), ({"train_seconds": -1}, 0.0),
-                                             ({"train_seconds": True}, 0.0), (None, 0.0), ([1.0], 0.0)])
+                                             ({"train_seconds": True}, 0.0), ({"train_seconds": 10**400}, 0.0),
+                                             (None, 0.0), ([1.0], 0.0)])
 def test_the_seconds_a_checkpoint_records_are_read_only_when_plain(infos, seconds):
     from flashnerd.envs.rsl_rl import seconds_in
 

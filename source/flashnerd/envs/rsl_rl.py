@@ -242,8 +242,8 @@ class FlashNeRDRunner(OnPolicyRunner):
         curve = curve_in(infos, done)
         if curve:
             self.curve_before, self.seconds_before = curve, curve[-1][0]  # the unrounded seconds of the curve
-            self.collect_before, self.learn_before = (_plain_seconds(infos, k) for k in ("collect_seconds",
-                                                                                        "learn_seconds"))
+            self.collect_before, self.learn_before = (_seconds(infos.get(k)) or 0.0 for k in ("collect_seconds",
+                                                                                                "learn_seconds"))
 
 
 def make_runner(task: str, env_cfg, agent_cfg, log_dir: str | None = None, verbose: bool = False,
@@ -261,35 +261,37 @@ def make_runner(task: str, env_cfg, agent_cfg, log_dir: str | None = None, verbo
 CHECKPOINT_EVERY = 100  # iterations between the checkpoints a long stage (a bench, an improve round) resumes from
 
 
+def _seconds(value) -> float | None:
+    """`value` as seconds where it is a plain finite number >= 0 (no bool, no int too large for a float), else None."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return None
+    try:
+        value = float(value)
+    except OverflowError:
+        return None
+    return value if math.isfinite(value) and value >= 0 else None
+
+
 def seconds_in(infos) -> float:
     """The training seconds a policy checkpoint's `infos` record (`FlashNeRDRunner.save`); 0 where there are none or
     they are not a finite number >= 0 (a checkpoint of rsl_rl itself, or an edited one)."""
-    spent = infos.get("train_seconds") if isinstance(infos, dict) else None
-    ok = isinstance(spent, (int, float)) and not isinstance(spent, bool) and math.isfinite(spent) and spent >= 0
-    return float(spent) if ok else 0.0
-
-
-def _plain_seconds(infos: dict, key: str) -> float:
-    """`infos[key]` where it is a finite number >= 0, else 0."""
-    value = infos.get(key)
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
-    return float(value) if ok else 0.0
+    spent = _seconds(infos.get("train_seconds")) if isinstance(infos, dict) else None
+    return spent or 0.0
 
 
 def curve_in(infos, done: int) -> list[tuple[float, float]] | None:
     """The training curve a policy checkpoint's `infos` record (`FlashNeRDRunner.save`): `done` pairs of (training
-    seconds, mean return), the seconds finite, >= 0 and never falling, the returns numbers (NaN before the first
+    seconds, mean return), the seconds finite, >= 0 and never falling, the returns floats (NaN before the first
     episode ends). None where there is no such curve (an rsl_rl checkpoint, an older flashnerd one, an edited one)."""
     curve = infos.get("curve") if isinstance(infos, dict) else None
     if not isinstance(curve, list) or len(curve) != done:
         return None
     out = []
     for point in curve:
-        if not (isinstance(point, (list, tuple)) and len(point) == 2
-                and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in point)):
+        if not (isinstance(point, (list, tuple)) and len(point) == 2 and isinstance(point[1], float)):
             return None
-        t, r = float(point[0]), float(point[1])
-        if not math.isfinite(t) or t < (out[-1][0] if out else 0.0) or math.isinf(r):
+        t, r = _seconds(point[0]), point[1]
+        if t is None or t < (out[-1][0] if out else 0.0) or math.isinf(r):
             return None
         out.append((t, r))
     return out
@@ -326,9 +328,10 @@ def train_policy(task: str, env_cfg, agent_cfg, log_dir: str | None, iterations:
         runner.load(init, map_location=agent_cfg.device)
         runner.current_learning_iteration = 0
     # `max_seconds` is the whole run's: a resumed run has the stopped runs' seconds fewer left
+    # (a checkpoint without a curve saves its seconds to the millisecond)
     left = None if max_seconds is None else max_seconds - runner.seconds_before
     start = time.perf_counter()
-    if iterations > runner.resumed_at and (left is None or left > 0):
+    if iterations > runner.resumed_at and (left is None or left > (1e-3 if runner.resumed_at else 0.0)):
         runner.max_seconds = left
         runner.learn(num_learning_iterations=iterations - runner.resumed_at, init_at_random_ep_len=found is None)
     else:  # the stopped run had finished training (its iterations or its seconds): its last checkpoint is the policy

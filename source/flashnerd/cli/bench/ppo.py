@@ -31,7 +31,7 @@ from flashnerd.cli.train import ALGOS
 from flashnerd.dynamics import REFERENCE_BACKEND
 from flashnerd.envs.evaluate import evaluate_on_backends
 from flashnerd.envs.registry import task_cfgs
-from flashnerd.envs.rsl_rl import train_policy
+from flashnerd.envs.rsl_rl import curve_in, last_checkpoint, read_policy_checkpoint, train_policy
 from flashnerd.envs.shac import ShacCfg, make_shac
 from flashnerd.models import MODEL_KINDS
 from flashnerd.utils.machine import describe_machine
@@ -129,11 +129,16 @@ def run(args: argparse.Namespace) -> dict:
     path = out_dir / f"{args.name}.json"
     summary = _resumed(path, settings, {k: (*runs[n], s) for k, (n, s) in grid.items()}) if args.resume \
         else {**settings, "backends": {}}
+    write_json(path, summary)  # the settings before any run: --resume of a run stopped midway checks them too
     for key, (name, seed) in grid.items():
         if key not in summary["backends"]:  # else finished in an earlier invocation (--resume)
             backend, algo = runs[name]
             train = train_and_time if algo == "ppo" else shac_and_time
-            run_dir = out_dir / key.replace(":", "_")  # a colon is no portable folder name
+            # one folder per benchmark (--name) and run; a colon is no portable folder name
+            run_dir = out_dir / args.name / key.replace(":", "_")
+            if not args.resume:  # a fresh run: a stopped one's policies there must not be resumed later
+                for stale in run_dir.glob("model_*.pt"):
+                    stale.unlink()
             summary["backends"][key] = train(args, backend, seed, run_dir, checkpoints.get(backend))
             write_json(path, summary)  # after every run: an interrupted benchmark keeps the runs it finished
     results = summary["backends"]
@@ -213,7 +218,7 @@ def _resumed(path: Path, settings: dict, grid: dict[str, tuple[str, str, int]]) 
                            "use the same flags or another --name")
         if missing := [k for k in needed if k not in run]:
             raise CLIError(f"--resume: run '{key}' in '{path}' lacks {', '.join(missing)}; delete that run from the "
-                           "file (it is run again) or pass another --name")
+                           "file and its folder (it is trained again) or pass another --name")
     return {**settings, "backends": old["backends"]}
 
 
@@ -264,11 +269,14 @@ def train_and_time(args: argparse.Namespace, backend: str, seed: int, run_dir: P
         agent_cfg.save_interval = args.eval_every
     # with --resume a run stopped midway continues from its last saved policy (model_<it>.pt, every --eval_every
     # iterations, else rsl_rl's save interval), its curve and seconds from that checkpoint
+    if args.resume and (found := last_checkpoint(run_dir)) is not None:
+        infos = read_policy_checkpoint(str(found[0]), map_location="cpu").get("infos")
+        if found[1] >= args.max_iterations or curve_in(infos, found[1] + 1) is None:
+            raise CLIError(f"--resume: '{found[0]}' is no policy this run stopped at (more iterations than "
+                           f"{args.max_iterations}, or no training curve: another or an older run); delete "
+                           f"'{run_dir}' to train the run afresh")
     runner, _ = train_policy(args.task, env_cfg, agent_cfg, str(run_dir), agent_cfg.max_iterations,
                              max_seconds=args.max_seconds, resume=args.resume)
-    if runner.resumed_at and len(runner.curve_before) != runner.resumed_at:
-        raise CLIError(f"--resume: the last policy in '{run_dir}' records no training curve (a run of an older "
-                       "flashnerd); delete that folder to train the run afresh")
     curve = runner.full_curve()
     evaluate = _reference_evaluator(args, env_cfg)
     evaluation = evaluate(runner.get_inference_policy(device=agent_cfg.device))
