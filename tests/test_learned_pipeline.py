@@ -312,7 +312,7 @@ def test_bench_ppo_seeds_mujoco_curve_time_to_target_and_resume(tiny_ckpt, tmp_p
     assert "run 'flashnerd/seed3'" in err and "lacks curve" in err and len(err.strip().splitlines()) == 1
 
 
-def test_bench_ppo_run_stopped_midway_resumes_from_its_last_policy_with_its_curve(tmp_path, capsys):
+def test_bench_ppo_run_stopped_midway_resumes_from_its_last_policy_with_its_curve(tmp_path, capsys, monkeypatch):
     """A PPO run stopped after its iteration-1 checkpoint (the JSON never got it): --resume trains iterations 2 and 3
     only, and the run's record holds the whole curve on one clock (the first two points those of the stopped run, as
     its checkpoint saved them), every saved policy evaluated, and the halves of all four iterations."""
@@ -328,9 +328,16 @@ def test_bench_ppo_run_stopped_midway_resumes_from_its_last_policy_with_its_curv
     (out / "bench_ppo.json").unlink()
     for it in (2, 3):  # stopped before these were saved
         (run_dir / f"model_{it}.pt").unlink()
+    import flashnerd.envs.rsl_rl as rsl_rl_module
+
+    monkeypatch.setattr(rsl_rl_module, "describe_machine", lambda device: "Another CPU")  # resumed elsewhere
     assert main(argv + ["--resume"]) == 0
+    monkeypatch.undo()
     resumed = json.loads((out / "bench_ppo.json").read_text())["backends"]["mujoco"]
     assert resumed["resumed_at"] == 2 and resumed["iterations"] == 4 and "resumed_at" not in whole
+    assert "machines" not in whole and resumed["machine"] == f"{whole['machine']} and Another CPU"
+    assert resumed["machines"] == [{"from_iteration": 0, "machine": whole["machine"]},
+                                   {"from_iteration": 2, "machine": "Another CPU"}]
     assert str(resumed["curve"][:2]) == str(saved["curve"])
     seconds = [t for t, _ in resumed["curve"]]
     assert len(seconds) == 4 and seconds == sorted(seconds) and seconds[2] > seconds[1]
@@ -350,11 +357,13 @@ def test_bench_ppo_run_stopped_midway_resumes_from_its_last_policy_with_its_curv
     assert main(argv + ["--resume"]) == 2
     err = capsys.readouterr().err
     assert "is no policy this run stopped at" in err and len(err.strip().splitlines()) == 1
-    assert not (run_dir / "model_3.pt").exists()  # nothing trained
-    assert "was run with other iterations" not in err  # the settings it wrote before the run were these
-    (out / "bench_ppo.json").unlink()  # (with it, other --max_iterations are refused for the file's settings)
+    assert not (run_dir / "model_3.pt").exists() and not (out / "bench_ppo.json").exists()  # nothing trained
     assert main([*argv[:9], "2", *argv[10:], "--resume"]) == 2  # --max_iterations 2: model_2.pt lies past it
     assert "more iterations than 2" in capsys.readouterr().err
+    # the first run stopped before the JSON held the settings: its checkpoint tells other flags apart
+    (run_dir / "model_2.pt").unlink()
+    assert main([*argv[:11], "3", *argv[12:], "--resume"]) == 2  # --eval_episodes 3 (model_1.pt: 2)
+    assert "other settings" in capsys.readouterr().err and not (run_dir / "model_2.pt").exists()
     # a fresh run (no --resume) clears a stopped run's policies first, so a later --resume cannot pick them up
     torch.save(ckpt, run_dir / "model_7.pt")
     assert main([*argv[:9], "2", *argv[10:]]) == 0

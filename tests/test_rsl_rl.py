@@ -263,6 +263,17 @@ def test_a_checkpoints_curve_is_read_only_when_whole_and_plain(infos, done, ok):
         assert len(curve) == done and curve[0] == (0.5, 1.0)
 
 
+@pytest.mark.parametrize("machines, ok", [
+    ([[0, "A"], [3, "B"]], True), ([[0, "A"]], True), ([[1, "A"]], False), ([[0, "A"], [0, "B"]], False),
+    ([[0, "A"], [5, "B"]], False), ([[0, 1]], False), ([[0.0, "A"]], False), ([[True, "A"]], False),
+    ([[0, "A" * 301]], False), ("A", False), (None, False)])
+def test_a_checkpoints_machines_are_read_only_when_in_order_and_plain(machines, ok):
+    from flashnerd.envs.rsl_rl import machines_in
+
+    found = machines_in({"machines": machines}, 5)
+    assert found == ([tuple(m) for m in machines] if ok else [])
+
+
 @pytest.mark.parametrize("infos, seconds", [({"train_seconds": 2.5}, 2.5), ({"train_seconds": "2"}, 0.0),
                                              ({"train_seconds": float("nan")}, 0.0), ({"train_seconds": -1}, 0.0),
                                              ({"train_seconds": True}, 0.0), ({"train_seconds": 10**400}, 0.0),

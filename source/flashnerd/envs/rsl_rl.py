@@ -21,6 +21,7 @@ from flashnerd.envs.core import FlashNeRDEnv
 from flashnerd.envs.memory import check_env_memory
 from flashnerd.models.checkpoint import check_optimizer_state, load_plain_pickle
 from flashnerd.utils.distributed import dist_info, init_distributed
+from flashnerd.utils.machine import describe_machine
 from flashnerd.utils.seeding import seed_everything
 
 
@@ -138,6 +139,11 @@ class FlashNeRDRunner(OnPolicyRunner):
         # their curve, on the run's own clock, and their collect / update seconds
         self.curve_before: list[tuple[float, float]] = []
         self.collect_before = self.learn_before = 0.0
+        # (first iteration, machine) of each stretch of the run on one machine before this process (a run resumed
+        # in another session may have trained on another), and the iteration this process started from
+        self.machines_before: list[tuple[int, str]] = []
+        self.resumed_from = 0
+        self.checkpoint_infos: dict = {}  # what the caller has every checkpoint record besides (`train_policy`)
         self.tracker_state: dict[str, float] = {}  # the env's trackers at the end of training (`train_policy`)
         self.dynamics_checkpoint: str | None = None  # the learned model it trained on (`train_policy`), if any
         self.resumed_at = 0  # iterations a stopped run had done when `train_policy(resume=True)` continued it
@@ -228,22 +234,30 @@ class FlashNeRDRunner(OnPolicyRunner):
         spent = self.seconds_before + (self.iteration_curve[-1][0] if self.iteration_curve else 0.0)
         progress = {"train_seconds": round(spent, 3), "curve": [[t, r] for t, r in self.full_curve()],
                     "collect_seconds": self.collect_before + self.collect_seconds,
-                    "learn_seconds": self.learn_before + self.learn_seconds}
+                    "learn_seconds": self.learn_before + self.learn_seconds,
+                    "machines": [[it, m] for it, m in self.machines()]}
         tmp = f"{path}.tmp"
-        super().save(tmp, {**progress, **(infos or {})})
+        super().save(tmp, {**progress, **self.checkpoint_infos, **(infos or {})})
         os.replace(tmp, path)
+
+    def machines(self) -> list[tuple[int, str]]:
+        """(first iteration, machine) of each stretch of the whole run trained on one machine, this process's last."""
+        here = describe_machine(self.device)
+        same = self.machines_before and self.machines_before[-1][1] == here
+        return self.machines_before + ([] if same else [(self.resumed_from, here)])
 
     def restore_progress(self, infos, done: int) -> None:
         """Continue the clock of the checkpoint a run resumes from, `done` iterations into it: its training seconds
-        (`seconds_in`) and, where it recorded them as `save` does, its curve of `done` points and its collect /
-        update seconds (`curve_before` stays empty otherwise: a checkpoint of rsl_rl itself or of an older
-        flashnerd)."""
-        self.seconds_before = seconds_in(infos)
+        (`seconds_in`) and, where it recorded them as `save` does, its curve of `done` points, its collect / update
+        seconds and the machines it trained on (`curve_before` stays empty otherwise: a checkpoint of rsl_rl itself or
+        of an older flashnerd)."""
+        self.seconds_before, self.resumed_from = seconds_in(infos), done
         curve = curve_in(infos, done)
         if curve:
             self.curve_before, self.seconds_before = curve, curve[-1][0]  # the unrounded seconds of the curve
             self.collect_before, self.learn_before = (_seconds(infos.get(k)) or 0.0 for k in ("collect_seconds",
                                                                                                 "learn_seconds"))
+            self.machines_before = machines_in(infos, done)
 
 
 def make_runner(task: str, env_cfg, agent_cfg, log_dir: str | None = None, verbose: bool = False,
@@ -297,6 +311,25 @@ def curve_in(infos, done: int) -> list[tuple[float, float]] | None:
     return out
 
 
+def machines_in(infos: dict, done: int) -> list[tuple[int, str]]:
+    """The (first iteration, machine) stretches a policy checkpoint's `infos` record (`FlashNeRDRunner.save`): the
+    first at iteration 0, each later one after the one before and below `done`, a machine a short string; empty
+    where there are none such."""
+    found = infos.get("machines")
+    if not isinstance(found, list):
+        return []
+    out: list[tuple[int, str]] = []
+    for item in found:
+        if not (isinstance(item, (list, tuple)) and len(item) == 2 and type(item[0]) is int
+                and isinstance(item[1], str) and len(item[1]) <= 300):
+            return []
+        in_order = item[0] == 0 if not out else out[-1][0] < item[0] < done
+        if not in_order:
+            return []
+        out.append((item[0], item[1]))
+    return out
+
+
 def last_checkpoint(log_dir: str | Path) -> tuple[Path, int] | None:
     """The `model_<it>.pt` in `log_dir` with the highest iteration and that iteration, or None when there is none."""
     found = [(int(p.stem[len("model_"):]), p) for p in Path(log_dir).glob("model_*.pt")
@@ -308,18 +341,20 @@ def last_checkpoint(log_dir: str | Path) -> tuple[Path, int] | None:
 
 
 def train_policy(task: str, env_cfg, agent_cfg, log_dir: str | None, iterations: int,
-                 init: str | None = None, max_seconds: float | None = None,
-                 resume: bool = False) -> tuple[FlashNeRDRunner, float]:
+                 init: str | None = None, max_seconds: float | None = None, resume: bool = False,
+                 checkpoint_infos: dict | None = None) -> tuple[FlashNeRDRunner, float]:
     """Seeded PPO on `task`: `iterations` iterations of `agent_cfg` (from the policy checkpoint `init`, counted from
     zero, when given), fewer when `max_seconds` of training run out first. With `resume`, a stopped run of the same
     stage continues from the last `model_<it>.pt` in `log_dir` (saved every `agent_cfg.save_interval` iterations) up
     to `iterations` in all (and `max_seconds` of training in all, the stopped runs' included); `runner.resumed_at` is
-    the iteration count it found (0: started afresh) and `runner.full_curve()` the whole run's curve. Returns the runner
+    the iteration count it found (0: started afresh) and `runner.full_curve()` the whole run's curve. Every checkpoint
+    records `checkpoint_infos` (plain values) besides the run's progress. Returns the runner
     (its env closed; its `tracker_state` holds the env's trackers at the end, e.g. the terrain level, and
     `dynamics_checkpoint` the learned model's file, the shipped default included) and the training time in seconds
     (the stopped runs' collect + update seconds, from the checkpoint, plus this call's wall time)."""
     seed_everything(agent_cfg.seed)
     env, runner = make_runner(task, env_cfg, agent_cfg, log_dir, max_seconds=max_seconds)
+    runner.checkpoint_infos = dict(checkpoint_infos or {})
     found = last_checkpoint(log_dir) if resume and log_dir is not None else None
     if found is not None:  # a checkpoint's "iter" is its last completed iteration
         runner.restore_progress(runner.load(str(found[0]), map_location=agent_cfg.device), found[1] + 1)

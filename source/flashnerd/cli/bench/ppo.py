@@ -9,6 +9,7 @@ runs the JSON already holds and continues a PPO run stopped midway from its last
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
 from pathlib import Path
@@ -129,11 +130,13 @@ def run(args: argparse.Namespace) -> dict:
     path = out_dir / f"{args.name}.json"
     summary = _resumed(path, settings, {k: (*runs[n], s) for k, (n, s) in grid.items()}) if args.resume \
         else {**settings, "backends": {}}
-    write_json(path, summary)  # the settings before any run: --resume of a run stopped midway checks them too
+    # what a PPO run's checkpoints record of the settings, so that --resume continues only a run of the same ones
+    # (also before the JSON holds them: the first run stopped midway); SHAC's settings concern SHAC runs only
+    tag = json.dumps({k: v for k, v in settings.items() if k != "shac"}, sort_keys=True)
     for key, (name, seed) in grid.items():
         if key not in summary["backends"]:  # else finished in an earlier invocation (--resume)
             backend, algo = runs[name]
-            train = train_and_time if algo == "ppo" else shac_and_time
+            train = functools.partial(train_and_time, settings=tag) if algo == "ppo" else shac_and_time
             # one folder per benchmark (--name) and run; a colon is no portable folder name
             run_dir = out_dir / args.name / key.replace(":", "_")
             if not args.resume:  # a fresh run: a stopped one's policies there must not be resumed later
@@ -257,9 +260,11 @@ def time_to_target(results: dict, fraction: float, reference: str = REFERENCE_BA
     return {**out, "target_return": target, "seconds": {key: first_at(r, target) for key, r in results.items()}}
 
 
-def train_and_time(args: argparse.Namespace, backend: str, seed: int, run_dir: Path, checkpoint: str | None) -> dict:
+def train_and_time(args: argparse.Namespace, backend: str, seed: int, run_dir: Path, checkpoint: str | None,
+                   settings: str = "") -> dict:
     """One PPO run on `backend`: accumulated iteration time, reward curve, evaluation of the final policy (and with
-    --eval_every of the policies saved along the way) in the reference simulator."""
+    --eval_every of the policies saved along the way) in the reference simulator. Its checkpoints record `settings`
+    (the benchmark's, as JSON text), and --resume continues only a stopped run that recorded the same."""
     env_cfg, agent_cfg = task_cfgs(args.task, num_envs=args.num_envs, seed=seed, device=args.device,
                                    dynamics=backend, dynamics_checkpoint=checkpoint, robot_variant=args.robot_variant,
                                    robot=args.robot)
@@ -271,12 +276,14 @@ def train_and_time(args: argparse.Namespace, backend: str, seed: int, run_dir: P
     # iterations, else rsl_rl's save interval), its curve and seconds from that checkpoint
     if args.resume and (found := last_checkpoint(run_dir)) is not None:
         infos = read_policy_checkpoint(str(found[0]), map_location="cpu").get("infos")
-        if found[1] >= args.max_iterations or curve_in(infos, found[1] + 1) is None:
-            raise CLIError(f"--resume: '{found[0]}' is no policy this run stopped at (more iterations than "
-                           f"{args.max_iterations}, or no training curve: another or an older run); delete "
-                           f"'{run_dir}' to train the run afresh")
+        if found[1] >= args.max_iterations or curve_in(infos, found[1] + 1) is None or \
+                not isinstance(infos, dict) or infos.get("bench_settings") != settings:
+            raise CLIError(f"--resume: '{found[0]}' is no policy this run stopped at (other settings, more iterations "
+                           f"than {args.max_iterations}, or no training curve: another or an older run); give the "
+                           f"flags it ran with, or delete '{run_dir}' to train the run afresh")
     runner, _ = train_policy(args.task, env_cfg, agent_cfg, str(run_dir), agent_cfg.max_iterations,
-                             max_seconds=args.max_seconds, resume=args.resume)
+                             max_seconds=args.max_seconds, resume=args.resume,
+                             checkpoint_infos={"bench_settings": settings})
     curve = runner.full_curve()
     evaluate = _reference_evaluator(args, env_cfg)
     evaluation = evaluate(runner.get_inference_policy(device=agent_cfg.device))
@@ -290,6 +297,9 @@ def train_and_time(args: argparse.Namespace, backend: str, seed: int, run_dir: P
     out["learn_seconds_per_iteration"] = (runner.learn_before + runner.learn_seconds) / len(curve)
     if runner.resumed_at:  # the iterations a stopped run had saved when this one continued it
         out["resumed_at"] = runner.resumed_at
+        if len(machines := runner.machines()) > 1:  # continued on another machine: its seconds mix two clocks
+            out["machine"] = " and ".join(dict.fromkeys(m for _, m in machines))
+            out["machines"] = [{"from_iteration": it, "machine": m} for it, m in machines]
     if args.eval_every:
         # rsl_rl saves model_<i>.pt after iteration i (0-based) when i % save_interval == 0, and the final policy
         # (evaluated above); this run wrote (or overwrote) each of them
