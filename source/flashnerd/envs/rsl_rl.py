@@ -231,8 +231,9 @@ class FlashNeRDRunner(OnPolicyRunner):
     def save(self, path: str, infos: dict | None = None) -> None:
         # the training seconds, the curve and its halves so far go with every checkpoint, so a run resumed from it
         # can report its whole time and curve
-        spent = self.seconds_before + (self.iteration_curve[-1][0] if self.iteration_curve else 0.0)
-        progress = {"train_seconds": round(spent, 3), "curve": [[t, r] for t, r in self.full_curve()],
+        curve = self.full_curve()
+        spent = curve[-1][0] if curve else self.seconds_before
+        progress = {"train_seconds": round(spent, 3), "curve": [[t, r] for t, r in curve],
                     "collect_seconds": self.collect_before + self.collect_seconds,
                     "learn_seconds": self.learn_before + self.learn_seconds,
                     "machines": [[it, m] for it, m in self.machines()]}

@@ -276,8 +276,9 @@ def train_and_time(args: argparse.Namespace, backend: str, seed: int, run_dir: P
     # iterations, else rsl_rl's save interval), its curve and seconds from that checkpoint
     if args.resume and (found := last_checkpoint(run_dir)) is not None:
         infos = read_policy_checkpoint(str(found[0]), map_location="cpu").get("infos")
+        # (a curve means plain `infos`: curve_in returns None for anything else)
         if found[1] >= args.max_iterations or curve_in(infos, found[1] + 1) is None or \
-                not isinstance(infos, dict) or infos.get("bench_settings") != settings:
+                infos.get("bench_settings") != settings:
             raise CLIError(f"--resume: '{found[0]}' is no policy this run stopped at (other settings, more iterations "
                            f"than {args.max_iterations}, or no training curve: another or an older run); give the "
                            f"flags it ran with, or delete '{run_dir}' to train the run afresh")
