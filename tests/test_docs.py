@@ -1,13 +1,17 @@
-"""The documentation site builds with `mkdocs build --strict`, and its generated reference pages cover every registered
-task and every CLI command."""
+"""The documentation site builds with `mkdocs build --strict`, its generated reference pages cover every registered
+task and every CLI command, and the commands and Python the pages show name what exists."""
 
 from __future__ import annotations
 
 import argparse
+import ast
+import importlib
+import inspect
 import os
 import re
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -91,3 +95,67 @@ def test_a_prefix_of_a_flag_is_refused():
         argv = [*command, prefix, "3"]
         with pytest.raises(SystemExit):
             build_parser(argv).parse_args(argv)
+
+
+PYTHON_BLOCK = re.compile(r"^(?P<indent>[ \t]*)```python\n(?P<body>.*?)^(?P=indent)```", re.S | re.M)
+EXCERPT = "# an excerpt of"  # the first line of a block that quotes code without its imports (checked to parse only)
+
+
+def _python_blocks(page: Path) -> list[str]:
+    return [textwrap.dedent(m["body"]) for m in PYTHON_BLOCK.finditer(page.read_text())]
+
+
+PAGES_WITH_PYTHON = [p for p in (ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))) if _python_blocks(p)]
+
+
+def _flashnerd_modules(tree: ast.AST) -> dict[str, object]:
+    """Import what the code imports from the project (failing on a name that does not exist); the names it binds to
+    modules."""
+    modules = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.startswith("flashnerd"):
+                    module = importlib.import_module(a.name)
+                    modules[a.asname or a.name.split(".")[0]] = module if a.asname else importlib.import_module(
+                        a.name.split(".")[0])
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("flashnerd"):
+            module = importlib.import_module(node.module)
+            for a in node.names:
+                value = getattr(module, a.name, None)
+                if value is None:  # a submodule, or nothing
+                    value = importlib.import_module(f"{node.module}.{a.name}")
+                if inspect.ismodule(value):
+                    modules[a.asname or a.name] = value
+    return modules
+
+
+@pytest.mark.parametrize("page", PAGES_WITH_PYTHON, ids=lambda p: str(p.relative_to(ROOT)))
+def test_the_python_in_the_docs_parses_and_names_what_exists(page, tmp_path):
+    """Every Python block of a page parses; the page's blocks, read in order as one script (excerpts apart), use no
+    undefined name (ruff's F821), and every name they import from the project, every attribute they read off a
+    project module (`mdp.time_out`) and every task id they make exists."""
+    from flashnerd.envs.registry import registered_tasks
+
+    where = str(page.relative_to(ROOT))
+    blocks = _python_blocks(page)
+    for code in blocks:
+        try:
+            ast.parse(code)
+        except SyntaxError as e:
+            pytest.fail(f"{where}: a Python block does not parse ({e.msg}, its line {e.lineno})")
+    script = "\n\n".join(code for code in blocks if not code.startswith(EXCERPT))
+    snippet = tmp_path / "snippet.py"
+    snippet.write_text(script)
+    proc = subprocess.run([sys.executable, "-m", "ruff", "check", "--isolated", "--no-cache", "--select", "F821",
+                           "--output-format", "concise", str(snippet)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, f"{where}: {proc.stdout.strip() or proc.stderr.strip()}"
+    tree = ast.parse(script)
+    modules = _flashnerd_modules(tree)
+    missing = [f"{n.value.id}.{n.attr}" for n in ast.walk(tree) if isinstance(n, ast.Attribute)
+               and isinstance(n.value, ast.Name) and n.value.id in modules and not hasattr(modules[n.value.id], n.attr)]
+    assert not missing, f"{where}: {', '.join(missing)} do not exist"
+    made = [n.args[0].value for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+            and n.func.attr == "make" and n.args and isinstance(n.args[0], ast.Constant)
+            and str(n.args[0].value).startswith("FlashNeRD-")]
+    assert set(made) <= set(registered_tasks()), f"{where}: unregistered task ids {set(made) - set(registered_tasks())}"

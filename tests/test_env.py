@@ -94,11 +94,13 @@ def test_base_on_the_ground_terminates_and_time_out_truncates(env):
     _set_state(env, roll=math.pi, height=0.15)  # upside down: the lidar housing on the base hits the floor
     _, _, terminated, truncated, _ = env.step(torch.zeros(4, 12))
     assert terminated.all() and not truncated.any()
+    assert (mdp.is_terminated(env) == 1).all() and (mdp.is_alive(env) == 0).all()
 
     env.reset()
     env.episode_length_buf[:] = env.max_episode_length - 1
     _, _, terminated, truncated, extras = env.step(torch.zeros(4, 12))
     assert truncated.all() and not terminated.any()
+    assert (mdp.is_alive(env) == 1).all(), "a time-out is no termination: the world was alive"
     assert torch.equal(extras["time_outs"], truncated)
     assert (env.episode_length_buf == 0).all(), "ended worlds are reset"
 

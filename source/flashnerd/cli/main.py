@@ -1,5 +1,6 @@
-"""Entry point of the `flashnerd` command: list-envs, train, play, eval, bench, record, fit, evaluate-model, plan,
-plan-table, compare-video, report, convert-checkpoint, import-logs, improve, variant."""
+"""Entry point of the `flashnerd` command: list-envs, train, play, eval, bench, record, fit, export-model,
+fit-contact-head, evaluate-model, plan, plan-table, compare-video, report, convert-checkpoint, import-logs, improve,
+variant."""
 
 from __future__ import annotations
 

@@ -166,6 +166,11 @@ def feet_air_time(env: FlashNeRDEnv, threshold: float, command_threshold: float 
     return reward * (torch.norm(env.command_manager.command[:, :2], dim=1) > command_threshold)
 
 
+def is_alive(env: FlashNeRDEnv) -> torch.Tensor:
+    """1 for worlds whose episode did not end by a termination other than a time-out this step (Isaac Lab's)."""
+    return (~env.terminated).float()
+
+
 def is_terminated(env: FlashNeRDEnv) -> torch.Tensor:
     """1 for worlds whose episode ended by a termination other than a time-out this step."""
     return env.terminated.float()
