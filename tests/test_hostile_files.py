@@ -10,6 +10,7 @@ import struct
 from pathlib import Path
 
 import h5py
+import numpy as np
 import pytest
 import torch
 from conftest import TASK
@@ -81,6 +82,28 @@ def test_no_command_runs_code_from_a_checkpoint(hostile, flavor, tmp_path, capsy
         assert len(err.splitlines()) == 1 and "Traceback" not in err, (argv, err)
         assert not marker.exists(), f"code from the file ran under {argv[:2]}"
         assert not [p for p in tmp_path.rglob("*") if p.is_file()], (argv, list(tmp_path.rglob("*")))
+
+
+def test_a_policy_whose_entries_decompress_past_the_memory_is_refused(tmp_path, monkeypatch, capsys):
+    """torch writes zip entries stored and reads deflated ones too: a small file can declare gigabytes. Here 8 MB of
+    zeros deflated to a few KB, on a machine made to have 4 MB free."""
+    import zipfile
+
+    from flashnerd.utils import host_memory
+
+    plain, bomb = tmp_path / "plain.pt", tmp_path / "bomb.pt"
+    torch.save({"model_state_dict": {"w": torch.zeros(2**21)}, "iter": 0}, plain)
+    with zipfile.ZipFile(plain) as src, zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as dst:
+        for info in src.infolist():
+            dst.writestr(info.filename, src.read(info))
+    assert bomb.stat().st_size < 100_000
+    monkeypatch.setattr(host_memory, "available_host_bytes", lambda: 4 * 2**20)
+    assert main(["eval", "--task", TASK, "--checkpoint", str(bomb), "--num_envs", "2", "--episodes", "1",
+                 "--log_root", str(tmp_path / "logs")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "decompress to 8 MiB, more than this machine's memory holds" in err and len(err.splitlines()) == 1, err
+    monkeypatch.undo()
+    assert torch.load(bomb, weights_only=True)["model_state_dict"]["w"].numel() == 2**21  # what torch would read
 
 
 def test_legacy_checkpoint_is_refused_with_the_command_that_converts_it(tmp_path):
@@ -283,6 +306,22 @@ def _external_storage(f):  # an array whose bytes are those of another file (her
     f.create_dataset("qpos", shape=shape, dtype="f4", external=[("/dev/zero", 0, h5py.h5f.UNLIMITED)])
 
 
+def _torque_from_elsewhere(f):  # an optional array (torque labels) whose bytes are another file's
+    other = Path(f.filename).with_name("secret.bin")
+    shape = f["ctrl"].shape
+    other.write_bytes(np.arange(int(np.prod(shape)), dtype="<f4").tobytes())
+    del f["torque"]
+    f.create_dataset("torque", shape=shape, dtype="<f4", external=[(str(other), 0, h5py.h5f.UNLIMITED)])
+
+
+def _torque_linked(f):  # the same array behind an external link
+    other = Path(f.filename).with_name("elsewhere_torque.h5")
+    with h5py.File(other, "w") as g:
+        g["t"] = np.ones(f["ctrl"].shape, dtype="f4")
+    del f["torque"]
+    f["torque"] = h5py.ExternalLink(str(other), "t")
+
+
 def _deep_layout(f):  # JSON nested past Python's recursion limit
     f.attrs["state_layout"] = "[" * 100_000 + "]" * 100_000
 
@@ -304,6 +343,8 @@ def _fewer_controls(f):
     (_link_loop, "stores qpos as an HDF5 SoftLink"),
     (_external_link, "stores qpos as an HDF5 ExternalLink"),
     (_external_storage, "keeps the data of qpos in other files"),
+    (_torque_from_elsewhere, "keeps the data of torque in other files"),
+    (_torque_linked, "stores torque as an HDF5 ExternalLink"),
     (_deep_layout, "corrupt state_layout attribute"),
     (_fewer_controls, "inconsistent shapes"),
 ])
@@ -407,6 +448,7 @@ RESUME_CASES = {
     "history_text": (lambda c: c.update(history="x"), "field 'history' is not a list"),
     "rng_floats": (lambda c: c.update(rng=torch.zeros(3)), "its step, train_seconds, rng or history"),
     "rng_of_a_gpu": (lambda c: c.update(rng=torch.zeros(16, dtype=torch.uint8)), "ran on another kind of device"),
+    "rng_content": (lambda c: c.update(rng=torch.zeros_like(c["rng"])), "random-generator state is not one torch"),
     "normalizer_keys": (lambda c: c.update(input_normalizer={"foo": torch.zeros(3)}),
                         "weights or normalizers do not fit"),
 }
@@ -432,6 +474,18 @@ def test_a_fit_resumes_only_from_intact_training_state(fitted, hostile, case, tm
 DEEP_JSON = "[" * 100_000 + "]" * 100_000  # nested past Python's recursion limit: json.loads raises RecursionError
 
 
+def test_walks_over_json_from_files_take_any_depth():
+    """The checks that walk a file's JSON use a stack, not recursion: 100,000 levels deep is no stack overflow."""
+    from flashnerd.models.checkpoint import non_finite
+    from flashnerd.utils.hints import nesting_depth
+
+    deep: list = [float("nan")]
+    for _ in range(100_000):
+        deep = [deep]
+    assert nesting_depth({"a": deep}) == 100_002
+    assert non_finite({"a": deep, "b": [1.0, float("inf")]}) == ["a" + "[0]" * 100_001, "b[1]"]
+
+
 def test_json_nested_too_deeply_is_a_one_line_error_wherever_it_is_read(hostile, tmp_path, capsys):
     """Metrics to ship, a stopped run's state, an interrupted recording's settings, a robot log's variant metadata
     and a dataset's contact-body names: JSON from a file, each refused in one line (or, for the labels, left out)."""
@@ -445,7 +499,9 @@ def test_json_nested_too_deeply_is_a_one_line_error_wherever_it_is_read(hostile,
         assert message in err and len(err.splitlines()) == 1, err
 
     metrics, out = tmp_path / "metrics.json", tmp_path / "x.safetensors"
-    for text in (DEEP_JSON, "[1, 2]"):  # a list was shipped as the card's metrics
+    # past the recursion limit; a list (it was shipped as the card's metrics); a card nested deeper than any
+    # evaluate-model writes (just below the limit of json's reader it overflowed the stack of the walks after it)
+    for text in (DEEP_JSON, "[1, 2]", '{"nrmse": {"1": ' + "[" * 20 + "]" * 20 + "}}"):
         metrics.write_text(text)
         refused(["export-model", "--checkpoint", "checkpoints/cartpole/rwm.safetensors", "--out", str(out),
                  "--metrics", str(metrics)], "is not the JSON of `flashnerd evaluate-model`")

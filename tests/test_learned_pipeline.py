@@ -310,6 +310,13 @@ def test_bench_ppo_seeds_mujoco_curve_time_to_target_and_resume(tiny_ckpt, tmp_p
     assert main([*argv, "--resume"]) == 2  # a run without its curve: one line, nothing trained
     err = capsys.readouterr().err
     assert "run 'flashnerd/seed3'" in err and "lacks curve" in err and len(err.strip().splitlines()) == 1
+    for field, value in (("eval_mujoco", 5), ("mujoco_curve", [[0.0, "high"]]), ("total_seconds", None)):
+        wrong = json.loads(json.dumps(data))
+        wrong["backends"]["mujoco/seed3"][field] = value
+        path.write_text(json.dumps(wrong))
+        assert main([*argv, "--resume"]) == 2  # a kept run of the wrong shape: one line before any training
+        err = capsys.readouterr().err
+        assert f"holds a {field} that is not what bench ppo writes" in err and len(err.strip().splitlines()) == 1
 
 
 def test_bench_ppo_run_stopped_midway_resumes_from_its_last_policy_with_its_curve(tmp_path, capsys, monkeypatch):

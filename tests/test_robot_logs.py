@@ -149,3 +149,32 @@ def test_a_log_of_a_fixed_base_robot_has_no_base_columns(cartpole, tmp_path):
     result = import_logs([tmp_path / "c.csv"], cartpole, tmp_path / "c.h5", traj_len=t)
     assert result["trajectories"] == m
     assert np.allclose(load_dataset(tmp_path / "c.h5").qpos.numpy(), qpos, atol=1e-6)
+
+
+def test_rows_of_no_episode_are_dropped_and_counted(recorded, anymal):
+    frame, _ = read_log(recorded / "log.parquet")
+    frame = frame.astype({"episode": float})
+    frame.loc[frame["episode"] == 2, "episode"] = np.nan  # one episode of six: its rows belong to no run
+    write_log(recorded / "orphans.parquet", frame)
+    result = import_logs([recorded / "orphans.parquet"], anymal, recorded / "orphans.h5", traj_len=30)
+    assert result["non_finite_rows"] == int(frame["episode"].isna().sum()) > 0 and result["segments"] == 5
+
+
+def test_logs_that_would_not_fit_in_memory_are_refused_before_they_are_read(recorded, anymal, tmp_path,
+                                                                             monkeypatch):
+    """A compressed Parquet file is refused on what its footer declares, not its size on disk, and resampling on the
+    control steps it would make: here on a machine made to have 12 MB free."""
+    from flashnerd.utils import host_memory
+
+    zeros = tmp_path / "zeros.parquet"
+    pd.DataFrame({"time": np.zeros(2_000_000)}).to_parquet(zeros, compression="zstd")  # 16 MB of zeros
+    frame, _ = read_log(recorded / "log.parquet")
+    slow = tmp_path / "slow.parquet"  # rows 1 s apart, 50 control steps each: ~4,600 steps of ~3.6 KB when resampled
+    write_log(slow, frame.assign(time=frame["time"] * 50))
+    monkeypatch.setattr(host_memory, "available_host_bytes", lambda: 12 * 2**20)
+    assert zeros.stat().st_size < 100_000
+    with pytest.raises(LogError, match="too large for this machine's memory"):
+        read_log(zeros)
+    with pytest.raises(LogError, match="control steps so far, .* more than this machine's memory holds"):
+        import_logs([slow], anymal, tmp_path / "slow.h5", traj_len=30)
+    assert not (tmp_path / "slow.h5").exists()

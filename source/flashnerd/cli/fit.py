@@ -22,6 +22,7 @@ from flashnerd.models.checkpoint import export_for_inference, read_checkpoint
 from flashnerd.training.contact_head import add_contact_head
 from flashnerd.training.fit import FitConfig, Fitter, check_fit_config
 from flashnerd.utils.distributed import init_distributed, shutdown
+from flashnerd.utils.hints import nesting_depth
 
 INIT_PATIENCE = 5  # early stopping by default when adapting a model (--init)
 INIT_LR = 3e-4  # a fitted model adapts to a robot's data at a lower learning rate (docs/results.md, the reality gap)
@@ -169,7 +170,9 @@ def run_export(args: argparse.Namespace) -> dict:
     if args.metrics:
         try:
             metrics = json.loads(Path(args.metrics).read_text().strip().splitlines()[-1])
-            if not (isinstance(metrics, dict) and isinstance(metrics.get("nrmse"), dict)):
+            # evaluate-model's JSON nests a few levels; far deeper is no card, and would overflow the writer's stack
+            card = isinstance(metrics, dict) and isinstance(metrics.get("nrmse"), dict)
+            if not card or nesting_depth(metrics) > 16:
                 raise ValueError("no nrmse")
         except (OSError, ValueError, IndexError, RecursionError) as err:
             raise CLIError(f"--metrics '{args.metrics}' is not the JSON of `flashnerd evaluate-model`") from err

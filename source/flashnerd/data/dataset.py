@@ -27,11 +27,11 @@ import flashnerd
 from flashnerd.models.contact_head import CONTACT_LABEL_N
 from flashnerd.robots import RobotSpec, robot_of_record
 from flashnerd.sim.scene import build_scene
+from flashnerd.utils.host_memory import fits_in_memory
 
 REQUIRED = ("qpos", "qvel", "ctrl")
 DATASET_FORMAT_VERSION = 1  # the layout `flashnerd record` writes and this module reads
 MAX_ABS = 1e5  # a state or control beyond this is a diverged simulation, not data
-MAX_READ_FRACTION = 0.8  # refuse a file whose arrays would take more than this share of free memory
 QUAT_TOL = 1e-3  # |norm - 1| of a stored unit quaternion (float32 round-off is ~1e-7)
 _LAYOUTS: dict[tuple[str, str], tuple[int, int, int, tuple[int, ...]]] = {}
 
@@ -107,8 +107,9 @@ def load_dataset(path: str | Path, robot: RobotSpec | None = None) -> Trajectory
             torque = f.get("torque")  # optional, of ctrl's shape: a file without it still serves fitting
             if isinstance(torque, h5py.Dataset) and torque.dtype.kind == "f" and torque.shape == arrays["ctrl"].shape:
                 label_arrays["torque"] = torque
-            declared = sum(a.size * 4 for a in (*arrays.values(), *label_arrays.values()))  # float32 in memory
-            if declared > MAX_READ_FRACTION * available_host_bytes():
+            # each array is read at its stored width, then copied to float32
+            declared = sum(a.size * (a.dtype.itemsize + 4) for a in (*arrays.values(), *label_arrays.values()))
+            if not fits_in_memory(declared):
                 raise ValueError(f"dataset '{path}' declares {declared / 2**30:,.1f} GiB of arrays, more than this "
                                  "machine can hold; split it or use a larger machine")
             # in native byte order: torch reads no other (a file written on a big-endian machine is still data)
@@ -143,11 +144,10 @@ def load_dataset(path: str | Path, robot: RobotSpec | None = None) -> Trajectory
 
 def _refuse_foreign_storage(f: h5py.File, path: Path) -> None:
     """Refuse arrays whose data is not in the file itself: a soft or external link, or an external or virtual dataset,
-    would read another file (or another place in this one) in place of what `flashnerd record` wrote there."""
-    for name in (*REQUIRED, "contact_force", "contact"):
+    would read another file (or another place in this one) in place of what `flashnerd record` wrote there. Every
+    member is checked, read or not (`flashnerd record` writes none of these), so no optional array slips through."""
+    for name in f:
         link = f.get(name, getlink=True)
-        if link is None:
-            continue
         if not isinstance(link, h5py.HardLink):
             raise ValueError(f"dataset '{path}' stores {name} as an HDF5 {type(link).__name__} to another place; "
                              "flashnerd reads only arrays stored in the dataset file itself, record it again")
@@ -317,18 +317,6 @@ def dataset_attrs(robot: RobotSpec, nq: int, nv: int, nu: int, **extra) -> dict:
             "control_dt": robot.control_dt, "nq": nq,
             "nv": nv, "nu": nu, "format_version": DATASET_FORMAT_VERSION, "flashnerd_version": flashnerd.__version__,
             "variant": variant, **extra}
-
-
-def available_host_bytes() -> int:
-    """Memory this process can still allocate on the host (MemAvailable)."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
 def _growable(shape: tuple[int, ...]) -> tuple[int | None, ...]:

@@ -32,15 +32,17 @@ import numpy as np
 import pandas as pd
 import torch
 
-from flashnerd.data.dataset import MAX_READ_FRACTION, available_host_bytes, dataset_attrs, robot_layout, write_arrays
+from flashnerd.data.dataset import dataset_attrs, robot_layout, write_arrays
 from flashnerd.models.contact_head import CONTACT_LABEL_N
 from flashnerd.robots import RobotSpec, robot_of_record
 from flashnerd.sim.scene import build_scene, robot_columns
+from flashnerd.utils.host_memory import fits_in_memory
 from flashnerd.utils.math import quat_apply, quat_apply_inverse
 
 SUFFIXES = (".parquet", ".csv")
 GAP_FACTOR = 1.5  # a step between rows longer than this x the control step (or the log's own step) splits a run
 MAX_UPSAMPLE = 100  # control steps per logged row a segment may be resampled to (a log at >= 1/100 the control rate)
+RESAMPLE_COPIES = 6  # float64 copies of every resampled step alive at once (interpolation, windows, the joined arrays)
 UNIT_RATIO = (0.5, 2.0)  # a velocity column must be within these factors of the derivative of its position
 MIN_MOTION = 0.05  # rad/s or m/s RMS of the derivative below which a column is too still to check its units
 RANGE_MARGIN = 0.5  # rad (or m) a joint may sit beyond its range before the log is taken for the wrong unit
@@ -158,17 +160,27 @@ def read_log(path: str | Path) -> tuple[pd.DataFrame, str]:
         raise FileNotFoundError(f"robot log '{path}' does not exist")
     if path.suffix not in SUFFIXES:
         raise LogError(f"robot log '{path}' must be {' or '.join(SUFFIXES)}, got '{path.suffix}'")
-    if path.stat().st_size > MAX_READ_FRACTION * available_host_bytes() / 4:  # rows expand as they are read
-        raise LogError(f"robot log '{path}' ({path.stat().st_size / 2**30:,.1f} GiB) is too large for this machine's "
-                       "memory; split it into several files")
+    too_large = (f"robot log '{path}' is too large for this machine's memory ({{}} GiB once read); split it into "
+                 "several files")
+    if not fits_in_memory(4 * path.stat().st_size):  # rows expand as they are read
+        raise LogError(too_large.format(f"{4 * path.stat().st_size / 2**30:,.1f}"))
     try:
         if path.suffix == ".csv":
             return pd.read_csv(path), ""
         import pyarrow.parquet as pq
 
-        table = pq.read_table(path)
+        parquet = pq.ParquetFile(path)
+        # compressed pages can hold thousands of times their size: the footer declares what they decompress to
+        meta = parquet.metadata
+        declared = max(sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups)),
+                       meta.num_rows * meta.num_columns * 8)
+        if not fits_in_memory(4 * declared):  # the Arrow table, the pandas frame and the arrays made from them
+            raise LogError(too_large.format(f"{4 * declared / 2**30:,.1f}"))
+        table = parquet.read()
         variant = (table.schema.metadata or {}).get(META_KEY, b"").decode("utf-8", "replace")
         return table.to_pandas(), variant
+    except LogError:
+        raise
     except (OSError, ValueError, UnicodeDecodeError) as err:
         first = str(err).strip().splitlines()[0][:120] if str(err).strip() else type(err).__name__
         raise LogError(f"robot log '{path}' cannot be read ({first}); write it again") from err
@@ -194,9 +206,16 @@ def _checked_columns(frame: pd.DataFrame, lay: _Layout, where: str) -> None:
             raise LogError(f"robot log '{where}': column {c} holds {frame[c].dtype}, not numbers")
 
 
-def _runs(frame: pd.DataFrame, where: str) -> list[pd.DataFrame]:
-    """The episodes of a log, each in row order, with time checked to increase strictly."""
-    runs = [g for _, g in frame.groupby("episode", sort=False)] if "episode" in frame else [frame]
+def _runs(frame: pd.DataFrame, where: str) -> tuple[list[pd.DataFrame], int]:
+    """The episodes of a log, each in row order, with time checked to increase strictly; and the number of rows
+    dropped for an episode number that is not finite (they belong to no run)."""
+    dropped = 0
+    if "episode" in frame:
+        finite = np.isfinite(frame["episode"].to_numpy(dtype=float))
+        dropped = int((~finite).sum())
+        runs = [g for _, g in frame[finite].groupby("episode", sort=False)]
+    else:
+        runs = [frame]
     for run in runs:
         t = run["time"].to_numpy(dtype=float)
         ok = np.isfinite(t)
@@ -205,7 +224,7 @@ def _runs(frame: pd.DataFrame, where: str) -> list[pd.DataFrame]:
             i = back[0]
             raise LogError(f"robot log '{where}': time does not increase at row {run.index[ok][i + 1]} "
                            f"({t[ok][i + 1]:g} s after {t[ok][i]:g} s); sort it, or give each run its own episode")
-    return runs
+    return runs, dropped
 
 
 def _segments(run: pd.DataFrame, lay: _Layout, dt: float) -> tuple[list[pd.DataFrame], int]:
@@ -334,6 +353,8 @@ def import_logs(paths: list[str | Path], robot: RobotSpec, out: str | Path, traj
     arrays: dict[str, list[np.ndarray]] = {}
     counts = {"rows": 0, "non_finite_rows": 0, "segments": 0, "short_segments": 0}
     sources, variants = [], set()
+    step_bytes = RESAMPLE_COPIES * 8 * (lay.nq + lay.nv + 2 * lay.nu + len(lay.contacts))  # float64 per control step
+    steps = 0  # control steps resampled so far, over every file: all of them are held until the dataset is written
     for path in paths:
         frame, variant = read_log(path)
         where = str(path)
@@ -342,12 +363,19 @@ def import_logs(paths: list[str | Path], robot: RobotSpec, out: str | Path, traj
             variants.add(_variant_name(variant, where))
         counts["rows"] += len(frame)
         sums: dict[str, np.ndarray] = {}
-        for run in _runs(frame, where):
+        runs, dropped = _runs(frame, where)
+        counts["non_finite_rows"] += dropped
+        for run in runs:
             segments, dropped = _segments(run, lay, dt)
             counts["non_finite_rows"] += dropped
             for seg in segments:
                 _check_units(seg, lay, where, sums)
                 _check_rate(seg, dt, where)
+                steps += int((seg["time"].iloc[-1] - seg["time"].iloc[0]) / dt) + 1
+                if not fits_in_memory(steps * step_bytes):
+                    raise LogError(f"robot log '{where}': the logs resample to {steps:,} control steps so far, "
+                                   f"{steps * step_bytes / 2**30:,.1f} GiB, more than this machine's memory holds; "
+                                   "import fewer or shorter logs at a time")
                 counts["segments"] += 1
                 res = _resampled(seg, lay, dt)
                 n = (len(res["qpos"]) - 1) // traj_len

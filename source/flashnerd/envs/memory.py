@@ -18,9 +18,9 @@ import mujoco
 import numpy as np
 import torch
 
-from flashnerd.data.dataset import available_host_bytes
 from flashnerd.dynamics import make_dynamics
 from flashnerd.envs.registry import task_spec
+from flashnerd.utils.host_memory import available_host_bytes
 
 PROBE_WORLDS = 8  # not a size any per-world table has on another axis (so axis sizes identify world axes)
 HEADROOM = 1.5  # allocator slack, activations of a (learned) step and copies the env does not hold

@@ -16,6 +16,7 @@ import os
 import pickle
 import re
 import warnings
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ from flashnerd.models.contact_head import MAX_HIDDEN, MAX_LAYERS, ContactHead, C
 from flashnerd.models.normalizer import Normalizer
 from flashnerd.robots import RobotSpec
 from flashnerd.utils.hints import finite_number
+from flashnerd.utils.host_memory import fits_in_memory
 
 FORMAT = "flashnerd-dynamics"
 FORMAT_VERSION = 2  # 2: safetensors + JSON metadata; 1: a torch pickle (refused, convert it)
@@ -88,14 +90,18 @@ def plain(node: Any) -> Any:
 
 
 def non_finite(node: Any, path: str = "") -> list[str]:
-    """Paths (a.b.c) of every float in a nested dict/list that is NaN or infinite."""
-    if isinstance(node, float):
-        return [] if math.isfinite(node) else [path or "value"]
-    if isinstance(node, dict):
-        return [p for k, v in node.items() for p in non_finite(v, f"{path}.{k}" if path else str(k))]
-    if isinstance(node, (list, tuple)):
-        return [p for i, v in enumerate(node) for p in non_finite(v, f"{path}[{i}]")]
-    return []
+    """Paths (a.b.c) of every float in a nested dict/list that is NaN or infinite, in document order. Walked with a
+    stack, not recursion: the JSON of a file from someone else may nest past Python's recursion limit."""
+    found, todo = [], [(node, path)]
+    while todo:
+        node, path = todo.pop()
+        if isinstance(node, float) and not math.isfinite(node):
+            found.append(path or "value")
+        elif isinstance(node, dict):
+            todo.extend(reversed([(v, f"{path}.{k}" if path else str(k)) for k, v in node.items()]))
+        elif isinstance(node, (list, tuple)):
+            todo.extend(reversed([(v, f"{path}[{i}]") for i, v in enumerate(node)]))
+    return found
 
 
 def save_checkpoint(path: str | Path, payload: dict[str, Any]) -> None:
@@ -331,7 +337,13 @@ def export_for_inference(src: str | Path, dst: str | Path, metrics: dict | None 
 
 def load_plain_pickle(path: str | Path, what: str, map_location: str | None = "cpu") -> Any:
     """A torch pickle read with `weights_only=True`: tensors and plain containers only. A pickle that asks to build
-    any other object (which is how a crafted file runs code) is refused, a corrupt one reported, each in one line."""
+    any other object (which is how a crafted file runs code) is refused, a corrupt one reported, each in one line.
+    So is one whose entries decompress to more than this machine's memory: torch writes its zip entries stored, but
+    reads compressed ones too, and a few hundred KB of deflated zeros declare gigabytes."""
+    declared = _zip_declared_bytes(path)
+    if declared is not None and not fits_in_memory(declared):
+        raise CheckpointError(f"refusing to load {what} '{path}': its entries decompress to {declared / 2**20:,.0f} "
+                              "MiB, more than this machine's memory holds; it is corrupt or not a checkpoint")
     try:
         with warnings.catch_warnings():  # torch warns about foreign pickle protocols; the error below says it all
             warnings.simplefilter("ignore")
@@ -348,6 +360,16 @@ def load_plain_pickle(path: str | Path, what: str, map_location: str | None = "c
         first = (str(err).strip().splitlines() or [""])[0][:120]
         raise CheckpointError(f"cannot read {what} '{path}' ({type(err).__name__}: {first}); it is corrupt or not "
                               "a torch file") from err
+
+
+def _zip_declared_bytes(path: str | Path) -> int | None:
+    """What the entries of a torch zip file decompress to, as its central directory declares (None: not a zip, such
+    as torch's legacy format, which is read as it lies on disk)."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return sum(info.file_size for info in archive.infolist())
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError):
+        return None
 
 
 # optimizer settings that pick how a step runs, not what it computes: a file's value would fail at the first step

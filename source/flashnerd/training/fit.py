@@ -501,6 +501,12 @@ class Fitter:
                         for h in history)):
             raise CheckpointError(f"checkpoint '{path}' is corrupt: its step, train_seconds, rng or history is not "
                                   "what `flashnerd fit` writes; start a new fit")
+        try:  # on a scratch generator first: torch checks the state's content only when it is set
+            torch.Generator(device=self.gen.device).set_state(rng)
+        except RuntimeError as err:
+            raise CheckpointError(f"checkpoint '{path}' is corrupt: its random-generator state is not one torch can "
+                                  f"restore ({str(err).strip()[:80]}); start a new fit, or from its weights with "
+                                  f"--init {path}") from err
         load_optimizer_state(self.opt, ckpt["optimizer"], f"checkpoint '{path}'")
         self.step, self.train_seconds, self.history = step, seconds, history
         self.gen.set_state(rng)

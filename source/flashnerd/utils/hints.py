@@ -28,3 +28,16 @@ def finite_number(value: Any) -> bool:
 
 
 __all__ = ["finite_number", "is_number", "union_members"]
+
+
+def nesting_depth(value: Any) -> int:
+    """How deeply dicts and lists nest in `value` (0 for a plain value), walked with a stack: JSON from someone else
+    may nest past Python's recursion limit."""
+    depth, todo = 0, [(value, 0)]
+    while todo:
+        node, level = todo.pop()
+        children = node.values() if isinstance(node, dict) else node if isinstance(node, (list, tuple)) else None
+        if children is not None:
+            depth = max(depth, level + 1)
+            todo.extend((child, level + 1) for child in children)
+    return depth

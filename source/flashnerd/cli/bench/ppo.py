@@ -12,7 +12,9 @@ import argparse
 import functools
 import json
 import statistics
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -35,6 +37,7 @@ from flashnerd.envs.registry import task_cfgs
 from flashnerd.envs.rsl_rl import curve_in, last_checkpoint, read_policy_checkpoint, train_policy
 from flashnerd.envs.shac import ShacCfg, make_shac
 from flashnerd.models import MODEL_KINDS
+from flashnerd.utils.hints import finite_number, is_number
 from flashnerd.utils.machine import describe_machine
 from flashnerd.utils.seeding import seed_everything
 from flashnerd.viz.report import plot_ppo, plot_targets, run_label
@@ -222,7 +225,23 @@ def _resumed(path: Path, settings: dict, grid: dict[str, tuple[str, str, int]]) 
         if missing := [k for k in needed if k not in run]:
             raise CLIError(f"--resume: run '{key}' in '{path}' lacks {', '.join(missing)}; delete that run from the "
                            "file and its folder (it is trained again) or pass another --name")
+        if bad := _malformed(run):
+            raise CLIError(f"--resume: run '{key}' in '{path}' holds a {bad} that is not what bench ppo writes; delete "
+                           "that run from the file and its folder (it is trained again) or pass another --name")
     return {**settings, "backends": old["backends"]}
+
+
+def _malformed(run: dict) -> str | None:
+    """The first field of a kept run that the summary, the plot and the time-to-target reading could not use."""
+    def curve(returns: Callable[[Any], bool]) -> Callable[[Any], bool]:  # [[seconds, return], ...]
+        return lambda points: isinstance(points, list) and all(
+            isinstance(p, list) and len(p) == 2 and finite_number(p[0]) and returns(p[1]) for p in points)
+
+    checks = {"seconds_per_iteration": finite_number, "total_seconds": finite_number,
+              "curve": curve(is_number),  # NaN where no training episode had ended yet
+              "eval_mujoco": lambda e: isinstance(e, dict) and finite_number(e.get("mean_return")),
+              "mujoco_curve": curve(finite_number)}
+    return next((k for k, ok in checks.items() if k in run and not ok(run[k])), None)
 
 
 def time_to_target(results: dict, fraction: float, reference: str = REFERENCE_BACKEND) -> dict:
