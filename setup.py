@@ -49,6 +49,7 @@ setup(
         "safetensors>=0.4",
         "numpy>=1.26",
         "pyyaml>=6",
+        "regex>=2024.4",  # name patterns from files matched with a time limit (utils/name_patterns.py)
         "tqdm>=4.66",
         "matplotlib>=3.8",
         "onnx>=1.16",

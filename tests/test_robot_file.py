@@ -353,6 +353,14 @@ def test_a_robot_without_what_the_task_needs_is_refused(hound_dir):
     ("- just\n- a list\n", None, "must be a YAML mapping with an 'mjcf' key"),
     ("mjcf: robot.xml\ninit_joint_noise: [0.1, 0.2]\n", None, "lists 2 values for the 12 joint positions of qpos"),
     ("mjcf: robot.xml\nobject_spawn: [0.0, 0.0]\n", None, r"object_spawn must be \[x, y, z\]"),
+    # MuJoCo reads nan and inf as numbers; the robot would step to NaN
+    ("mjcf: robot.xml\n", ('damping="0.5"', 'damping="nan"'), "gives joint 'FL_hip_joint' dof_damping nan"),
+    ("mjcf: robot.xml\n", ('<inertial mass="8.0"', '<inertial mass="inf"'), "gives body 'base' body_mass inf"),
+    # a few bytes of XML that ask the compiler for gigabytes
+    ("mjcf: robot.xml\n", ("<asset>", '<asset><hfield name="hf" nrow="60000" ncol="60000" size="1 1 1 1"/>'),
+     "declares heightfields and textures of 54,932 MiB, more than this machine's memory holds"),
+    ("mjcf: robot.xml\n", ("<asset>", '<asset><texture name="tx" type="cube" builtin="flat" width="40000" '
+                                       'height="40000"/>'), "more than this machine's memory holds"),
 ])
 def test_bad_spec_files_are_one_line_errors(tmp_path, hound_dir, text, xml_edit, match):
     xml = (hound_dir / "hound.xml").read_text().replace('model="hound"', 'model="other"')
@@ -363,6 +371,19 @@ def test_bad_spec_files_are_one_line_errors(tmp_path, hound_dir, text, xml_edit,
     with pytest.raises(RobotFileError, match=match) as err:
         get_robot(str(spec))
     assert "\n" not in str(err.value)
+
+
+def test_a_heightfield_declared_in_an_included_file_is_counted_before_mujoco_allocates_it(tmp_path, hound_dir):
+    """MuJoCo allocates a heightfield's samples as it parses: 60000 x 60000 in a file the MJCF includes is refused
+    before that (it once took the whole machine's memory)."""
+    xml = (hound_dir / "hound.xml").read_text().replace('model="hound"', 'model="other"')
+    xml = xml.replace("<asset>", '<include file="terrain.xml"/><asset>')
+    shutil.copytree(hound_dir / "meshes", tmp_path / "r" / "meshes")
+    spec = _write_spec(tmp_path / "r", "mjcf: robot.xml\n", xml)
+    (tmp_path / "r" / "terrain.xml").write_text('<mujoco><asset><hfield name="hf" nrow="60000" ncol="60000" '
+                                               'size="1 1 1 1"/></asset></mujoco>')
+    with pytest.raises(RobotFileError, match="declares heightfields and textures of 54,932 MiB"):
+        get_robot(str(spec))
 
 
 @pytest.mark.parametrize("ctrl_in_degrees", [True, False])

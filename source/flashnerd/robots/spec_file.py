@@ -41,6 +41,7 @@ import math
 import re
 from pathlib import Path
 from typing import Any
+from xml.etree import ElementTree
 
 import mujoco
 import numpy as np
@@ -48,6 +49,8 @@ import yaml
 
 from flashnerd.robots.spec import Probe, RobotSpec
 from flashnerd.robots.variant import number_in_range
+from flashnerd.utils.host_memory import fits_in_memory
+from flashnerd.utils.name_patterns import NamePatternError, name_matches
 from flashnerd.utils.strict_yaml import brief, load_yaml, yaml_problem
 
 KEYS = ("mjcf", "name", "keyframe", "default_joint_pos", "init_base_height", "sim_dt", "decimation", "contact_bodies",
@@ -60,6 +63,13 @@ SPAWN_CLEARANCE = 0.01  # m: a derived spawn height puts the lowest collision po
 FOOT_TOLERANCE = 0.15  # a foot reaches within this share of the robot's collision height of its lowest point
 FOOT_MIN_REACH = 0.01  # m: and at least within this
 _NAME = re.compile(r"[A-Za-z0-9_\-]+")
+HFIELD_BYTES = 16  # loading a heightfield takes about this much memory per sample (measured: 1 GB for 8000 x 8000)
+TEXTURE_BYTES = 2  # and a texture about this much per pixel and channel (4 at most), six faces for a cube or skybox
+MAX_INCLUDE_DEPTH = 8  # nested <include> files followed when counting what an MJCF declares
+# the compiled model's arrays named after the element they belong to (the rest are named by their index)
+_ELEMENT = {"body": "body", "jnt": "joint", "geom": "geom", "site": "site", "cam": "camera", "light": "light",
+            "actuator": "actuator", "tendon": "tendon", "sensor": "sensor", "eq": "equality", "key": "key"}
+_DERIVED = ("acc0", "length0", "invweight0", "subtreemass")  # compiled from other fields, reported after them
 _GEOM = mujoco.mjtGeom
 
 
@@ -76,10 +86,9 @@ def _regex_matches(where: str, pattern: Any, names: list[str]) -> list[str]:
     if not isinstance(pattern, str) or not pattern:
         raise RobotFileError(f"{where}: a name regex must be a non-empty string, got {brief(pattern)}")
     try:
-        rx = re.compile(pattern)
-    except re.error as err:
-        raise RobotFileError(f"{where}: '{pattern}' is not a valid regex ({err})") from err
-    hits = [n for n in names if rx.fullmatch(n)]
+        hits = [n for n in names if name_matches(pattern, n)]
+    except NamePatternError as err:
+        raise RobotFileError(f"{where}: {err}") from err
     if not hits:
         raise RobotFileError(f"{where}: '{pattern}' matches no name; the model has {', '.join(names[:12])}"
                              f"{' ...' if len(names) > 12 else ''}")
@@ -87,13 +96,69 @@ def _regex_matches(where: str, pattern: Any, names: list[str]) -> list[str]:
 
 
 def _compile(mjcf: Path, where: str) -> tuple[str, mujoco.MjModel, bool]:
-    """(model name, compiled model, whether its angles are in degrees) of an MJCF file."""
+    """(model name, compiled model, whether its angles are in degrees) of an MJCF file, refused in one line where it
+    would not fit in memory once parsed or holds a physical value that is not a finite number."""
+    declared = _declared_bytes(mjcf)
+    if not fits_in_memory(declared):
+        raise RobotFileError(f"{where}: MJCF '{mjcf}' declares heightfields and textures of {declared / 2**20:,.0f} "
+                             "MiB, more than this machine's memory holds; make them smaller")
     try:
         spec = mujoco.MjSpec.from_file(str(mjcf))
-        return spec.modelname, spec.compile(), bool(spec.compiler.degree)
+        model = spec.compile()
     except Exception as err:  # MuJoCo raises ValueError with a multi-line message: its reason and line come second
         reason = " ".join(str(err).split())[:300] or type(err).__name__
         raise RobotFileError(f"{where}: MJCF '{mjcf}' failed to load: {reason}") from err
+    _check_finite(model, f"{where}: MJCF '{mjcf}'")
+    return spec.modelname, model, bool(spec.compiler.degree)
+
+
+def _declared_bytes(mjcf: Path, root: Path | None = None, depth: int = 0) -> int:
+    """Memory MuJoCo allocates for what an MJCF (and the files it includes) declares by size alone, read before
+    MuJoCo parses it, which already allocates a heightfield's samples: a few bytes of XML can ask for gigabytes.
+    A file that does not parse counts nothing here (MuJoCo then says what is wrong with it)."""
+    root = root or mjcf.parent  # MuJoCo resolves includes against the main file's folder
+    try:
+        tree = ElementTree.parse(mjcf)  # expat refuses entity expansion bombs
+    except (ElementTree.ParseError, OSError, ValueError):
+        return 0
+    total = 0
+    for el in tree.iter():
+        if el.tag == "hfield":
+            total += _int(el.get("nrow")) * _int(el.get("ncol")) * HFIELD_BYTES
+        elif el.tag == "texture":
+            faces = 1 if el.get("type", "cube") == "2d" else 6
+            total += _int(el.get("width")) * _int(el.get("height")) * faces * 4 * TEXTURE_BYTES
+        elif el.tag == "include" and el.get("file") and depth < MAX_INCLUDE_DEPTH:
+            total += _declared_bytes(root / el.get("file"), root, depth + 1)
+    return total
+
+
+def _int(text: str | None) -> int:
+    """A non-negative MJCF integer attribute, or 0 where it is none (MuJoCo reports a malformed one itself)."""
+    try:
+        return max(int(text), 0) if text is not None else 0
+    except ValueError:
+        return 0
+
+
+def _check_finite(model: mujoco.MjModel, where: str) -> None:
+    """Every float the compiled model holds (masses, inertias, sizes, gains, damping, ranges, options) is finite: MuJoCo
+    reads `nan` and `inf` from an MJCF as numbers, and a robot built on them steps to NaN."""
+    arrays = [(f"opt.{n}", np.atleast_1d(getattr(model.opt, n))) for n in dir(model.opt) if not n.startswith("_")]
+    # what the file sets first, then what the compiler derives from it (an infinite mass makes acc0 NaN too)
+    names = sorted((n for n in dir(model) if not n.startswith("_")), key=lambda n: n.endswith(_DERIVED))
+    arrays += [(n, getattr(model, n)) for n in names]
+    for name, value in arrays:
+        if not (isinstance(value, np.ndarray) and value.dtype.kind == "f") or np.isfinite(value).all():
+            continue
+        rows = value.reshape(len(value), -1)  # (elements, values of each)
+        i, j = (int(k) for k in np.argwhere(~np.isfinite(rows))[0])
+        kind, element = _ELEMENT.get(name.split("_")[0]), i
+        if name.startswith("dof_"):  # a degree of freedom belongs to a joint
+            kind, element = "joint", int(model.dof_jntid[i])
+        label = f"{kind} '{getattr(model, kind)(element).name or f'#{element}'}'" if kind else f"element {i} of"
+        raise RobotFileError(f"{where} gives {label} {name} {rows[i, j]} (MuJoCo reads nan and inf as numbers); every "
+                             "physical value must be a finite number")
 
 
 def _joints(model: mujoco.MjModel, where: str) -> tuple[str, ...]:

@@ -30,13 +30,13 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from flashnerd.utils.name_patterns import NamePatternError, compiled
 from flashnerd.utils.strict_yaml import brief, dump_yaml_text, load_yaml, yaml_problem
 
 JOINT_KEYS = ("damping", "armature", "frictionloss")
@@ -153,9 +153,9 @@ def _regex(where: str, pattern: Any) -> str:
     if not isinstance(pattern, str) or not pattern:
         raise VariantError(f"{where}: a name regex must be a non-empty string, got {brief(pattern)}")
     try:
-        re.compile(pattern)
-    except re.error as err:
-        raise VariantError(f"{where}: '{pattern}' is not a valid regex ({err})") from err
+        compiled(pattern)
+    except NamePatternError as err:
+        raise VariantError(f"{where}: {err}") from err
     return pattern
 
 

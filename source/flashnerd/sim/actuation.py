@@ -17,7 +17,6 @@ step exactly as before. When a later entry of the variant matches the same actua
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import mujoco
@@ -25,6 +24,7 @@ import numpy as np
 
 from flashnerd.robots import RobotSpec
 from flashnerd.robots.variant import VariantError
+from flashnerd.utils.name_patterns import name_matches
 
 PARAMS = ("gear", "gain", "bias0", "bias1", "bias2", "force_lo", "force_hi", "ctrl_lo", "ctrl_hi", "no_load_speed")
 
@@ -88,7 +88,7 @@ def actuation_for(robot: RobotSpec, model: mujoco.MjModel) -> Actuation | None:
     delay_s, speed = np.zeros(model.nu), np.full(model.nu, np.inf)
     for pattern, values in entries.items():
         for a in range(model.nu):
-            if re.fullmatch(pattern, model.actuator(a).name):
+            if name_matches(pattern, model.actuator(a).name):
                 delay_s[a] = values.get("delay_s", delay_s[a])
                 speed[a] = values.get("no_load_speed", speed[a])
     steps = delay_s / robot.sim_dt

@@ -21,7 +21,6 @@ world steps exactly as a scene compiled with its drawn values.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import mujoco
@@ -31,6 +30,7 @@ import torch
 from flashnerd.robots import RobotSpec
 from flashnerd.robots.variant import VariantError
 from flashnerd.sim.variant import payload_body
+from flashnerd.utils.name_patterns import name_matches
 
 
 @dataclass(frozen=True)
@@ -99,7 +99,7 @@ def _match(patterns, names: list[str], ids: np.ndarray) -> np.ndarray:
     """ids whose (non-empty) name fully matches any pattern (None: all ids), as sim/variant.py matches them."""
     if patterns is None:
         return np.asarray(ids, dtype=int)
-    return np.asarray([i for i, n in zip(ids, names) if n and any(re.fullmatch(p, n) for p in patterns)], dtype=int)
+    return np.asarray([i for i, n in zip(ids, names) if n and any(name_matches(p, n) for p in patterns)], dtype=int)
 
 
 def randomization_for(robot: RobotSpec, model: mujoco.MjModel) -> Randomization | None:
@@ -129,7 +129,7 @@ def randomization_for(robot: RobotSpec, model: mujoco.MjModel) -> Randomization 
             body_name = dict(zip(bodies, body_names))
             geom_body = {g: body_name[model.geom_bodyid[g]] for g in geoms}
             names = _names(model, mujoco.mjtObj.mjOBJ_GEOM, geoms)
-            ids = np.asarray([g for g, n in zip(geoms, names) if any((n and re.fullmatch(p, n)) or re.fullmatch(
+            ids = np.asarray([g for g, n in zip(geoms, names) if any((n and name_matches(p, n)) or name_matches(
                 p, geom_body[g]) for p in v["friction_scale"])], dtype=int)
             ws = [FieldWrite("geom_friction", ids, (0,), True)]
         elif section == "joints":

@@ -13,13 +13,12 @@ gain does not grow with a payload, and `kp_scale` scales the position gain alone
 
 from __future__ import annotations
 
-import re
-
 import mujoco
 import numpy as np
 
 from flashnerd.robots.variant import RobotVariant, VariantError
 from flashnerd.sim.naming import unused_name
+from flashnerd.utils.name_patterns import name_matches
 from flashnerd.utils.strict_yaml import brief
 
 PAYLOAD_BODY = "variant_payload"  # the payload body's name, or the first free `variant_payload_<k>`
@@ -31,7 +30,7 @@ PAYLOAD_INERTIA = 1e-6  # kg m^2 on each axis: a point mass, but MuJoCo needs a 
 
 
 def _matching(where: str, pattern: str, named: list) -> list:
-    found = [e for e in named if e.name and re.fullmatch(pattern, e.name)]
+    found = [e for e in named if e.name and name_matches(pattern, e.name)]
     if not found:
         names = ", ".join(e.name for e in named if e.name)[:200]
         raise VariantError(f"{where}: '{pattern}' matches none of the robot's names ({names})")
@@ -155,7 +154,7 @@ def apply_variant(spec: mujoco.MjSpec, variant: RobotVariant) -> None:
     for pattern, factor in v.get("friction_scale", {}).items():
         factor = 1.0 if "friction_scale" in drawn else factor
         geoms = [g for b in bodies for g in b.geoms
-                 if (g.name and re.fullmatch(pattern, g.name)) or re.fullmatch(pattern, b.name)]
+                 if (g.name and name_matches(pattern, g.name)) or name_matches(pattern, b.name)]
         if not geoms:
             names = ", ".join([b.name for b in bodies if b.name] + [g.name for b in bodies for g in b.geoms if g.name])
             raise VariantError(f"{where}: friction_scale '{pattern}' matches no geom and no body of the robot "
