@@ -242,3 +242,106 @@ def test_the_disagreement_penalty_has_action_gradients_on_a_differentiable_ensem
         assert bool(grad.abs().sum() > 0) == spread and bool((value > 0).all()) == spread
         slow.detach()
         assert not slow.state().disagreement.requires_grad
+
+
+def _sharing_members(shared: int) -> tuple[Ensemble, list[torch.nn.Module]]:
+    """A FlashNeRD ensemble whose members share the embedding and first `shared` blocks, and K separate models
+    holding those shared weights and each member's own."""
+    torch.manual_seed(3)
+    ens = build_model("flashnerd", IN, OUT, ensemble=K, ensemble_shared=shared, **TINY["flashnerd"])
+    singles = [build_model("flashnerd", IN, OUT, **TINY["flashnerd"]) for _ in range(K)]
+    with torch.no_grad():
+        for n, p in ens.members.named_parameters():
+            p.add_(0.3 * torch.randn_like(p))
+            for k, m in enumerate(singles):
+                dict(m.named_parameters())[n].copy_(p if f"m.{n}" in ens._shared else p[k])
+    return ens.eval(), [m.eval() for m in singles]
+
+
+@pytest.mark.parametrize("batched_call", [False, True])
+def test_members_sharing_their_first_blocks_stream_as_separate_models_with_those_weights(batched_call):
+    """The shared layers run once per step (the CPU default) or inside the one vmap'd call; either way every member
+    predicts what its own model does, over 9 steps with a reset, and the members still disagree."""
+    ens, singles = _sharing_members(1)
+    assert {n for n in ens._shared} == {n for n in ens._stacked_params() if n.startswith(("m.embed", "m.blocks.0."))}
+    assert ens.members.blocks[0].in_proj.weight.dim() == 2 and ens.members.blocks[1].in_proj.weight.dim() == 3
+    ens.batched_call = batched_call
+    ens.members.cpu_chunk = 3  # the shared path steps 4 worlds in two chunks, as the model's own CPU step would
+    B = 4
+    cache, caches = ens.init_cache(B), [m.init_cache(B) for m in singles]
+    with torch.no_grad():
+        for t in range(9):
+            if t == 7:  # the other path from here on: each member's cache must hold its whole history
+                ens.batched_call = not batched_call
+            if t == 5:
+                ids = torch.tensor([1])
+                ens.reset_cache(cache, ids)
+                for m, c in zip(singles, caches):
+                    m.reset_cache(c, ids)
+            x = torch.randn(B, IN)
+            out = ens.step(x, cache)  # (K, B, OUT)
+            ref = torch.stack([m.step(x, c) for m, c in zip(singles, caches)])
+            torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+    assert bool((disagreement(out) > 0).all())
+
+
+def test_shared_blocks_learn_from_every_members_windows():
+    """Training on member-grouped rows: forward equals the separate models', a shared weight's gradient is the sum
+    of theirs, a member's own weight's gradient is its model's."""
+    ens, singles = _sharing_members(2)  # every block shared: members differ in ln_f, readout and skip
+    b, T = 3, 4
+    x, y = torch.randn(K * b, T, IN), torch.randn(K * b, T, OUT)
+    rows = [slice(k * b, (k + 1) * b) for k in range(K)]
+    with torch.no_grad():
+        torch.testing.assert_close(ens(x), torch.cat([m(x[r]) for m, r in zip(singles, rows)]), atol=1e-5, rtol=0)
+    ens.loss(x, y).backward()
+    sum(m.loss(x[r], y[r]) for m, r in zip(singles, rows)).backward()
+    for n, p in ens.members.named_parameters():
+        grads = [dict(m.named_parameters())[n].grad for m in singles]
+        if f"m.{n}" in ens._shared:
+            torch.testing.assert_close(p.grad, sum(grads), atol=1e-6, rtol=1e-4)
+        else:
+            for k, g in enumerate(grads):
+                torch.testing.assert_close(p.grad[k], g, atol=1e-6, rtol=1e-4)
+
+
+def test_a_sharing_ensemble_is_fitted_saved_and_stepped_by_the_backend(tiny_ensemble, tmp_path, capsys):
+    _, data, _, _ = tiny_ensemble
+    out = tmp_path / "shared.safetensors"
+    cfg = dataclasses.replace(FitConfig(), max_steps=2, batch_size=8, ar_batch_size=4, window=8, eval_every=2,
+                              ensemble=K, ensemble_shared=2, contact_head_steps=0)
+    Fitter(data, cfg).fit(out, progress=False)
+    ckpt = read_checkpoint(out)
+    model, _, _ = model_from_checkpoint(ckpt)
+    assert ckpt["ensemble_shared"] == 2 and model.shared_layers == 2
+    assert ckpt["state_dict"]["members.blocks.1.in_proj.weight"].dim() == 2  # held once
+    assert ckpt["state_dict"]["members.readout.0.weight"].shape[0] == K
+    dyn = make_dynamics("flashnerd", get_robot("anymal_c"), 4, checkpoint=str(out))
+    dyn.step(torch.as_tensor(dyn.default_qpos()[7:], dtype=torch.float32).repeat(4, 1))
+    assert bool((dyn.state().disagreement > 0).all())
+    for bad, message in ((dict(ensemble=1), "needs --model flashnerd and --ensemble K"),
+                         (dict(model="nerd"), "needs --model flashnerd and --ensemble K")):
+        with pytest.raises(ValueError, match=message):
+            Fitter(data, dataclasses.replace(cfg, **bad))
+    assert main(["bench", "model", "--batch", "4", "--models", "flashnerd", "--ensemble", "2", "--ensemble_shared",
+                 "3", "--min_seconds", "0.05"]) == 0  # the cpu size has 4 blocks
+    timed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["ensemble"]
+    assert timed["shared_blocks"] == 3 and timed["cost_over_one_model"]["flashnerd"]["4"] > 0
+    assert main(["bench", "model", "--models", "flashnerd", "--ensemble", "2", "--ensemble_shared", "5"]) == 2
+    assert "--ensemble_shared must be 0 to the model's 4 blocks" in capsys.readouterr().err
+
+
+def test_evaluate_model_reports_how_an_ensembles_disagreement_ranks_its_rollouts(tiny_ensemble, capsys):
+    from flashnerd.training.evaluate import rank_correlation
+
+    x = torch.tensor([0.3, 0.1, 0.9, 0.5])
+    assert rank_correlation(x, x.exp()) == pytest.approx(1.0) and rank_correlation(x, -x) == pytest.approx(-1.0)
+    assert rank_correlation(x, torch.ones(4)) is None and rank_correlation(x[:2], x[:2]) is None
+    root, data, out, _ = tiny_ensemble
+    assert main(["evaluate-model", "--checkpoint", str(out), "--data", str(data), "--horizons", "1,15"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert set(result["disagreement"]) == {"1", "15"} and result["disagreement"]["1"] > 0
+    assert -1 <= result["disagreement_error_rank_corr"]["15"] <= 1
+    assert main(["evaluate-model", "--checkpoint", str(root / "single.safetensors"), "--data", str(data),
+                 "--horizons", "1"]) == 0
+    assert "disagreement" not in json.loads(capsys.readouterr().out.strip().splitlines()[-1])  # one model

@@ -146,6 +146,11 @@ def _rewrite(path, out, **changes) -> None:
     ({"ensemble": 10**6}, "field 'ensemble'"),
     ({"ensemble": "4"}, "field 'ensemble'"),
     ({"ensemble": 3}, "do not match its model config"),  # one model's weights claimed as 3 members
+    ({"ensemble_shared": True}, "field 'ensemble_shared'"),
+    ({"ensemble_shared": "2"}, "field 'ensemble_shared'"),
+    ({"ensemble_shared": 65}, "field 'ensemble_shared'"),
+    ({"ensemble_shared": 1}, "does not build"),  # layers shared by the members of one model
+    ({"ensemble": 3, "ensemble_shared": 1}, "does not build"),  # RWM members share no layers
     ({"fit_config": [1, 2]}, "field 'fit_config' is not a dict"),  # `fit --init` and the suite's card read these
     ({"metrics": [0.1]}, "field 'metrics' is not a dict"),
 ])

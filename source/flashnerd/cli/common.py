@@ -20,6 +20,7 @@ from flashnerd.envs.config import cfg_to_dict
 from flashnerd.envs.memory import check_env_memory
 from flashnerd.envs.registry import task_cfgs, task_spec
 from flashnerd.robots import get_robot, is_spec_path
+from flashnerd.utils.atomic import write_text_atomic
 
 
 class CLIError(ValueError):
@@ -134,9 +135,7 @@ def new_log_dir(log_root: str, experiment: str, run_name: str) -> Path:
 def write_json(path: Path, data) -> None:
     """Write `data` as indented JSON through a temporary file (never half-written)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1))
-    os.replace(tmp, path)
+    write_text_atomic(path, json.dumps(data, indent=1))
 
 
 def _same_setting(name: str, stored, given) -> bool:
@@ -262,6 +261,4 @@ def check_file_stem(name: str) -> None:
 def dump_yaml(path: Path, cfg) -> None:
     """Write a config as YAML through a temporary file (never half-written)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(yaml.safe_dump(cfg_to_dict(cfg), sort_keys=False))
-    os.replace(tmp, path)
+    write_text_atomic(path, yaml.safe_dump(cfg_to_dict(cfg), sort_keys=False))

@@ -42,7 +42,7 @@ def adapt_model(data: str | Path | list, init: str | Path, out: Path, time_budge
     cfg = dataclasses.replace(FitConfig(), model=ckpt["kind"], size=fit_cfg.get("size", FitConfig.size),
                               contacts=fit_cfg.get("contacts", FitConfig.contacts),
                               max_rows=ckpt["representation"].get("max_rows", FitConfig.max_rows),  # bounded on read
-                              ensemble=ckpt.get("ensemble", 1),
+                              ensemble=ckpt.get("ensemble", 1), ensemble_shared=ckpt.get("ensemble_shared", 0),
                               max_steps=10**9, time_budget_s=time_budget_s, init=str(init), mix_data=tuple(mix_data),
                               mix=mix, lr=INIT_LR, patience=patience, seed=seed,
                               contact_head_steps=contact_head_steps)
@@ -77,6 +77,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--ensemble", type=int, default=FitConfig.ensemble,
                    help="members trained together, each from its own initialization and batches, stored in one "
                         "checkpoint and stepped as one model; their disagreement measures model error (default 1)")
+    p.add_argument("--ensemble_shared", type=int, default=FitConfig.ensemble_shared,
+                   help="FlashNeRD blocks the ensemble's members share (with the frame embedding), run once per "
+                        "step: a cheaper ensemble whose members differ in their later blocks and readouts only "
+                        "(default 0: independent members)")
     p.add_argument("--contact_head_steps", type=int, default=FitConfig.contact_head_steps,
                    help="steps of the contact head fitted after the model (outside --time_budget; about 10 s per "
                         "1000 on a CPU) on the data's contact sensors: the learned backends' contact forces for "
@@ -136,7 +140,7 @@ def run(args: argparse.Namespace) -> dict:
                               ar_batch_size=args.ar_batch_size, lr=args.lr,
                               ar_weight=args.ar_weight, seed=args.seed, contacts=args.contacts,
                               max_rows=args.max_rows, init=args.init, mix_data=tuple(args.mix_data), mix=args.mix,
-                              patience=args.patience, ensemble=args.ensemble,
+                              patience=args.patience, ensemble=args.ensemble, ensemble_shared=args.ensemble_shared,
                               contact_head_steps=args.contact_head_steps)
     check_fit_config(cfg)
     out = Path(args.out)

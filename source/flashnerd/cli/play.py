@@ -14,6 +14,7 @@ from flashnerd.cli.overrides import add_override_arg
 from flashnerd.cli.policy import env_and_policy
 from flashnerd.cli.video import add_video_args, record_play_video, video_defaults
 from flashnerd.envs.rsl_rl import FlashNeRDRunner
+from flashnerd.utils.atomic import atomic_path
 
 PLAY_STEPS = 500  # control steps of a rollout (or a video) when not given
 
@@ -34,9 +35,8 @@ def export_policy(runner: FlashNeRDRunner, export_dir: str) -> list[str]:
     os.makedirs(export_dir, exist_ok=True)
     written = []
     for name, exporter in (("policy.pt", runner.export_policy_to_jit), ("policy.onnx", runner.export_policy_to_onnx)):
-        tmp_name = f".{name}.tmp"
-        exporter(export_dir, filename=tmp_name)
-        os.replace(os.path.join(export_dir, tmp_name), os.path.join(export_dir, name))
+        with atomic_path(os.path.join(export_dir, name)) as tmp:
+            exporter(export_dir, filename=tmp.name)
         written.append(os.path.join(export_dir, name))
     return written
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import tempfile
 from pathlib import Path
 
 from flashnerd.cli.common import CLIError
+from flashnerd.utils.atomic import atomic_path, write_text_atomic
 from flashnerd.viz.report import rebuild
 
 
@@ -39,16 +39,10 @@ def run(args: argparse.Namespace) -> dict:
             result = {"page": str(page), "blocks": names, "up_to_date": True}
         else:
             _copy_changed(Path(scratch), folder)
-            _replace_text(page, text)
+            write_text_atomic(page, text)
             result = {"page": str(page), "blocks": names, "written": True}
     print(json.dumps(result))
     return result
-
-
-def _replace_text(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def _copy_changed(scratch: Path, folder: Path) -> None:
@@ -58,6 +52,5 @@ def _copy_changed(scratch: Path, folder: Path) -> None:
         if old.is_file() and old.read_bytes() == new.read_bytes():
             continue
         old.parent.mkdir(parents=True, exist_ok=True)
-        tmp = old.with_name(old.name + ".tmp")
-        shutil.copyfile(new, tmp)
-        os.replace(tmp, old)
+        with atomic_path(old) as tmp:
+            shutil.copyfile(new, tmp)

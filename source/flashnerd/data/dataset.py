@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +26,7 @@ import flashnerd
 from flashnerd.models.contact_head import CONTACT_LABEL_N
 from flashnerd.robots import RobotSpec, robot_of_record
 from flashnerd.sim.scene import build_scene
+from flashnerd.utils.atomic import atomic_path
 from flashnerd.utils.host_memory import fits_in_memory
 
 REQUIRED = ("qpos", "qvel", "ctrl")
@@ -326,52 +326,41 @@ def _growable(shape: tuple[int, ...]) -> tuple[int | None, ...]:
 
 def write_arrays(path: str | Path, arrays: dict[str, np.ndarray], attrs: dict, compress: bool = True) -> None:
     """The one writer of dataset files: every array (leading axis = trajectories, growable) and the attributes go
-    to `<path>.tmp`, which is renamed to `path` once complete, so a file at `path` is never torn."""
+    to a temporary file renamed to `path` once complete, so a file at `path` is never torn."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        with h5py.File(tmp, "w") as f:
-            for name, value in arrays.items():
-                value = np.asarray(value, dtype=np.float32)
-                # zero-width arrays (a robot without probes) still need chunks of at least 1
-                chunks = (max(1, min(64, value.shape[0])), *(max(1, d) for d in value.shape[1:]))
-                f.create_dataset(name, data=value, maxshape=_growable(value.shape), chunks=chunks,
-                                 **({"compression": "gzip", "compression_opts": 4} if compress else {}))
-            f.attrs.update(attrs)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
+        for name, value in arrays.items():
+            value = np.asarray(value, dtype=np.float32)
+            # zero-width arrays (a robot without probes) still need chunks of at least 1
+            chunks = (max(1, min(64, value.shape[0])), *(max(1, d) for d in value.shape[1:]))
+            f.create_dataset(name, data=value, maxshape=_growable(value.shape), chunks=chunks,
+                             **({"compression": "gzip", "compression_opts": 4} if compress else {}))
+        f.attrs.update(attrs)
 
 
 def concat_files(parts: Sequence[str | Path], out: str | Path, attrs: dict) -> int:
     """Stream the arrays of `parts` (files of `write_arrays` with the same layout), in order, into one compressed
     file `out` (temp file, then rename) with the first part's attributes updated by `attrs`; returns the number of
     trajectories. Memory stays bounded by slabs of 256 trajectories."""
-    out = Path(out)
-    tmp = out.with_name(out.name + ".tmp")
     total = 0
-    try:
-        with h5py.File(tmp, "w") as f:
-            for i, part in enumerate(parts):
-                with h5py.File(part, "r") as src:
-                    if i == 0:
-                        f.attrs.update(dict(src.attrs))
-                        for k, d in src.items():
-                            chunks = (64, *(max(1, n) for n in d.shape[1:]))
-                            f.create_dataset(k, shape=(0, *d.shape[1:]), maxshape=_growable(d.shape),
-                                             dtype=d.dtype, chunks=chunks, compression="gzip", compression_opts=4)
-                    n = next(iter(src.values())).shape[0]
+    with atomic_path(out) as tmp, h5py.File(tmp, "w") as f:
+        for i, part in enumerate(parts):
+            with h5py.File(part, "r") as src:
+                if i == 0:
+                    f.attrs.update(dict(src.attrs))
                     for k, d in src.items():
-                        dst = f[k]
-                        dst.resize(total + n, axis=0)
-                        for a in range(0, n, 256):
-                            dst[total + a:total + min(n, a + 256)] = d[a:min(n, a + 256)]
-                    total += n
-            f.attrs.update(attrs)
-        os.replace(tmp, out)
-    finally:
-        tmp.unlink(missing_ok=True)
+                        chunks = (64, *(max(1, n) for n in d.shape[1:]))
+                        f.create_dataset(k, shape=(0, *d.shape[1:]), maxshape=_growable(d.shape),
+                                         dtype=d.dtype, chunks=chunks, compression="gzip", compression_opts=4)
+                n = next(iter(src.values())).shape[0]
+                for k, d in src.items():
+                    dst = f[k]
+                    dst.resize(total + n, axis=0)
+                    for a in range(0, n, 256):
+                        dst[total + a:total + min(n, a + 256)] = d[a:min(n, a + 256)]
+                total += n
+        f.attrs.update(attrs)
     return total
 
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 from pathlib import Path
 
 import mujoco
@@ -36,6 +35,7 @@ from flashnerd.data.dataset import dataset_attrs, robot_layout, write_arrays
 from flashnerd.models.contact_head import CONTACT_LABEL_N
 from flashnerd.robots import RobotSpec, robot_of_record
 from flashnerd.sim.scene import build_scene, robot_columns
+from flashnerd.utils.atomic import atomic_path
 from flashnerd.utils.host_memory import fits_in_memory
 from flashnerd.utils.math import quat_apply, quat_apply_inverse
 
@@ -135,8 +135,7 @@ def write_log(path: str | Path, frame: pd.DataFrame, variant: str = "") -> None:
     if path.suffix not in SUFFIXES:
         raise LogError(f"robot log '{path}' must end in {' or '.join(SUFFIXES)}")
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    try:
+    with atomic_path(path) as tmp:
         if path.suffix == ".csv":
             frame.to_csv(tmp, index=False)
         else:
@@ -146,9 +145,6 @@ def write_log(path: str | Path, frame: pd.DataFrame, variant: str = "") -> None:
             table = pa.Table.from_pandas(frame, preserve_index=False)
             table = table.replace_schema_metadata({**(table.schema.metadata or {}), META_KEY: variant.encode()})
             pq.write_table(table, tmp)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 # --- reading and importing --------------------------------------------------------------------------------------

@@ -19,7 +19,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
 import shutil
 from pathlib import Path
 
@@ -35,6 +34,7 @@ from flashnerd.dynamics.representation import StateRepresentation
 from flashnerd.robots import RobotSpec
 from flashnerd.sim.scene import actuator_ctrl_limits
 from flashnerd.sim.terrain import sample_spawn_xy, terrain_height
+from flashnerd.utils.atomic import write_text_atomic
 from flashnerd.utils.math import quat_from_euler_xyz
 
 
@@ -341,9 +341,7 @@ def _fresh_parts(parts: Path, identity: dict) -> int:
     """Start a recording in an empty `parts` folder that names its settings; returns 0 batches done."""
     shutil.rmtree(parts, ignore_errors=True)
     parts.mkdir(parents=True)
-    tmp = parts / "settings.json.tmp"
-    tmp.write_text(json.dumps(identity))
-    os.replace(tmp, parts / "settings.json")
+    write_text_atomic(parts / "settings.json", json.dumps(identity))
     return 0
 
 

@@ -20,6 +20,7 @@ from tensordict import TensorDict
 from flashnerd.envs.core import FlashNeRDEnv
 from flashnerd.envs.memory import check_env_memory
 from flashnerd.models.checkpoint import check_optimizer_state, load_plain_pickle
+from flashnerd.utils.atomic import atomic_path
 from flashnerd.utils.distributed import dist_info, init_distributed
 from flashnerd.utils.machine import describe_machine
 from flashnerd.utils.seeding import seed_everything
@@ -237,9 +238,13 @@ class FlashNeRDRunner(OnPolicyRunner):
                     "collect_seconds": self.collect_before + self.collect_seconds,
                     "learn_seconds": self.learn_before + self.learn_seconds,
                     "machines": [[it, m] for it, m in self.machines()]}
-        tmp = f"{path}.tmp"
-        super().save(tmp, {**progress, **self.checkpoint_infos, **(infos or {})})
-        os.replace(tmp, path)
+        # rsl_rl's own save, written through a temporary file: the upload to external loggers names the final file
+        saved = self.alg.save()
+        saved["iter"] = self.current_learning_iteration
+        saved["infos"] = {**progress, **self.checkpoint_infos, **(infos or {})}
+        with atomic_path(path) as tmp:
+            torch.save(saved, tmp)
+        self.logger.save_model(path, self.current_learning_iteration)
 
     def machines(self) -> list[tuple[int, str]]:
         """(first iteration, machine) of each stretch of the whole run trained on one machine, this process's last."""

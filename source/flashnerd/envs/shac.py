@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import os
 import statistics
 import time
 from collections import deque
@@ -29,6 +28,7 @@ from tensordict import TensorDict
 
 from flashnerd.envs.rsl_rl import FlashNeRDRunner, RslRlVecEnvWrapper, make_runner, read_policy_checkpoint
 from flashnerd.models.checkpoint import CheckpointError, load_optimizer_state
+from flashnerd.utils.atomic import atomic_path
 from flashnerd.utils.seeding import seed_everything
 
 
@@ -276,9 +276,8 @@ class ShacTrainer:
                      shac_actor_optimizer=self.actor_opt.state_dict(),
                      shac_critic_optimizer=self.critic_opt.state_dict(),
                      shac_target_critic=self.target_critic.state_dict())
-        tmp = f"{path}.tmp"
-        torch.save(saved, tmp)
-        os.replace(tmp, path)
+        with atomic_path(path) as tmp:
+            torch.save(saved, tmp)
 
     def init_from(self, path: str) -> None:
         """Start from the actor and critic of a policy checkpoint, PPO's or SHAC's (read with `torch.load(

@@ -38,6 +38,7 @@ __all__ = [
     "disagreement",
     "model_sizes",
     "num_params",
+    "size_preset",
     "takes_contact_rows",
 ]
 
@@ -52,9 +53,10 @@ MODEL_LABELS = {"flashnerd": "FlashNeRD", "nerd": "NeRD", "rwm": "RWM"}  # how p
 
 
 def build_model(kind: str, input_dim: int, output_dim: int, size: str = "cpu", ensemble: int = 1,
-                **overrides) -> DynamicsModel:
+                ensemble_shared: int = 0, **overrides) -> DynamicsModel:
     """Build a model of `kind` ('flashnerd', 'nerd' or 'rwm') from a size preset; kwargs override config fields.
-    `ensemble` > 1 builds that many members (each initialized from the global RNG in turn) as one `Ensemble`."""
+    `ensemble` > 1 builds that many members (each initialized from the global RNG in turn) as one `Ensemble`, whose
+    members share their frame embedding and first `ensemble_shared` blocks (FlashNeRD)."""
     if kind not in _MODELS:
         raise ValueError(f"unknown model '{kind}'; choose one of: {', '.join(_MODELS)}")
     model_cls, config_cls, sizes = _MODELS[kind]
@@ -62,10 +64,18 @@ def build_model(kind: str, input_dim: int, output_dim: int, size: str = "cpu", e
         raise ValueError(f"unknown size '{size}' for {kind}; choose one of: {', '.join(sizes)}")
     if not 1 <= ensemble <= MAX_MEMBERS:
         raise ValueError(f"--ensemble must be 1 (one model) to {MAX_MEMBERS} members, got {ensemble}")
+    if ensemble_shared and ensemble == 1:
+        raise ValueError(f"--ensemble_shared {ensemble_shared} shares layers between ensemble members; give "
+                         "--ensemble K (2 or more)")
     config = config_cls(input_dim=input_dim, output_dim=output_dim, **{**sizes[size], **overrides})
     if ensemble == 1:
         return model_cls(config)
-    return Ensemble([model_cls(config) for _ in range(ensemble)])
+    return Ensemble([model_cls(config) for _ in range(ensemble)], shared_layers=ensemble_shared)
+
+
+def size_preset(kind: str, size: str) -> dict:
+    """The config fields of the size preset `size` of models of `kind` ({} for an unknown kind or size)."""
+    return dict(_MODELS[kind][2].get(size, {})) if kind in _MODELS else {}
 
 
 def model_sizes(kind: str) -> tuple[str, ...]:

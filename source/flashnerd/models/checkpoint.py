@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
 import pickle
 import re
 import warnings
@@ -29,6 +28,7 @@ from flashnerd.models import MAX_MEMBERS, MODEL_KINDS, build_model
 from flashnerd.models.contact_head import MAX_HIDDEN, MAX_LAYERS, ContactHead, ContactHeadConfig
 from flashnerd.models.normalizer import Normalizer
 from flashnerd.robots import RobotSpec
+from flashnerd.utils.atomic import atomic_path
 from flashnerd.utils.hints import finite_number
 from flashnerd.utils.host_memory import fits_in_memory
 
@@ -45,6 +45,7 @@ class CheckpointError(ValueError):
 
 MAX_CONFIG_INT = 1 << 16  # no model size, window or row count of a real checkpoint comes near this
 MAX_BUFFER_NUMEL = 1 << 27  # masks and tables a model builds itself (128M elements)
+MAX_SHARED_LAYERS = 64  # layers an ensemble's members share: no model comes near this many
 REQUIRED = {"kind": str, "model_config": dict, "state_dict": dict, "input_normalizer": dict,
             "target_normalizer": dict, "robot": str, "model_hash": str, "control_dt": float, "representation": dict}
 # fields a checkpoint may lack (an exported one has no optimizer), of these types where present
@@ -111,12 +112,8 @@ def save_checkpoint(path: str | Path, payload: dict[str, Any]) -> None:
     tensors: dict[str, torch.Tensor] = {}
     tree = _encode(payload, "", tensors)
     meta = {"format": FORMAT, "format_version": str(FORMAT_VERSION), "payload": json.dumps(tree)}
-    tmp = path.with_name(path.name + ".tmp")
-    try:
+    with atomic_path(path) as tmp:
         save_file(tensors, tmp, metadata=meta)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def _refuse_pickle(path: Path) -> None:
@@ -190,6 +187,10 @@ def _check_fields(path: Path, ckpt: Any) -> None:
     if isinstance(members, bool) or not isinstance(members, int) or not 1 <= members <= MAX_MEMBERS:
         raise CheckpointError(f"checkpoint '{path}' is corrupt: field 'ensemble' is {members!r}, not a member count "
                               f"from 1 to {MAX_MEMBERS}")
+    shared = ckpt.get("ensemble_shared", 0)
+    if isinstance(shared, bool) or not isinstance(shared, int) or not 0 <= shared <= MAX_SHARED_LAYERS:
+        raise CheckpointError(f"checkpoint '{path}' is corrupt: field 'ensemble_shared' is {shared!r}, not a layer "
+                              f"count from 0 to {MAX_SHARED_LAYERS}")
     for key in ("step", "train_seconds"):
         if key in ckpt and (isinstance(ckpt[key], bool) or not isinstance(ckpt[key], (int, float))):
             raise CheckpointError(f"checkpoint '{path}' is corrupt: field '{key}' is not a number")
@@ -224,9 +225,9 @@ def model_from_checkpoint(ckpt: dict[str, Any], device: torch.device | str = "cp
     if big:
         raise CheckpointError(f"checkpoint model config field '{big[0]}' = {cfg[big[0]]!r} is out of range")
     try:
-        members = ckpt.get("ensemble", 1)
+        members, shared = ckpt.get("ensemble", 1), ckpt.get("ensemble_shared", 0)
         with torch.device("meta"):  # shapes only: nothing is allocated
-            shell = build_model(ckpt["kind"], ensemble=members, **cfg)
+            shell = build_model(ckpt["kind"], ensemble=members, ensemble_shared=shared, **cfg)
         dims = int(cfg["input_dim"]), int(cfg["output_dim"])
     except Exception as err:  # a crafted config fails in many ways (asserts, divisions by zero, bad shapes)
         raise CheckpointError(f"checkpoint model config does not build a {ckpt['kind']} model "
@@ -240,7 +241,7 @@ def model_from_checkpoint(ckpt: dict[str, Any], device: torch.device | str = "cp
         diff = sorted(set(expected.items()) ^ set(saved.items()), key=str)[:1]
         raise CheckpointError(f"checkpoint weights do not match its model config (first difference: {diff}); "
                               "the file is corrupt")
-    model = build_model(ckpt["kind"], ensemble=members, **cfg)
+    model = build_model(ckpt["kind"], ensemble=members, ensemble_shared=shared, **cfg)
     model.load_state_dict(ckpt["state_dict"])
     x_norm, y_norm = Normalizer(dims[0]), Normalizer(dims[1])
     try:

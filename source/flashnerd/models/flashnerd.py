@@ -251,6 +251,45 @@ class FlashNeRD(DynamicsModel):
             h, _, _ = block.step(h, cache.k[layer, :, lo:hi], cache.v[layer, :, lo:hi], cache.ptr, lags, keep)
         return self._predict(h, e, frame)  # (n, O)
 
+    # --- an ensemble whose members share their first layers runs those once per step (models/ensemble.py) ------
+
+    def shared_prefixes(self, layers: int) -> tuple[str, ...]:
+        """Parameter names (prefixes) the members of an ensemble hold once when they share the frame embedding (and
+        contact encoder) and the first `layers` blocks."""
+        if not 0 <= layers <= self.config.n_layer:
+            raise ValueError(f"--ensemble_shared must be 0 to the model's {self.config.n_layer} blocks, got {layers}")
+        return ("embed", "contact", *(f"blocks.{i}" for i in range(layers)))
+
+    def cache_rows(self, cache: FlashNeRDCache, lo: int, hi: int) -> FlashNeRDCache:
+        """A view of worlds lo..hi of `cache` (writes reach it), for stepping a batch in chunks."""
+        return FlashNeRDCache(cache.k[:, :, lo:hi], cache.v[:, :, lo:hi], cache.count[lo:hi], cache.ptr)
+
+    def share_trunk_slots(self, k: torch.Tensor, v: torch.Tensor, ptr: int, layers: int) -> None:
+        """After a step whose first `layers` blocks ran once for every member: copy member 0's keys/values of this
+        frame (slot `ptr`) into the other members' caches k, v (K, L, S+1, B, H, D), so each member's cache holds its
+        whole history, whichever path steps it next."""
+        k[1:, :layers, ptr] = k[:1, :layers, ptr]  # (K-1, layers, B, H, D)
+        v[1:, :layers, ptr] = v[:1, :layers, ptr]
+
+    def step_trunk(self, x_t: torch.Tensor, cache: FlashNeRDCache, layers: int) -> tuple[torch.Tensor, ...]:
+        """`step`'s embedding and first `layers` blocks for all worlds: x_t (B, I) -> hidden (B, C), frame token
+        (B, C) and frame columns (B, I'); writes those blocks' keys/values, does not advance the cache."""
+        lags, keep = self._slots(cache)
+        e, frame = self._embed(x_t)  # (B, C), (B, I')
+        h = e
+        for layer in range(layers):
+            h, _, _ = self.blocks[layer].step(h, cache.k[layer], cache.v[layer], cache.ptr, lags, keep)  # (B, C)
+        return h, e, frame
+
+    def step_head(self, h: torch.Tensor, e: torch.Tensor, frame: torch.Tensor, cache: FlashNeRDCache,
+                  layers: int) -> torch.Tensor:
+        """The rest of `step` from `step_trunk`'s output: the blocks from `layers` on and the readout -> (B, O);
+        writes those blocks' keys/values, does not advance the cache."""
+        lags, keep = self._slots(cache)
+        for layer in range(layers, self.config.n_layer):
+            h, _, _ = self.blocks[layer].step(h, cache.k[layer], cache.v[layer], cache.ptr, lags, keep)  # (B, C)
+        return self._predict(h, e, frame)  # (B, O)
+
     def step_functional(self, x_t: torch.Tensor, cache: FlashNeRDCache) -> tuple[torch.Tensor, FlashNeRDCache]:
         """`step` without writes: x_t (B, input_dim) and `cache` -> (B, output_dim) and a new cache; autograd runs
         through any number of these steps (the inputs' caches are left as they were)."""

@@ -36,6 +36,7 @@ from typing import Any
 
 import yaml
 
+from flashnerd.utils.atomic import write_text_atomic
 from flashnerd.utils.name_patterns import NamePatternError, compiled
 from flashnerd.utils.strict_yaml import brief, dump_yaml_text, load_yaml, yaml_problem
 
@@ -117,9 +118,7 @@ class RobotVariant:
         temporary file renamed into place)."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(dump_yaml_text(self.spec))
-        tmp.replace(path)
+        write_text_atomic(path, dump_yaml_text(self.spec))
 
 
 MAX_VARIANT_BYTES = 1 << 20  # a variant is a few lines; anything near this is not one

@@ -15,9 +15,10 @@ from flashnerd.models import build_model
 
 
 def _steady_model(kind: str, input_dim: int, output_dim: int, batch: int, size: str, dev: torch.device,
-                  ensemble: int = 1):
+                  ensemble: int = 1, ensemble_shared: int = 0):
     """A model, its cache with a full history and an input (B, I): the state every timed step starts from."""
-    model = build_model(kind, input_dim, output_dim, size=size, ensemble=ensemble).to(dev).eval()
+    model = build_model(kind, input_dim, output_dim, size=size, ensemble=ensemble,
+                        ensemble_shared=ensemble_shared).to(dev).eval()
     cache = model.init_cache(batch, device=dev)
     x = torch.randn(batch, input_dim, device=dev)  # (B, I) inputs do not change the cost
     for _ in range(model.receptive_field + 1):  # fill the history so the timed steps are the steady state
@@ -87,9 +88,9 @@ def model_roofline(kind: str, input_dim: int, output_dim: int, batch: int, steps
 @torch.no_grad()
 def model_steps_per_second(kind: str, input_dim: int, output_dim: int, batch: int, size: str = "cpu",
                            device: str = "cpu", min_seconds: float = 1.0, min_steps: int = 3,
-                           ensemble: int = 1) -> float:
+                           ensemble: int = 1, ensemble_shared: int = 0) -> float:
     """Worlds x steps per second of `model.step` for `batch` worlds after the history is full (warm-up); with
-    `ensemble` K > 1, of one step of all K members."""
+    `ensemble` K > 1, of one step of all K members (sharing their first `ensemble_shared` blocks)."""
     dev = torch.device(device)
-    model, cache, x = _steady_model(kind, input_dim, output_dim, batch, size, dev, ensemble)
+    model, cache, x = _steady_model(kind, input_dim, output_dim, batch, size, dev, ensemble, ensemble_shared)
     return batch * _timed(lambda: model.step(x, cache), dev, min_seconds, min_steps)

@@ -31,7 +31,16 @@ from flashnerd.contacts import contact_features
 from flashnerd.data.dataset import TrajectoryData, check_robot, load_datasets
 from flashnerd.dynamics import make_dynamics
 from flashnerd.dynamics.representation import StateRepresentation
-from flashnerd.models import MAX_MEMBERS, MODEL_KINDS, build_model, model_sizes, num_params, takes_contact_rows
+from flashnerd.models import (
+    FLASHNERD_KIND,
+    MAX_MEMBERS,
+    MODEL_KINDS,
+    build_model,
+    model_sizes,
+    num_params,
+    size_preset,
+    takes_contact_rows,
+)
 from flashnerd.models.checkpoint import (
     CheckpointError,
     actuators_from_checkpoint,
@@ -83,6 +92,7 @@ class FitConfig:
     mix: float = 0.1  # share of every batch drawn from mix_data
     patience: int = 0  # stop after this many validations without a lower loss; `out` keeps the best (0: off)
     ensemble: int = 1  # members trained together (own initialization and batches), stored and stepped as one model
+    ensemble_shared: int = 0  # FlashNeRD blocks (with the frame embedding) the members share, computed once per step
     # steps of the contact head fitted after the model on the data's contact labels, outside time_budget_s (0: none;
     # data without labels or a robot without contact bodies get none)
     contact_head_steps: int = 1000
@@ -110,6 +120,12 @@ def check_fit_config(cfg: FitConfig) -> None:
         raise ValueError(f"--mix must lie in [0, 1), the share of each batch from --mix_data; got {cfg.mix}")
     if not 1 <= cfg.ensemble <= MAX_MEMBERS:
         raise ValueError(f"--ensemble must be 1 (one model) to {MAX_MEMBERS} members, got {cfg.ensemble}")
+    if cfg.ensemble_shared and (cfg.ensemble == 1 or cfg.model != FLASHNERD_KIND or cfg.ensemble_shared < 0):
+        raise ValueError(f"--ensemble_shared {cfg.ensemble_shared} shares the first blocks of FlashNeRD ensemble "
+                         "members; it needs --model flashnerd and --ensemble K (2 or more), and a count >= 0")
+    blocks = size_preset(cfg.model, cfg.size).get("n_layer", 0)
+    if cfg.ensemble_shared > blocks:
+        raise ValueError(f"--ensemble_shared must be 0 to the model's {blocks} blocks, got {cfg.ensemble_shared}")
     if cfg.contact_head_steps < 0:
         raise ValueError(f"--contact_head_steps must be >= 0 (0: no contact head), got {cfg.contact_head_steps}")
     if cfg.patience < 0:
@@ -198,7 +214,7 @@ class Fitter:
         torch.manual_seed(cfg.seed)  # initial weights follow the seed (and agree on every rank)
         rows = dict(contact_rows=cfg.max_rows, contact_row_dim=self.probes.row_dim) if packed else {}
         self.model = build_model(cfg.model, self.rep.input_dim, self.rep.target_dim, size=cfg.size,
-                                 ensemble=cfg.ensemble, **rows).to(self.device)
+                                 ensemble=cfg.ensemble, ensemble_shared=cfg.ensemble_shared, **rows).to(self.device)
         self.window = min(cfg.window, self.model.context or cfg.window, data.traj_len)
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
         self.step, self.train_seconds = 0, 0.0
@@ -453,6 +469,7 @@ class Fitter:
         save_checkpoint(out, {
             "kind": self.cfg.model,
             "ensemble": self.members,
+            "ensemble_shared": self.cfg.ensemble_shared,
             "model_config": config_dict(self.model.config),
             "state_dict": self.model.state_dict(),
             "input_normalizer": self.x_norm.state_dict(),
@@ -527,6 +544,10 @@ class Fitter:
         if ckpt.get("ensemble", 1) != self.members:
             raise ValueError(f"checkpoint '{path}' holds {ckpt.get('ensemble', 1)} member(s), this fit "
                              f"--ensemble {self.members}; cannot {verb} it with another member count")
+        if ckpt.get("ensemble_shared", 0) != self.cfg.ensemble_shared:
+            raise ValueError(f"checkpoint '{path}' holds members that share {ckpt.get('ensemble_shared', 0)} "
+                             f"block(s), this fit --ensemble_shared {self.cfg.ensemble_shared}; cannot {verb} it "
+                             "with another sharing")
         contact_head_from_checkpoint(ckpt, self.robot.all_contact_bodies)  # a bad head is refused before the fit
         # --contact_head_steps 0 asks for no head: none is carried over from the starting checkpoint
         self.contact_head = ckpt.get("contact_head") if self.cfg.contact_head_steps else None

@@ -10,7 +10,6 @@ model-only streaming throughput at each batch size, including the largest batch 
 from __future__ import annotations
 
 import dataclasses
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,6 +28,7 @@ from flashnerd.sim.scene import build_scene
 from flashnerd.training.benchmark import model_steps_per_second
 from flashnerd.training.evaluate import rollout_errors
 from flashnerd.training.fit import FitConfig, Fitter
+from flashnerd.utils.atomic import write_text_atomic
 from flashnerd.utils.machine import describe_machine
 
 
@@ -175,6 +175,4 @@ def write_card(robot: RobotSpec, result: dict, path: Path, cfg: SuiteConfig, tra
     lines += ["", "NRMSE is defined in `docs/learned_dynamics.md`; throughput is in `docs/results.md`. "
               f"Robot-model hash: `{robot.model_hash()}`.", ""]
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("\n".join(lines))
-    os.replace(tmp, path)
+    write_text_atomic(path, "\n".join(lines))

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
+
+from flashnerd.utils.atomic import atomic_path
 
 
 def save_figure(fig, path: str | Path, dpi: int = 120) -> None:
@@ -11,8 +12,8 @@ def save_figure(fig, path: str | Path, dpi: int = 120) -> None:
     close it."""
     import matplotlib.pyplot as plt
 
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
-    fig.savefig(tmp, dpi=dpi, format="png", metadata={"Software": None})
-    plt.close(fig)
-    os.replace(tmp, path)
+    try:
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, dpi=dpi, format="png", metadata={"Software": None})
+    finally:
+        plt.close(fig)

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from pathlib import Path
 
 from flashnerd.models import FLASHNERD_KIND, MODEL_KINDS, MODEL_LABELS, NERD_KIND
+from flashnerd.utils.atomic import write_text_atomic
 from flashnerd.viz.figure import save_figure
 
 COLORS = dict(zip(MODEL_KINDS, ("#1b9e77", "#d95f02", "#7570b3")))  # one colour per model kind, in order
@@ -116,8 +116,6 @@ def write_outputs(results: dict, out_dir: str | Path, name: str) -> dict:
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = {"json": out_dir / f"{name}.json", "table": out_dir / f"{name}.md", "plot": out_dir / f"{name}.png"}
     for key, text in (("json", json.dumps(results, indent=1) + "\n"), ("table", suite_table(results) + "\n")):
-        tmp = paths[key].with_name(paths[key].name + ".tmp")
-        tmp.write_text(text)
-        os.replace(tmp, paths[key])
+        write_text_atomic(paths[key], text)
     plot_radar(results, paths["plot"])
     return {k: str(v) for k, v in paths.items()}

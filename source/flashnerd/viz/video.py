@@ -16,6 +16,7 @@ from PIL import Image, ImageDraw
 from flashnerd.robots import RobotSpec
 from flashnerd.sim.naming import unused_name
 from flashnerd.sim.scene import build_scene_spec
+from flashnerd.utils.atomic import temporary_path
 
 
 class RobotRenderer:
@@ -73,7 +74,8 @@ def side_by_side(left: np.ndarray, right: np.ndarray, gap: int = 4) -> np.ndarra
 
 
 class VideoWriter:
-    """H.264 MP4 through imageio-ffmpeg, written to `<path>.tmp.mp4` and renamed when closed without error.
+    """H.264 MP4 through imageio-ffmpeg, written to a temporary `....tmp.mp4` beside `path` and renamed when closed
+    without error.
 
     Frames are padded with black on the right and bottom to multiples of 16 pixels (H.264 macroblocks) rather than
     rescaled, so pixel columns keep their place (side-by-side halves stay comparable).
@@ -84,7 +86,7 @@ class VideoWriter:
 
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.tmp = self.path.with_name(self.path.stem + ".tmp.mp4")
+        self.tmp = temporary_path(self.path, suffix=".mp4")  # the writer picks the format from the suffix
         self._writer = imageio.get_writer(self.tmp, fps=fps, codec="libx264", quality=7, macro_block_size=1,
                                           ffmpeg_log_level="error")
         self.frames = 0

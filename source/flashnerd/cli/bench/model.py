@@ -11,7 +11,7 @@ import torch
 from flashnerd.cli.common import CLIError, check_device, check_positive
 from flashnerd.contacts import contact_features
 from flashnerd.dynamics.representation import StateRepresentation
-from flashnerd.models import FLASHNERD_KIND, MAX_MEMBERS, NERD_KIND
+from flashnerd.models import FLASHNERD_KIND, MAX_MEMBERS, NERD_KIND, size_preset
 from flashnerd.robots import get_robot
 from flashnerd.sim.scene import build_scene
 from flashnerd.training.benchmark import model_roofline, model_steps_per_second
@@ -26,6 +26,8 @@ def add_parser(bsub: argparse._SubParsersAction) -> None:
     m.add_argument("--size", default="cpu", help="size class of both models: cpu, paper_small, paper")
     m.add_argument("--ensemble", type=int, default=1,
                    help="also time an ensemble of this many members of each kind, and its cost over one model's")
+    m.add_argument("--ensemble_shared", type=int, default=0,
+                   help="blocks the ensemble's members share (FlashNeRD; `fit --ensemble_shared`), run once per step")
     m.add_argument("--device", default="cpu", help="torch device")
     m.add_argument("--min_seconds", type=float, default=1.0, help="timed seconds per measurement (at least)")
     m.set_defaults(func=run)
@@ -44,6 +46,12 @@ def run(args: argparse.Namespace) -> dict:
     kinds = args.models.split(",")
     if not 1 <= args.ensemble <= MAX_MEMBERS:
         raise CLIError(f"--ensemble must be 1 (no ensemble) to {MAX_MEMBERS} members, got {args.ensemble}")
+    if args.ensemble_shared and (args.ensemble == 1 or kinds != [FLASHNERD_KIND] or args.ensemble_shared < 0):
+        raise CLIError(f"--ensemble_shared {args.ensemble_shared} shares blocks of FlashNeRD ensemble members; give "
+                       "--models flashnerd and --ensemble K (2 or more)")
+    blocks = size_preset(FLASHNERD_KIND, args.size).get("n_layer", 0)
+    if args.ensemble_shared > blocks:
+        raise CLIError(f"--ensemble_shared must be 0 to the model's {blocks} blocks, got {args.ensemble_shared}")
     scene = build_scene(robot)
     rep = StateRepresentation.for_robot(robot, scene, contact_features(robot, scene).dim)
     results: dict[str, dict[str, float]] = {}
@@ -53,8 +61,10 @@ def run(args: argparse.Namespace) -> dict:
         results[kind], members[kind], roofline[kind] = {}, {}, {}
         for b in batches:  # one model, then its ensemble, batch by batch: machine noise hits both alike
             for k, table in ((1, results), (args.ensemble, members)) if args.ensemble > 1 else ((1, results),):
+                shared = args.ensemble_shared if k > 1 else 0
                 table[kind][str(b)] = round(model_steps_per_second(kind, rep.input_dim, rep.target_dim, b, args.size,
-                                                                   args.device, args.min_seconds, ensemble=k), 1)
+                                                                   args.device, args.min_seconds, ensemble=k,
+                                                                   ensemble_shared=shared), 1)
             # right after the model's own timing, so the matmul rate it is compared with sees the same machine
             roofline[kind][str(b)] = model_roofline(kind, rep.input_dim, rep.target_dim, b, results[kind][str(b)],
                                                     args.size, args.device, args.min_seconds)
@@ -63,7 +73,7 @@ def run(args: argparse.Namespace) -> dict:
     if FLASHNERD_KIND in results and NERD_KIND in results:
         out["ratio"] = {b: round(results[FLASHNERD_KIND][b] / results[NERD_KIND][b], 2) for b in results[NERD_KIND]}
     if args.ensemble > 1:
-        out["ensemble"] = {"members": args.ensemble, "steps_per_s": members,
+        out["ensemble"] = {"members": args.ensemble, "shared_blocks": args.ensemble_shared, "steps_per_s": members,
                            "cost_over_one_model": {k: {b: round(results[k][b] / members[k][b], 2) for b in members[k]}
                                                    for k in kinds}}
     print(json.dumps(out))
