@@ -47,12 +47,21 @@ def test_an_ensemble_streams_as_its_separate_members(kind, batched_call):
     """Every member's prediction over 9 steps (ring buffers wrap; one world reset midway) equals its own model's."""
     ens, singles = _members(kind)
     ens.batched_call = batched_call  # the member loop (CPU default) and the one vmap'd call (GPU default)
+    _stream_as_members(ens, singles, reset_world=2)
+
+
+def _stream_as_members(ens: Ensemble, singles: list, reset_world: int, switch_at: int | None = None) -> torch.Tensor:
+    """Step the ensemble and its separate models 9 times on 4 worlds (ring buffers wrap; one world reset at step 5;
+    from `switch_at` on the ensemble's other streaming path) and compare every member's prediction with its model's;
+    returns the last (K, B, OUT)."""
     B = 4
     cache, caches = ens.init_cache(B), [m.init_cache(B) for m in singles]
     with torch.no_grad():
         for t in range(9):
+            if t == switch_at:
+                ens.batched_call = not ens.batched_call
             if t == 5:
-                ids = torch.tensor([2])
+                ids = torch.tensor([reset_world])
                 ens.reset_cache(cache, ids)
                 for m, c in zip(singles, caches):
                     m.reset_cache(c, ids)
@@ -60,6 +69,7 @@ def test_an_ensemble_streams_as_its_separate_members(kind, batched_call):
             out = ens.step(x, cache)  # (K, B, OUT)
             ref = torch.stack([m.step(x, c) for m, c in zip(singles, caches)])
             torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+    return out
 
 
 @pytest.mark.parametrize("kind", ["flashnerd", "nerd", "rwm"])
@@ -267,21 +277,8 @@ def test_members_sharing_their_first_blocks_stream_as_separate_models_with_those
     assert ens.members.blocks[0].in_proj.weight.dim() == 2 and ens.members.blocks[1].in_proj.weight.dim() == 3
     ens.batched_call = batched_call
     ens.members.cpu_chunk = 3  # the shared path steps 4 worlds in two chunks, as the model's own CPU step would
-    B = 4
-    cache, caches = ens.init_cache(B), [m.init_cache(B) for m in singles]
-    with torch.no_grad():
-        for t in range(9):
-            if t == 7:  # the other path from here on: each member's cache must hold its whole history
-                ens.batched_call = not batched_call
-            if t == 5:
-                ids = torch.tensor([1])
-                ens.reset_cache(cache, ids)
-                for m, c in zip(singles, caches):
-                    m.reset_cache(c, ids)
-            x = torch.randn(B, IN)
-            out = ens.step(x, cache)  # (K, B, OUT)
-            ref = torch.stack([m.step(x, c) for m, c in zip(singles, caches)])
-            torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+    # the other path from step 7 on: each member's cache must hold its whole history whichever path wrote it
+    out = _stream_as_members(ens, singles, reset_world=1, switch_at=7)
     assert bool((disagreement(out) > 0).all())
 
 
