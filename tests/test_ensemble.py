@@ -27,18 +27,31 @@ TINY = {"flashnerd": dict(n_layer=2, n_head=2, n_embd=16, span=3, readout_hidden
 TASK = "FlashNeRD-Velocity-Flat-Anymal-C-v0"
 
 
-def _members(kind: str) -> tuple[Ensemble, list[torch.nn.Module]]:
-    """An ensemble of K members and K separate models with the same weights (each built from the same seed)."""
+def _members(kind: str, shared: int = 0) -> tuple[Ensemble, list[torch.nn.Module]]:
+    """An ensemble of K members (sharing their embedding and first `shared` blocks) and K separate models with the
+    same weights: each member's own, and the shared ones."""
     torch.manual_seed(3)
-    ens = build_model(kind, IN, OUT, ensemble=K, **TINY[kind])
+    ens = build_model(kind, IN, OUT, ensemble=K, ensemble_shared=shared, **TINY[kind])
     torch.manual_seed(3)
     singles = [build_model(kind, IN, OUT, **TINY[kind]) for _ in range(K)]
     with torch.no_grad():  # larger weights than the init, so a wrong slice or cache shows up
         for n, p in ens.members.named_parameters():
             p.add_(0.3 * torch.randn_like(p))
             for k, m in enumerate(singles):
-                dict(m.named_parameters())[n].copy_(p[k])
+                dict(m.named_parameters())[n].copy_(p if f"m.{n}" in ens._shared else p[k])
     return ens.eval(), [m.eval() for m in singles]
+
+
+def _train_as_members(ens: Ensemble, singles: list) -> None:
+    """Forward and loss on member-grouped rows (rows [k*b, (k+1)*b) are member k's): the ensemble's forward equals
+    its separate models', and both losses are back-propagated for the caller to compare gradients."""
+    b, T = 3, 4
+    x, y = torch.randn(K * b, T, IN), torch.randn(K * b, T, OUT)
+    rows = [slice(k * b, (k + 1) * b) for k in range(K)]
+    with torch.no_grad():
+        torch.testing.assert_close(ens(x), torch.cat([m(x[r]) for m, r in zip(singles, rows)]), atol=1e-5, rtol=0)
+    ens.loss(x, y).backward()
+    sum(m.loss(x[r], y[r]) for m, r in zip(singles, rows)).backward()
 
 
 @pytest.mark.parametrize("kind", ["flashnerd", "nerd", "rwm"])
@@ -76,13 +89,7 @@ def _stream_as_members(ens: Ensemble, singles: list, reset_world: int, switch_at
 def test_ensemble_training_hooks_are_the_members_own(kind):
     """Forward, loss, gradients and per-member clipping on member-grouped rows equal those of separate models."""
     ens, singles = _members(kind)
-    b, T = 3, 4
-    x, y = torch.randn(K * b, T, IN), torch.randn(K * b, T, OUT)
-    rows = [slice(k * b, (k + 1) * b) for k in range(K)]
-    with torch.no_grad():
-        torch.testing.assert_close(ens(x), torch.cat([m(x[r]) for m, r in zip(singles, rows)]), atol=1e-5, rtol=0)
-    ens.loss(x, y).backward()
-    sum(m.loss(x[r], y[r]) for m, r in zip(singles, rows)).backward()
+    _train_as_members(ens, singles)
     norms = ens.clip_grad_norm_(0.05)
     for k, m in enumerate(singles):
         assert norms[k] == pytest.approx(float(m.clip_grad_norm_(0.05)), rel=1e-4)
@@ -254,25 +261,11 @@ def test_the_disagreement_penalty_has_action_gradients_on_a_differentiable_ensem
         assert not slow.state().disagreement.requires_grad
 
 
-def _sharing_members(shared: int) -> tuple[Ensemble, list[torch.nn.Module]]:
-    """A FlashNeRD ensemble whose members share the embedding and first `shared` blocks, and K separate models
-    holding those shared weights and each member's own."""
-    torch.manual_seed(3)
-    ens = build_model("flashnerd", IN, OUT, ensemble=K, ensemble_shared=shared, **TINY["flashnerd"])
-    singles = [build_model("flashnerd", IN, OUT, **TINY["flashnerd"]) for _ in range(K)]
-    with torch.no_grad():
-        for n, p in ens.members.named_parameters():
-            p.add_(0.3 * torch.randn_like(p))
-            for k, m in enumerate(singles):
-                dict(m.named_parameters())[n].copy_(p if f"m.{n}" in ens._shared else p[k])
-    return ens.eval(), [m.eval() for m in singles]
-
-
 @pytest.mark.parametrize("batched_call", [False, True])
 def test_members_sharing_their_first_blocks_stream_as_separate_models_with_those_weights(batched_call):
     """The shared layers run once per step (the CPU default) or inside the one vmap'd call; either way every member
     predicts what its own model does, over 9 steps with a reset, and the members still disagree."""
-    ens, singles = _sharing_members(1)
+    ens, singles = _members("flashnerd", 1)
     assert {n for n in ens._shared} == {n for n in ens._stacked_params() if n.startswith(("m.embed", "m.blocks.0."))}
     assert ens.members.blocks[0].in_proj.weight.dim() == 2 and ens.members.blocks[1].in_proj.weight.dim() == 3
     ens.batched_call = batched_call
@@ -285,14 +278,8 @@ def test_members_sharing_their_first_blocks_stream_as_separate_models_with_those
 def test_shared_blocks_learn_from_every_members_windows():
     """Training on member-grouped rows: forward equals the separate models', a shared weight's gradient is the sum
     of theirs, a member's own weight's gradient is its model's."""
-    ens, singles = _sharing_members(2)  # every block shared: members differ in ln_f, readout and skip
-    b, T = 3, 4
-    x, y = torch.randn(K * b, T, IN), torch.randn(K * b, T, OUT)
-    rows = [slice(k * b, (k + 1) * b) for k in range(K)]
-    with torch.no_grad():
-        torch.testing.assert_close(ens(x), torch.cat([m(x[r]) for m, r in zip(singles, rows)]), atol=1e-5, rtol=0)
-    ens.loss(x, y).backward()
-    sum(m.loss(x[r], y[r]) for m, r in zip(singles, rows)).backward()
+    ens, singles = _members("flashnerd", 2)  # every block shared: members differ in ln_f, readout and skip
+    _train_as_members(ens, singles)
     for n, p in ens.members.named_parameters():
         grads = [dict(m.named_parameters())[n].grad for m in singles]
         if f"m.{n}" in ens._shared:

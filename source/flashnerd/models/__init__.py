@@ -37,8 +37,8 @@ __all__ = [
     "build_model",
     "disagreement",
     "model_sizes",
+    "check_ensemble_shared",
     "num_params",
-    "size_preset",
     "takes_contact_rows",
 ]
 
@@ -73,9 +73,15 @@ def build_model(kind: str, input_dim: int, output_dim: int, size: str = "cpu", e
     return Ensemble([model_cls(config) for _ in range(ensemble)], shared_layers=ensemble_shared)
 
 
-def size_preset(kind: str, size: str) -> dict:
-    """The config fields of the size preset `size` of models of `kind` ({} for an unknown kind or size)."""
-    return dict(_MODELS[kind][2].get(size, {})) if kind in _MODELS else {}
+def check_ensemble_shared(kind: str, size: str, ensemble: int, shared: int, model_flag: str = "--model") -> None:
+    """One-line ValueError, before anything is built, for blocks shared by members no ensemble of `kind` at `size`
+    can share: sharing needs FlashNeRD, K >= 2 members and 0 to the size's block count."""
+    if shared and (ensemble == 1 or kind != FLASHNERD_KIND or shared < 0):
+        raise ValueError(f"--ensemble_shared {shared} shares the first blocks of FlashNeRD ensemble members; it needs "
+                         f"{model_flag} flashnerd and --ensemble K (2 or more), and a count >= 0")
+    blocks = dict(_MODELS[kind][2].get(size, {})).get("n_layer", 0) if kind in _MODELS else 0
+    if shared > blocks:
+        raise ValueError(f"--ensemble_shared must be 0 to the model's {blocks} blocks, got {shared}")
 
 
 def model_sizes(kind: str) -> tuple[str, ...]:

@@ -200,8 +200,7 @@ class Ensemble(DynamicsModel):
         (trunk,), (head,) = self._methods["step_trunk"], self._methods["step_head"]
         own = [dataclasses.replace(inner, **{n: getattr(inner, n)[k] for n in cache.batched})
                for k in range(self.num_members)]  # views: in-place writes reach the cache
-        B = x_t.shape[0]
-        n = m.cpu_chunk if x_t.device.type == "cpu" and 0 < m.cpu_chunk < B else B
+        B, n = x_t.shape[0], m.chunk_rows(x_t)
         chunks = []
         for lo in range(0, B, n):
             rows = [m.cache_rows(c, lo, lo + n) for c in own]  # worlds lo..lo+n of each member's cache

@@ -230,26 +230,36 @@ class FlashNeRD(DynamicsModel):
         activations stay in cache; every world's result is the same either way (to float rounding).
         """
         lags, keep = self._slots(cache)
-        B = x_t.shape[0]
-        n = self.cpu_chunk if x_t.device.type == "cpu" and 0 < self.cpu_chunk < B else B
-        out = [self._step_rows(x_t[i:i + n], cache, i, lags, keep[:, i:i + n]) for i in range(0, B, n)]  # (n, O)
+        B, n = x_t.shape[0], self.chunk_rows(x_t)
+        out = [self._step_rows(x_t[i:i + n], self.cache_rows(cache, i, i + n), lags, keep[:, i:i + n])
+               for i in range(0, B, n)]  # (n, O) each
         self._advance(cache)
         return out[0] if len(out) == 1 else torch.cat(out)  # (B, O)
+
+    def chunk_rows(self, x_t: torch.Tensor) -> int:
+        """Worlds per pass of a step over x_t (B, I): `cpu_chunk` on the CPU above that many, else all of them."""
+        B = x_t.shape[0]
+        return self.cpu_chunk if x_t.device.type == "cpu" and 0 < self.cpu_chunk < B else B
 
     def _advance(self, cache: FlashNeRDCache) -> None:
         """After a step: the next frame goes to the following slot, and every world has one more past frame."""
         cache.ptr = (cache.ptr + 1) % (self.config.span + 1)
         cache.count.add_(1).clamp_(max=self.config.span)  # (B,)
 
-    def _step_rows(self, x: torch.Tensor, cache: FlashNeRDCache, lo: int, lags: torch.Tensor,
+    def _step_rows(self, x: torch.Tensor, rows: FlashNeRDCache, lags: torch.Tensor,
                    keep: torch.Tensor) -> torch.Tensor:
-        """`step` for worlds lo..lo+n: x (n, I), keep (S+1, n) -> (n, O); writes their keys/values, not the pointer."""
-        hi = lo + x.shape[0]
+        """`step` for the n worlds of the cache view `rows`: x (n, I), keep (S+1, n) -> (n, O); writes their
+        keys/values, not the pointer."""
         e, frame = self._embed(x)  # (n, C), (n, I')
-        h = e
-        for layer, block in enumerate(self.blocks):
-            h, _, _ = block.step(h, cache.k[layer, :, lo:hi], cache.v[layer, :, lo:hi], cache.ptr, lags, keep)
-        return self._predict(h, e, frame)  # (n, O)
+        return self._predict(self._run_blocks(e, rows, lags, keep, range(self.config.n_layer)), e, frame)  # (n, O)
+
+    def _run_blocks(self, h: torch.Tensor, cache: FlashNeRDCache, lags: torch.Tensor, keep: torch.Tensor,
+                    layers: range) -> torch.Tensor:
+        """The blocks `layers` of a step on the hidden state h (B, C) of the worlds of `cache` (or a view of some)
+        -> (B, C), writing their keys/values."""
+        for layer in layers:
+            h, _, _ = self.blocks[layer].step(h, cache.k[layer], cache.v[layer], cache.ptr, lags, keep)  # (B, C)
+        return h
 
     # --- an ensemble whose members share their first layers runs those once per step (models/ensemble.py) ------
 
@@ -276,19 +286,14 @@ class FlashNeRD(DynamicsModel):
         (B, C) and frame columns (B, I'); writes those blocks' keys/values, does not advance the cache."""
         lags, keep = self._slots(cache)
         e, frame = self._embed(x_t)  # (B, C), (B, I')
-        h = e
-        for layer in range(layers):
-            h, _, _ = self.blocks[layer].step(h, cache.k[layer], cache.v[layer], cache.ptr, lags, keep)  # (B, C)
-        return h, e, frame
+        return self._run_blocks(e, cache, lags, keep, range(layers)), e, frame
 
     def step_head(self, h: torch.Tensor, e: torch.Tensor, frame: torch.Tensor, cache: FlashNeRDCache,
                   layers: int) -> torch.Tensor:
         """The rest of `step` from `step_trunk`'s output: the blocks from `layers` on and the readout -> (B, O);
         writes those blocks' keys/values, does not advance the cache."""
         lags, keep = self._slots(cache)
-        for layer in range(layers, self.config.n_layer):
-            h, _, _ = self.blocks[layer].step(h, cache.k[layer], cache.v[layer], cache.ptr, lags, keep)  # (B, C)
-        return self._predict(h, e, frame)  # (B, O)
+        return self._predict(self._run_blocks(h, cache, lags, keep, range(layers, self.config.n_layer)), e, frame)
 
     def step_functional(self, x_t: torch.Tensor, cache: FlashNeRDCache) -> tuple[torch.Tensor, FlashNeRDCache]:
         """`step` without writes: x_t (B, input_dim) and `cache` -> (B, output_dim) and a new cache; autograd runs

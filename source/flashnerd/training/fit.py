@@ -32,13 +32,12 @@ from flashnerd.data.dataset import TrajectoryData, check_robot, load_datasets
 from flashnerd.dynamics import make_dynamics
 from flashnerd.dynamics.representation import StateRepresentation
 from flashnerd.models import (
-    FLASHNERD_KIND,
     MAX_MEMBERS,
     MODEL_KINDS,
     build_model,
+    check_ensemble_shared,
     model_sizes,
     num_params,
-    size_preset,
     takes_contact_rows,
 )
 from flashnerd.models.checkpoint import (
@@ -120,12 +119,7 @@ def check_fit_config(cfg: FitConfig) -> None:
         raise ValueError(f"--mix must lie in [0, 1), the share of each batch from --mix_data; got {cfg.mix}")
     if not 1 <= cfg.ensemble <= MAX_MEMBERS:
         raise ValueError(f"--ensemble must be 1 (one model) to {MAX_MEMBERS} members, got {cfg.ensemble}")
-    if cfg.ensemble_shared and (cfg.ensemble == 1 or cfg.model != FLASHNERD_KIND or cfg.ensemble_shared < 0):
-        raise ValueError(f"--ensemble_shared {cfg.ensemble_shared} shares the first blocks of FlashNeRD ensemble "
-                         "members; it needs --model flashnerd and --ensemble K (2 or more), and a count >= 0")
-    blocks = size_preset(cfg.model, cfg.size).get("n_layer", 0)
-    if cfg.ensemble_shared > blocks:
-        raise ValueError(f"--ensemble_shared must be 0 to the model's {blocks} blocks, got {cfg.ensemble_shared}")
+    check_ensemble_shared(cfg.model, cfg.size, cfg.ensemble, cfg.ensemble_shared)
     if cfg.contact_head_steps < 0:
         raise ValueError(f"--contact_head_steps must be >= 0 (0: no contact head), got {cfg.contact_head_steps}")
     if cfg.patience < 0:

@@ -11,7 +11,7 @@ import torch
 from flashnerd.cli.common import CLIError, check_device, check_positive
 from flashnerd.contacts import contact_features
 from flashnerd.dynamics.representation import StateRepresentation
-from flashnerd.models import FLASHNERD_KIND, MAX_MEMBERS, NERD_KIND, size_preset
+from flashnerd.models import FLASHNERD_KIND, MAX_MEMBERS, NERD_KIND, check_ensemble_shared
 from flashnerd.robots import get_robot
 from flashnerd.sim.scene import build_scene
 from flashnerd.training.benchmark import model_roofline, model_steps_per_second
@@ -46,12 +46,8 @@ def run(args: argparse.Namespace) -> dict:
     kinds = args.models.split(",")
     if not 1 <= args.ensemble <= MAX_MEMBERS:
         raise CLIError(f"--ensemble must be 1 (no ensemble) to {MAX_MEMBERS} members, got {args.ensemble}")
-    if args.ensemble_shared and (args.ensemble == 1 or kinds != [FLASHNERD_KIND] or args.ensemble_shared < 0):
-        raise CLIError(f"--ensemble_shared {args.ensemble_shared} shares blocks of FlashNeRD ensemble members; give "
-                       "--models flashnerd and --ensemble K (2 or more)")
-    blocks = size_preset(FLASHNERD_KIND, args.size).get("n_layer", 0)
-    if args.ensemble_shared > blocks:
-        raise CLIError(f"--ensemble_shared must be 0 to the model's {blocks} blocks, got {args.ensemble_shared}")
+    for kind in kinds:  # before any timing
+        check_ensemble_shared(kind, args.size, args.ensemble, args.ensemble_shared, model_flag="--models")
     scene = build_scene(robot)
     rep = StateRepresentation.for_robot(robot, scene, contact_features(robot, scene).dim)
     results: dict[str, dict[str, float]] = {}
