@@ -364,3 +364,55 @@ def test_bench_ppo_on_the_rough_task_ends_at_max_seconds_and_reports_the_terrain
     assert (run_dir / "model_0.pt").is_file() and not (run_dir / "model_2.pt").exists()
     assert 0.0 <= run["tracker_state"]["Curriculum/terrain_levels"] <= LEVELS - 1
     assert run["machine"] == describe_machine("cpu")  # every run names its machine: --resume may add runs from others
+
+
+def test_restored_terrain_levels_place_every_world_on_its_saved_tile_and_bad_ones_are_refused():
+    import gymnasium as gym
+
+    import flashnerd_tasks  # noqa: F401
+
+    env = gym.make(ROUGH, num_envs=4).unwrapped
+    levels = env.trackers["terrain"]
+    for _ in range(3):  # steps into an episode: restoring still moves no level
+        env.step(torch.zeros(4, 12))
+    saved = {"terrain": {"level": [4, 0, 3, 4]}}
+    env.restore_trackers(saved)
+    assert levels.level.tolist() == [4, 0, 3, 4] and env.tracker_checkpoint() == saved
+    tiles = levels.centers[levels.level, levels.column]  # (4, 2) the saved levels' tile centres
+    assert torch.allclose(levels.origins[:, :2], tiles)
+    assert (env.state.qpos[:, :2] - tiles).norm(dim=1).max() < TILE / 2  # every robot starts on its tile
+    assert env.episode_length_buf.eq(0).all()  # a fresh episode there
+    env.restore_trackers({"terrain": {"level": [2, 1, 0]}})  # a run of another world count: its levels in turn
+    assert levels.level.tolist() == [2, 1, 0, 2]
+    for bad in ({"terrain": {"level": []}}, {"terrain": {"level": [4, 0, 3, LEVELS]}},
+                {"terrain": {"level": [4, 0, 3, True]}}, {"terrain": {"level": [4, 0, 3, 1.0]}},
+                {"terrain": {"level": [-1]}}, {"terrain": "x"}):
+        with pytest.raises(ValueError, match="not a list of levels in 0-"):
+            env.restore_trackers(bad)
+    with pytest.raises(ValueError, match="not a mapping"):
+        env.restore_trackers([1, 2])
+    assert levels.level.tolist() == [2, 1, 0, 2]  # a refused state changes nothing
+    env.close()
+
+
+def test_a_resumed_run_continues_the_terrain_curriculum_where_its_checkpoint_left_it(tmp_path):
+    """Each world's level goes with every policy checkpoint: a run that had finished training reports the levels it
+    ended on (not a fresh env's), and one that trains further starts each world on its saved level."""
+    from flashnerd.envs.registry import task_cfgs
+    from flashnerd.envs.rsl_rl import train_policy
+
+    env_cfg, agent_cfg = task_cfgs(ROUGH, num_envs=4, seed=5)
+    agent_cfg.num_steps_per_env, agent_cfg.max_iterations, agent_cfg.save_interval = 3, 2, 1
+    log_dir = tmp_path / "stage"
+    runner, _ = train_policy(ROUGH, env_cfg, agent_cfg, str(log_dir), 2)
+    last = log_dir / "model_1.pt"
+    ckpt = torch.load(last, weights_only=True)
+    ended = runner.tracker_state["Curriculum/terrain_levels"]
+    assert np.mean(ckpt["infos"]["trackers"]["terrain"]["level"]) == pytest.approx(ended) != 3.75
+    ckpt["infos"]["trackers"]["terrain"]["level"] = [4, 4, 4, 3]  # levels no fresh env of this seed starts on
+    torch.save(ckpt, last)
+    runner, _ = train_policy(ROUGH, env_cfg, agent_cfg, str(log_dir), 2, resume=True)  # nothing left to train
+    assert runner.resumed_at == 2 and runner.tracker_state["Curriculum/terrain_levels"] == pytest.approx(3.75)
+    train_policy(ROUGH, env_cfg, agent_cfg, str(log_dir), 3, resume=True)  # 3 steps: no episode ends
+    resumed = torch.load(log_dir / "model_2.pt", weights_only=True)["infos"]["trackers"]["terrain"]["level"]
+    assert resumed == [4, 4, 4, 3]

@@ -19,17 +19,20 @@ WORN = {"payload": {"body": "base", "mass": 8.0, "pos": [0.0, 0.0, 0.05]}, "mass
         "joints": {".*_(HAA|HFE|KFE)": {"damping": 3.0, "armature": 0.03, "frictionloss": 1.0}},
         "actuators": {".*": {"kp_scale": 0.75, "kv_scale": 1.0, "effort_scale": 0.7}},
         "friction_scale": {".*FOOT": 0.6}}
-# every randomizable path, each range away from the file's own value
+# every randomizable path that draws model fields, each range away from the file's own value
 RANGES = {"payload.mass": [0.0, 10.0], "mass_scale": [0.9, 1.3], "friction_scale": [0.4, 1.0],
           "joints.damping": [0.0, 4.0], "joints.armature": [0.0, 0.05], "joints.frictionloss": [0.0, 1.5],
           "actuators.kp_scale": [0.5, 1.0], "actuators.kv_scale": [0.5, 2.0], "actuators.effort_scale": [0.6, 1.0]}
+# the paths that draw each world's actuation instead (sim/actuation.py): delays of 0 to 8 physics steps (two control
+# steps), and torque-speed lines that bind in the random-target runs below
+ACTUATION = {"actuators.delay_s": [0.0, 0.04], "actuators.no_load_speed": [4.0, 12.0]}
 
 
-def _randomized(**extra):
-    spec = copy.deepcopy(WORN)
+def _randomized(ranges=RANGES, base=WORN, **extra):
+    spec = copy.deepcopy(base)
     for key, value in extra.items():
         spec[key] = value
-    return parse_variant({"robot": "anymal_c", **spec, "randomize": RANGES}, "worn_dr")
+    return parse_variant({"robot": "anymal_c", **spec, "randomize": ranges}, "worn_dr")
 
 
 def _fixed_at(variant, draw: np.ndarray):
@@ -41,8 +44,8 @@ def _fixed_at(variant, draw: np.ndarray):
             spec["payload"]["mass"] = float(x)
         elif section in ("mass_scale", "friction_scale"):
             spec[section] = {p: float(x) for p in spec[section]}
-        else:
-            for p in spec[section]:
+        else:  # a path without its section draws for every joint or actuator
+            for p in spec.setdefault(section, {".*": {}}):
                 spec[section][p][key] = float(x)
     return parse_variant(spec, "fixed")
 
@@ -59,14 +62,19 @@ LINE = {"actuators": {".*": {**WORN["actuators"][".*"], "no_load_speed": 12.0}}}
 ALL_BODIES = {"mass_scale": {".*": 1.1}}  # matches every robot body; the payload keeps its own mass
 
 
-@pytest.mark.parametrize("backend, tol, extra", [("mujoco", 0.0, {}), ("mujoco", 0.0, LINE),
-                                                 ("mujoco", 0.0, ALL_BODIES), ("mjwarp", 1e-4, {}),
-                                                 ("mjwarp", 1e-4, LINE)])
-def test_each_world_steps_as_the_scene_compiled_with_its_draw(anymal, backend, tol, extra):
+EVERY_PATH = {**RANGES, **ACTUATION}
+
+
+@pytest.mark.parametrize("backend, tol, extra, ranges", [
+    ("mujoco", 0.0, {}, RANGES), ("mujoco", 0.0, LINE, RANGES), ("mujoco", 0.0, ALL_BODIES, RANGES),
+    ("mujoco", 0.0, {}, EVERY_PATH), ("mujoco", 0.0, {"base": {}}, ACTUATION),
+    ("mjwarp", 1e-4, {}, RANGES), ("mjwarp", 1e-4, LINE, RANGES), ("mjwarp", 1e-4, {}, EVERY_PATH)])
+def test_each_world_steps_as_the_scene_compiled_with_its_draw(anymal, backend, tol, extra, ranges):
     """Every path drawn at once (also under a torque-speed line, whose force law follows the drawn gains and
-    limits, and with a mass scale over every body): world i after 20 steps of random targets equals a one-world
-    scene compiled with world i's values."""
-    variant = _randomized(**extra)
+    limits, with a mass scale over every body, with each world's own delay and line, and those two alone over the
+    nominal robot): world i after 20 steps of random targets equals a one-world scene compiled with world i's
+    values."""
+    variant = _randomized(ranges, **extra)
     n = 3
     torch.manual_seed(5)
     dyn = make_dynamics(backend, anymal.with_variant(variant), n)
@@ -80,6 +88,8 @@ def test_each_world_steps_as_the_scene_compiled_with_its_draw(anymal, backend, t
         assert (qpos[i] - q_ref[0]).abs().max() <= tol, (i, (qpos[i] - q_ref[0]).abs().max())
         assert (torque[i] - t_ref[0]).abs().max() <= 100 * tol
     assert (qpos[0] - qpos[1]).abs().max() > 0.05  # the worlds really differ
+    if backend == "mujoco" and ranges is ACTUATION:  # no model field drawn: the worlds share one model
+        assert world_axis_bytes(dyn, n) < dyn.scene.nbuffer
 
 
 def test_learned_backends_take_the_fixed_robot(anymal):

@@ -131,7 +131,8 @@ def test_the_shipped_variants_are_well_formed_and_recorded_in_datasets(anymal, t
     ({"randomize": {"joints.damping": [-1.0, 1.0]}}, "must be >= 0"),
     ({"randomize": {"joints.damping": 1.0}}, "must be a range \\[low, high\\]"),
     ({"randomize": {"joints.damping": [0.0, 1.0, 2.0]}}, "must be a range"),
-    ({"randomize": {"actuators.delay_s": [0.0, 0.01]}}, "is not supported"),
+    ({"randomize": {"actuators.delay_s": [0.0, 2.0]}}, "must be >= 0 and <= 1"),
+    ({"randomize": {"actuators.no_load_speed": [0.0, 5.0]}}, "must be > 0"),
     ({"randomize": {"gravity": [9.0, 10.0]}}, "unknown path 'gravity'"),
     ({"randomize": {}}, "randomize must be a non-empty mapping"),
     ({"actuators": {".*": {"delay_s": -0.01}}}, "delay_s must be >= 0"),
@@ -402,6 +403,20 @@ def test_a_delay_between_physics_steps_takes_effect_at_the_next_one(cartpole):
     assert torch.equal(response(0.007), response(0.01))
     assert torch.equal(response(1e-9), response(0.005))
     assert not torch.equal(response(0.005), response(0.01))
+
+
+@pytest.mark.parametrize("backend", ["mujoco", "mjwarp"])
+def test_a_drawn_delay_reaches_back_as_far_as_its_range_allows(cartpole, backend):
+    """A range whose every draw is its longest delay (low = high, 3.5 control steps on cartpole: the target history
+    sized for the range, not for the file's own delay) steps exactly as that delay fixed in the file."""
+    targets = [torch.tensor([[0.4 * np.sin(k)], [0.3 * np.cos(k)]]) for k in range(12)]  # (2, 1) each
+    longest = 3.5 * cartpole.control_dt
+    drawn = {"robot": "cartpole", "actuators": {".*": {"delay_s": 0.0}},
+             "randomize": {"actuators.delay_s": [longest, longest]}}
+    fixed = {"robot": "cartpole", "actuators": {".*": {"delay_s": longest}}}
+    ours, want = (_responses(cartpole.with_variant(parse_variant(v, "d")), targets, backend) for v in (drawn, fixed))
+    assert torch.equal(ours, want)
+    assert not torch.equal(ours, _responses(cartpole, targets, backend))
 
 
 def test_a_reset_world_starts_from_held_default_targets(anymal):

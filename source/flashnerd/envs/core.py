@@ -283,6 +283,30 @@ class FlashNeRDEnv(gym.Env):
         return {k: v for tracker in self.trackers.values() if hasattr(tracker, "state")
                 for k, v in tracker.state().items()}
 
+    def tracker_checkpoint(self) -> dict[str, dict]:
+        """What a resumed run needs of the trackers that hold state across episodes (e.g. each world's terrain level),
+        as plain values: tracker name -> its `checkpoint()`."""
+        return {name: t.checkpoint() for name, t in self.trackers.items() if hasattr(t, "checkpoint")}
+
+    def restore_trackers(self, saved: Any) -> None:
+        """Put the trackers back where a `tracker_checkpoint` left them, then reset every world, so each starts a
+        fresh episode there (a reset that follows no episode moves no curriculum). A malformed `saved` (untrusted: it
+        comes from a checkpoint file) is a one-line ValueError."""
+        if not isinstance(saved, dict):
+            raise ValueError("the checkpoint's tracker state is not a mapping of tracker names; resume from a "
+                             "checkpoint flashnerd wrote")
+        before = self.tracker_checkpoint()
+        try:
+            for name, tracker in self.trackers.items():
+                if hasattr(tracker, "restore") and name in saved:
+                    tracker.restore(saved[name])
+        except ValueError:  # all or nothing: the trackers restored before the refused one go back
+            for name, state in before.items():
+                self.trackers[name].restore(state)
+            raise
+        self.episode_length_buf.zero_()  # no episode ran on the restored state: the reset moves no curriculum
+        self.reset()
+
     def close(self) -> None:
         """Release the backend's threads and buffers."""
         self.dyn.close()

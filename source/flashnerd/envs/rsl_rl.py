@@ -237,7 +237,8 @@ class FlashNeRDRunner(OnPolicyRunner):
         progress = {"train_seconds": round(spent, 3), "curve": [[t, r] for t, r in curve],
                     "collect_seconds": self.collect_before + self.collect_seconds,
                     "learn_seconds": self.learn_before + self.learn_seconds,
-                    "machines": [[it, m] for it, m in self.machines()]}
+                    "machines": [[it, m] for it, m in self.machines()],
+                    "trackers": self.env.unwrapped.tracker_checkpoint()}  # e.g. each world's terrain level
         # rsl_rl's own save, written through a temporary file: the upload to external loggers names the final file
         saved = self.alg.save()
         saved["iter"] = self.current_learning_iteration
@@ -256,7 +257,10 @@ class FlashNeRDRunner(OnPolicyRunner):
         """Continue the clock of the checkpoint a run resumes from, `done` iterations into it: its training seconds
         (`seconds_in`) and, where it recorded them as `save` does, its curve of `done` points, its collect / update
         seconds and the machines it trained on (`curve_before` stays empty otherwise: a checkpoint of rsl_rl itself or
-        of an older flashnerd)."""
+        of an older flashnerd); and the env's trackers where it recorded them (the terrain curriculum continues from
+        each world's level instead of starting over; every world then starts a fresh episode)."""
+        if isinstance(infos, dict) and "trackers" in infos:
+            self.env.unwrapped.restore_trackers(infos["trackers"])
         self.seconds_before, self.resumed_from = seconds_in(infos), done
         curve = curve_in(infos, done)
         if curve:

@@ -4,7 +4,7 @@ reset event that places a robot on its tile. They read the task's heightfield te
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -72,6 +72,24 @@ class TerrainLevels:
     def state(self) -> dict[str, float]:
         """Where the curriculum stands now: the mean level over every world."""
         return {"Curriculum/terrain_levels": float(self.level.float().mean())}
+
+    def checkpoint(self) -> dict[str, list[int]]:
+        """What a resumed run restores (`restore`), as plain values: each world's level."""
+        return {"level": self.level.tolist()}
+
+    def restore(self, saved: Any) -> None:
+        """Each world's level from a `checkpoint` (the file is untrusted: anything but a list of levels of this field
+        is a one-line ValueError); a run resumed with another world count takes the saved levels in turn. The robots
+        start there at their next reset."""
+        level = saved.get("level") if isinstance(saved, dict) else None
+        if not (isinstance(level, list) and level
+                and all(type(x) is int and 0 <= x < self.num_levels for x in level)):
+            raise ValueError(f"the checkpoint's terrain levels are not a list of levels in 0-{self.num_levels - 1} "
+                             "(one per world); resume from a checkpoint of this task written by flashnerd")
+        n, dev = self.env.num_envs, self.level.device
+        saved_levels = torch.tensor(level, device=dev)  # (M,)
+        self.level.copy_(saved_levels[torch.arange(n, device=dev) % len(level)])  # (N,)
+        self._place(torch.arange(n, device=dev))
 
 
 def place_on_terrain(env: FlashNeRDEnv, env_ids: torch.Tensor, qpos: torch.Tensor, qvel: torch.Tensor) -> None:

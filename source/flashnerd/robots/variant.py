@@ -45,12 +45,11 @@ JOINT_KEYS = ("damping", "armature", "frictionloss")
 ACTUATOR_KEYS = {"kp_scale": (0.0, 100.0, True), "kv_scale": (0.0, 100.0, True), "effort_scale": (0.0, 100.0, True),
                  "delay_s": (0.0, 1.0, False), "no_load_speed": (0.0, 1e4, True)}
 TOP_KEYS = ("robot", "payload", "mass_scale", "joints", "actuators", "friction_scale", "randomize")
-# randomizable path -> the value range of the file's own key (low, high, low excluded); delay_s and no_load_speed are
-# not randomizable (a world's delay sizes the target history, a line changes how the backend steps)
+# randomizable path -> the value range of the file's own key (low, high, low excluded)
 RANDOM_PATHS = {"payload.mass": (0.0, 1e4, False), "mass_scale": (0.0, 100.0, True),
                 "friction_scale": (0.0, 100.0, True),
                 **{f"joints.{k}": (0.0, 1e4, False) for k in JOINT_KEYS},
-                **{f"actuators.{k}": ACTUATOR_KEYS[k] for k in ("kp_scale", "kv_scale", "effort_scale")}}
+                **{f"actuators.{k}": v for k, v in ACTUATOR_KEYS.items()}}
 # a randomized path whose elements come from a section of the file that must be there
 NEEDS_SECTION = {"payload.mass": "payload", "mass_scale": "mass_scale", "friction_scale": "friction_scale"}
 # sections whose pattern order is content: a joint or actuator two patterns match takes the later one's values
@@ -226,9 +225,6 @@ def _ranges(where: str, value: Any, spec: dict[str, Any]) -> dict[str, list[floa
     """Check `randomize`: path -> [low, high] within the range of the file's own key, each path's section present."""
     out = {}
     for path, bounds in _mapping(f"{where}: randomize", value).items():
-        if path in ("actuators.delay_s", "actuators.no_load_speed"):
-            raise VariantError(f"{where}: randomize '{path}' is not supported (a world's delay sizes the target "
-                               f"history); give it one value in 'actuators'")
         if path not in RANDOM_PATHS:
             raise VariantError(f"{where}: randomize has unknown path {brief(path)}; use {', '.join(RANDOM_PATHS)}")
         if not isinstance(bounds, list) or len(bounds) != 2:

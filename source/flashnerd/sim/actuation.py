@@ -13,7 +13,10 @@ joint speed. A robot variant's `actuators` entries set them (robots/variant.py):
   binds steps exactly as the nominal model.
 
 The backends (`mujoco`, `mjwarp`) hold an `Actuation` when the robot's variant sets either key; without one they
-step exactly as before. When a later entry of the variant matches the same actuator, its value wins.
+step exactly as before. When a later entry of the variant matches the same actuator, its value wins. A variant that
+randomizes either key (`randomize: {actuators.delay_s: [lo, hi]}`, sim/randomize.py) gives each world its own:
+the target history is sized for the longest delay the range allows, and each world reads its substeps' controls
+from its own slots (`offsets_for`) and cuts its force on its own line (`with_fields`).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import numpy as np
 
 from flashnerd.robots import RobotSpec
 from flashnerd.robots.variant import VariantError
+from flashnerd.sim.randomize import ACTUATION_KEYS, drawn_actuators
 from flashnerd.utils.name_patterns import name_matches
 
 PARAMS = ("gear", "gain", "bias0", "bias1", "bias2", "force_lo", "force_hi", "ctrl_lo", "ctrl_hi", "no_load_speed")
@@ -35,19 +39,35 @@ class Actuation:
     """Per-actuator delay and torque-speed limit of one compiled scene (all arrays over the nu actuators)."""
 
     delay: np.ndarray  # (nu,) physics substeps
-    history_len: int  # control steps of targets the delay reaches back, plus the newest
+    history_len: int  # control steps of targets the longest delay reaches back, plus the newest
     offsets: np.ndarray  # (dec, nu) history slot each substep's control comes from (history_len - 1: the newest)
     qadr: np.ndarray  # (nu,) qpos address of each actuated joint
     dadr: np.ndarray  # (nu,) qvel address
     params: np.ndarray  # (nu, len(PARAMS)) float64, the force law and its limits, see PARAMS
+    sim_dt: float  # physics step (s)
+    drawn: dict[str, np.ndarray]  # randomized key ('delay_s', 'no_load_speed') -> (nu,) bool, the actuators it draws
+
+    @property
+    def drawn_delay(self) -> bool:
+        """True when each world draws its own delay (the backends then keep per-world `offsets_for`)."""
+        return "delay_s" in self.drawn
+
+    def offsets_for(self, delay_s: np.ndarray) -> np.ndarray:
+        """The history slots (k, dec, nu) each substep's control comes from in k worlds whose drawn delay is
+        delay_s (k,) seconds on the actuators that draw it (the others keep the file's delay)."""
+        steps = np.where(self.drawn["delay_s"], _whole_steps(delay_s[:, None], self.sim_dt), self.delay)  # (k, nu)
+        return _slots(steps, self.offsets.shape[0], self.history_len)  # (k, dec, nu)
 
     @property
     def speed_limited(self) -> bool:
         """True when some actuator has a finite no-load speed (the backend then recomputes the cut each substep)."""
         return bool(np.isfinite(self.params[:, PARAMS.index("no_load_speed")]).any())
 
-    def substep_targets(self, history: np.ndarray) -> np.ndarray:
-        """The target each substep's actuators see (N, dec, nu), from the targets of the last steps (N, H, nu)."""
+    def substep_targets(self, history: np.ndarray, offsets: np.ndarray | None = None) -> np.ndarray:
+        """The target each substep's actuators see (N, dec, nu), from the targets of the last steps (N, H, nu);
+        `offsets` (N, dec, nu) are the worlds' own slots when each draws its delay (`offsets_for`)."""
+        if offsets is not None:
+            return np.take_along_axis(history, offsets, axis=1)  # (N, dec, nu)
         return history[:, self.offsets, np.arange(self.offsets.shape[1])]  # (N, dec, nu)
 
     def speed_limit(self, target: np.ndarray, qpos: np.ndarray, qvel: np.ndarray,
@@ -63,11 +83,15 @@ class Actuation:
         room = np.clip(1.0 - np.abs(qd) / v0, 0.0, 1.0)  # (N, nu) share of the stall limit left at this speed
         return np.where(np.isfinite(v0), np.clip(applied, lo * room, hi * room) - applied, 0.0)  # (N, nu)
 
-    def with_fields(self, fields: dict[str, np.ndarray]) -> np.ndarray:
+    def with_fields(self, fields: dict[str, np.ndarray], drawn: dict[str, np.ndarray]) -> np.ndarray:
         """The force-law parameters (k, nu, 10) of k worlds whose actuator fields (`actuator_gainprm`,
-        `actuator_biasprm` (k, nu, 10), `actuator_forcerange` (k, nu, 2); any subset) were drawn per world."""
-        k = len(next(iter(fields.values())))
+        `actuator_biasprm` (k, nu, 10), `actuator_forcerange` (k, nu, 2); any subset) and actuation keys (`drawn`:
+        'no_load_speed' -> (k,), Randomization.actuation_draws) were drawn per world."""
+        k = len(next(iter([*fields.values(), *drawn.values()]), ()))
         params = np.repeat(self.params[None], k, axis=0)  # (k, nu, 10)
+        if "no_load_speed" in drawn:
+            column = params[..., PARAMS.index("no_load_speed")]  # (k, nu) view
+            column[:] = np.where(self.drawn["no_load_speed"], drawn["no_load_speed"][:, None], column)
         if "actuator_gainprm" in fields:
             params[..., 1] = fields["actuator_gainprm"][..., 0]
         if "actuator_biasprm" in fields:
@@ -84,18 +108,26 @@ def actuation_for(robot: RobotSpec, model: mujoco.MjModel) -> Actuation | None:
     target that arrives 12 ms late on a 5 ms step is applied from the substep that starts at 15 ms); a speed limit on
     an actuator that is not a force-limited joint actuator with a fixed gain and an affine bias is a one-line
     `VariantError`."""
-    entries = (robot.variant.spec.get("actuators", {}) if robot.variant is not None else {})
-    if not any({"delay_s", "no_load_speed"} & set(v) for v in entries.values()):
+    variant = robot.variant
+    entries = variant.spec.get("actuators", {}) if variant is not None else {}
+    ranges = {key: variant.randomized[f"actuators.{key}"] for key in ACTUATION_KEYS
+              if variant is not None and f"actuators.{key}" in variant.randomized}
+    if not ranges and not any(set(ACTUATION_KEYS) & set(v) for v in entries.values()):
         return None
-    where = robot.variant.source or robot.variant.name
+    where = variant.source or variant.name
     delay_s, speed = np.zeros(model.nu), np.full(model.nu, np.inf)
     for pattern, values in entries.items():
         for a in range(model.nu):
             if name_matches(pattern, model.actuator(a).name):
                 delay_s[a] = values.get("delay_s", delay_s[a])
                 speed[a] = values.get("no_load_speed", speed[a])
-    # whole physics steps, rounded up; the tolerance keeps 0.01 s / 0.005 s = 2.0000000000000004 at 2
-    delay = np.ceil(delay_s / robot.sim_dt - 1e-9).astype(int)  # (nu,)
+    drawn = {key: np.isin(np.arange(model.nu), drawn_actuators(variant, model)) for key in ranges}  # (nu,) each
+    if "no_load_speed" in drawn:  # a finite placeholder: each world's draw replaces it (with_fields)
+        speed[drawn["no_load_speed"]] = ranges["no_load_speed"][1]
+    delay = _whole_steps(delay_s, robot.sim_dt)  # (nu,)
+    longest = delay.max(initial=0)
+    if "delay_s" in drawn:
+        longest = max(longest, int(_whole_steps(np.asarray(ranges["delay_s"][1]), robot.sim_dt)))
     for a in np.flatnonzero(np.isfinite(speed)):
         fixed = (int(model.actuator_gaintype[a]) == mujoco.mjtGain.mjGAIN_FIXED
                  and int(model.actuator_dyntype[a]) == mujoco.mjtDyn.mjDYN_NONE
@@ -105,13 +137,24 @@ def actuation_for(robot: RobotSpec, model: mujoco.MjModel) -> Actuation | None:
             raise VariantError(f"{where}: no_load_speed needs a force-limited joint actuator with a fixed gain and "
                                f"an affine bias; '{model.actuator(a).name}' is not one")
     dec = robot.decimation
-    history_len = 1 + int(-(-delay.max() // dec))  # ceil(max delay / dec) older steps, plus the newest
-    k = np.arange(dec)[:, None]  # (dec, 1)
-    offsets = history_len - 1 + (k - delay[None, :]) // dec  # (dec, nu) floor division reaches back whole steps
+    history_len = 1 + int(-(-longest // dec))  # ceil(longest delay / dec) older steps, plus the newest
+    offsets = _slots(delay[None], dec, history_len)[0]  # (dec, nu)
     joint = model.actuator_trnid[:, 0]  # (nu,)
     ctrl = np.where(model.actuator_ctrllimited.astype(bool)[:, None], model.actuator_ctrlrange, [-np.inf, np.inf])
     force = np.where(model.actuator_forcelimited.astype(bool)[:, None], model.actuator_forcerange, [-np.inf, np.inf])
     params = np.stack([model.actuator_gear[:, 0], model.actuator_gainprm[:, 0], *model.actuator_biasprm[:, :3].T,
                        force[:, 0], force[:, 1], ctrl[:, 0], ctrl[:, 1], speed], axis=1)  # (nu, 10)
     qadr, dadr = model.jnt_qposadr[joint].astype(int), model.jnt_dofadr[joint].astype(int)
-    return Actuation(delay, history_len, offsets, qadr, dadr, params)
+    return Actuation(delay, history_len, offsets, qadr, dadr, params, robot.sim_dt, drawn)
+
+
+def _whole_steps(delay_s: np.ndarray, sim_dt: float) -> np.ndarray:
+    """A delay in whole physics steps, rounded up; the tolerance keeps 0.01 s / 0.005 s = 2.0000000000000004 at 2."""
+    return np.ceil(delay_s / sim_dt - 1e-9).astype(int)
+
+
+def _slots(delay: np.ndarray, dec: int, history_len: int) -> np.ndarray:
+    """The history slot (k, dec, nu) each substep's control comes from under delays (k, nu) in physics steps (slot
+    history_len - 1 holds the newest target; floor division reaches back whole control steps)."""
+    substep = np.arange(dec)[None, :, None]  # (1, dec, 1)
+    return history_len - 1 + (substep - delay[:, None, :]) // dec  # (k, dec, nu)

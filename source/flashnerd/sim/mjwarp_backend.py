@@ -193,7 +193,11 @@ class MjwarpDynamics:
             view = self._fields_t[field]
             view[ids] = torch.as_tensor(value, dtype=view.dtype).to(self.device).reshape(len(host_ids), *view.shape[1:])
         if self._act is not None:
-            self._act_prm_t[ids] = torch.as_tensor(self._act.with_fields(values), dtype=torch.float32).to(self.device)
+            drawn = self._rand.actuation_draws(host_ids)  # key -> (k,)
+            params = self._act.with_fields(values, drawn)  # (k, nu, 10)
+            self._act_prm_t[ids] = torch.as_tensor(params, dtype=torch.float32).to(self.device)
+            if self._act.drawn_delay:
+                self._gather_idx[ids] = torch.as_tensor(self._act.offsets_for(drawn["delay_s"])).to(self._gather_idx)
         if self._rand.needs_set_const:
             with self._scope():  # ordered with torch's writes above, as the control step is
                 mjw.set_const(self._m, self._d, groups=mjw.SetConstGroup.FIXED | mjw.SetConstGroup.INERT0)
@@ -278,7 +282,9 @@ class MjwarpDynamics:
         self._default_target = torch.tensor(self.robot.default_joint_pos, **f32)  # (nu,)
         self._history = self._default_target.repeat(n, act.history_len, 1)  # (N, H, nu)
         self._gather_idx = torch.as_tensor(act.offsets, dtype=torch.long, device=self.device).expand(
-            n, *act.offsets.shape)  # (N, dec, nu)
+            n, *act.offsets.shape)  # (N, dec, nu) history slot of each substep's control
+        if act.drawn_delay:  # each world's own slots, written at its draws
+            self._gather_idx = self._gather_idx.clone()
         self._gathered = torch.zeros(n, *act.offsets.shape, **f32)  # (N, dec, nu)
         self._substep_target = torch.zeros(act.offsets.shape[0], n, self.nu, **f32)  # (dec, N, nu)
         with wp.ScopedDevice(self.wp_device):

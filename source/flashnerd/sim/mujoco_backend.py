@@ -60,12 +60,16 @@ class MujocoDynamics:
         self._act_params = None if self._act is None else self._act.params  # (nu, 10), per world under randomization
         # A variant's `randomize` ranges (sim/randomize.py): one model per world, its fields drawn at build and reset.
         self._rand = randomization_for(robot, m)
+        self._offsets = None  # (N, dec, nu) each world's history slots, when each draws its delay
         if self._rand is not None:
-            self._models = [copy.copy(m) for _ in range(num_worlds)]
+            if self._rand.fields:  # a drawn delay or torque-speed line alone leaves the model shared
+                self._models = [copy.copy(m) for _ in range(num_worlds)]
             self.draws = self._rand.start(num_worlds)  # (N, P) each world's drawn values
             self._const_data = mujoco.MjData(m)  # scratch for mj_setConst
             if self._act is not None:
                 self._act_params = np.repeat(self._act.params[None], num_worlds, axis=0)  # (N, nu, 10)
+                if self._act.drawn_delay:
+                    self._offsets = np.repeat(self._act.offsets[None], num_worlds, axis=0)  # (N, dec, nu)
             self._redraw(np.arange(num_worlds))
         if self._act is not None:
             self._history = np.repeat(np.asarray(robot.default_joint_pos, dtype=float)[None, None],
@@ -124,14 +128,17 @@ class MujocoDynamics:
         """New draws of the variant's ranges for worlds `ids` (k,), written into their models (a reset, not a step:
         the loop over the reset worlds writes a few small arrays and recomputes the derived constants)."""
         values = self._rand.redraw(ids)  # field -> (k, *shape)
-        for j, i in enumerate(ids):
+        for j, i in enumerate(ids if values else ()):
             model = self._models[i]
             for field, value in values.items():
                 getattr(model, field)[:] = value[j]
             if self._rand.needs_set_const:
                 mujoco.mj_setConst(model, self._const_data)
         if self._act is not None:
-            self._act_params[ids] = self._act.with_fields(values)
+            drawn = self._rand.actuation_draws(ids)  # key -> (k,)
+            self._act_params[ids] = self._act.with_fields(values, drawn)
+            if self._offsets is not None:
+                self._offsets[ids] = self._act.offsets_for(drawn["delay_s"])
 
     def set_qvel(self, world_ids: torch.Tensor, qvel: torch.Tensor) -> None:
         """Overwrite the robot's generalized velocity (k, nv_r) of `world_ids` (k,)."""
@@ -160,7 +167,7 @@ class MujocoDynamics:
         else:
             self._history[:, :-1] = self._history[:, 1:]  # (N, H, nu) oldest first
             self._history[:, -1] = target
-            self._ctrl[:] = self._act.substep_targets(self._history)  # (N, dec, nu) what each substep sees
+            self._ctrl[:] = self._act.substep_targets(self._history, self._offsets)  # (N, dec, nu) each substep's
         if self._act is not None and self._act.speed_limited:
             self._speed_limited_substeps()
         else:

@@ -13,10 +13,15 @@ draws into the model fields a compiled scene with those values would have:
 | `actuators.kp_scale` | `actuator_gainprm[:, 0]`, `actuator_biasprm[:, 1]` (times the draw) |
 | `actuators.kv_scale` | `actuator_biasprm[:, 2]` |
 | `actuators.effort_scale` | `actuator_forcerange` |
+| `actuators.delay_s`, `actuators.no_load_speed` | none: the world's actuation (sim/actuation.py), see below |
 
-The backends write these fields into per-world models (`mujoco`: one `MjModel` per world; `mjwarp`: batched model
-fields) and then recompute the constants MuJoCo derives from them (`mj_setConst`; MuJoCo Warp's `set_const`), so a
-world steps exactly as a scene compiled with its drawn values.
+A drawn `delay_s` or `no_load_speed` is no model field: the backends give each world its own delay (which substep
+reads which stored target) and its own torque-speed line from `actuation_draws`, sized at build for the longest
+delay the range allows.
+
+The backends write these fields into per-world models (`mujoco`: one `MjModel` per world, one shared model when
+only the actuation is drawn; `mjwarp`: batched model fields) and then recompute the constants MuJoCo derives from
+them (`mj_setConst`; MuJoCo Warp's `set_const`), so a world steps exactly as a scene compiled with its drawn values.
 """
 
 from __future__ import annotations
@@ -43,6 +48,9 @@ class FieldWrite:
     scale: bool  # True: the base value times the draw; False: the draw itself
 
 
+ACTUATION_KEYS = ("delay_s", "no_load_speed")  # drawn actuator keys that are no model field (sim/actuation.py)
+
+
 class Randomization:
     """The draws of one variant's `randomize` ranges and the per-world model fields they give (see the module doc)."""
 
@@ -50,7 +58,10 @@ class Randomization:
                  model: mujoco.MjModel) -> None:
         self.paths = paths
         self.low, self.high = low, high  # (P,) each
-        self._writes = writes  # per path
+        self._writes = writes  # per path (none for a drawn actuation key)
+        # drawn actuation key -> its column of the draws
+        self.actuation = {p.split(".", 1)[1]: i for i, p in enumerate(paths)
+                          if p in (f"actuators.{k}" for k in ACTUATION_KEYS)}
         self.fields = tuple(dict.fromkeys(w.field for ws in writes for w in ws))
         self.base = {f: np.array(getattr(model, f), dtype=float) for f in self.fields}  # the neutral scene's fields
         # whether the derived constants need recomputing (mass, inertia, armature); damping, friction, gains do not
@@ -67,6 +78,10 @@ class Randomization:
         """New uniform draws for worlds `ids` (k,) and the model fields they give: field -> (k, *field shape)."""
         self.draws[ids] = self.low + (self.high - self.low) * self._rng.random((len(ids), len(self.paths)))
         return self.values(self.draws[ids])
+
+    def actuation_draws(self, ids: np.ndarray) -> dict[str, np.ndarray]:
+        """The current draws of worlds `ids` (k,) of each drawn actuation key: key -> (k,) (empty when none)."""
+        return {key: self.draws[ids, p] for key, p in self.actuation.items()}
 
     def values(self, draws: np.ndarray) -> dict[str, np.ndarray]:
         """The fields of worlds with `draws` (n, P): field -> (n, *field shape), float64."""
@@ -95,6 +110,13 @@ def _names(model: mujoco.MjModel, kind, ids) -> list[str]:
     return [mujoco.mj_id2name(model, kind, int(i)) or "" for i in ids]
 
 
+def drawn_actuators(variant, model: mujoco.MjModel) -> np.ndarray:
+    """The actuators (ids) whose `actuators.<key>` a world draws: those the variant's `actuators` patterns match,
+    every one without the section."""
+    acts = np.arange(model.nu)
+    return _match(variant.spec.get("actuators"), _names(model, mujoco.mjtObj.mjOBJ_ACTUATOR, acts), acts)
+
+
 def _match(patterns, names: list[str], ids: np.ndarray) -> np.ndarray:
     """ids whose (non-empty) name fully matches any pattern (None: all ids), as sim/variant.py matches them."""
     if patterns is None:
@@ -114,8 +136,7 @@ def randomization_for(robot: RobotSpec, model: mujoco.MjModel) -> Randomization 
     joints = [j for j in range(model.njnt) if model.jnt_type[j] != mujoco.mjtJoint.mjJNT_FREE
               and model.jnt_bodyid[j] in bodies]
     joint_names = _names(model, mujoco.mjtObj.mjOBJ_JOINT, joints)
-    acts = np.arange(model.nu)
-    act_names = _names(model, mujoco.mjtObj.mjOBJ_ACTUATOR, acts)
+    act_names = _names(model, mujoco.mjtObj.mjOBJ_ACTUATOR, np.arange(model.nu))
     payload = payload_body(model, variant)
     paths, low, high, writes = [], [], [], []
     for path, (lo, hi) in variant.randomized.items():
@@ -135,8 +156,12 @@ def randomization_for(robot: RobotSpec, model: mujoco.MjModel) -> Randomization 
         elif section == "joints":
             ids = _match(v.get("joints"), joint_names, np.asarray(joints, dtype=int))
             ws = [FieldWrite(f"dof_{key}", model.jnt_dofadr[ids].astype(int), None, False)]
+        elif key in ACTUATION_KEYS:  # no model field: the backends draw the world's actuation (sim/actuation.py)
+            ws = []
+            if not len(drawn_actuators(variant, model)):
+                raise VariantError(f"{where}: randomize '{path}' selects no actuator of the robot")
         else:  # actuators
-            ids = _match(v.get("actuators"), act_names, acts)
+            ids = drawn_actuators(variant, model)
             position = (model.actuator_gaintype[ids] == mujoco.mjtGain.mjGAIN_FIXED) & (
                 model.actuator_biastype[ids] == mujoco.mjtBias.mjBIAS_AFFINE)
             if key != "effort_scale" and not position.all():
@@ -153,7 +178,7 @@ def randomization_for(robot: RobotSpec, model: mujoco.MjModel) -> Randomization 
                 ws = [FieldWrite("actuator_gainprm", ids, (0,), True), FieldWrite("actuator_biasprm", ids, (1,), True)]
             else:
                 ws = [FieldWrite("actuator_biasprm", ids, (2,), True)]
-        if not len(ws[0].index):
+        if ws and not len(ws[0].index):
             raise VariantError(f"{where}: randomize '{path}' selects no element of the robot")
         paths.append(path)
         low.append(lo)
