@@ -83,11 +83,10 @@ class Actuation:
         room = np.clip(1.0 - np.abs(qd) / v0, 0.0, 1.0)  # (N, nu) share of the stall limit left at this speed
         return np.where(np.isfinite(v0), np.clip(applied, lo * room, hi * room) - applied, 0.0)  # (N, nu)
 
-    def with_fields(self, fields: dict[str, np.ndarray], drawn: dict[str, np.ndarray]) -> np.ndarray:
+    def with_fields(self, k: int, fields: dict[str, np.ndarray], drawn: dict[str, np.ndarray]) -> np.ndarray:
         """The force-law parameters (k, nu, 10) of k worlds whose actuator fields (`actuator_gainprm`,
         `actuator_biasprm` (k, nu, 10), `actuator_forcerange` (k, nu, 2); any subset) and actuation keys (`drawn`:
         'no_load_speed' -> (k,), Randomization.actuation_draws) were drawn per world."""
-        k = len(next(iter([*fields.values(), *drawn.values()]), ()))
         params = np.repeat(self.params[None], k, axis=0)  # (k, nu, 10)
         if "no_load_speed" in drawn:
             column = params[..., PARAMS.index("no_load_speed")]  # (k, nu) view
@@ -121,7 +120,8 @@ def actuation_for(robot: RobotSpec, model: mujoco.MjModel) -> Actuation | None:
             if name_matches(pattern, model.actuator(a).name):
                 delay_s[a] = values.get("delay_s", delay_s[a])
                 speed[a] = values.get("no_load_speed", speed[a])
-    drawn = {key: np.isin(np.arange(model.nu), drawn_actuators(variant, model)) for key in ranges}  # (nu,) each
+    selected = np.isin(np.arange(model.nu), drawn_actuators(variant, model)) if ranges else None  # (nu,)
+    drawn = dict.fromkeys(ranges, selected)  # every drawn key selects the same actuators
     if "no_load_speed" in drawn:  # a finite placeholder: each world's draw replaces it (with_fields)
         speed[drawn["no_load_speed"]] = ranges["no_load_speed"][1]
     delay = _whole_steps(delay_s, robot.sim_dt)  # (nu,)

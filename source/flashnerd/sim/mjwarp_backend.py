@@ -194,7 +194,7 @@ class MjwarpDynamics:
             view[ids] = torch.as_tensor(value, dtype=view.dtype).to(self.device).reshape(len(host_ids), *view.shape[1:])
         if self._act is not None:
             drawn = self._rand.actuation_draws(host_ids)  # key -> (k,)
-            params = self._act.with_fields(values, drawn)  # (k, nu, 10)
+            params = self._act.with_fields(len(host_ids), values, drawn)  # (k, nu, 10)
             self._act_prm_t[ids] = torch.as_tensor(params, dtype=torch.float32).to(self.device)
             if self._act.drawn_delay:
                 self._gather_idx[ids] = torch.as_tensor(self._act.offsets_for(drawn["delay_s"])).to(self._gather_idx)

@@ -136,7 +136,7 @@ class MujocoDynamics:
                 mujoco.mj_setConst(model, self._const_data)
         if self._act is not None:
             drawn = self._rand.actuation_draws(ids)  # key -> (k,)
-            self._act_params[ids] = self._act.with_fields(values, drawn)
+            self._act_params[ids] = self._act.with_fields(len(ids), values, drawn)
             if self._offsets is not None:
                 self._offsets[ids] = self._act.offsets_for(drawn["delay_s"])
 
