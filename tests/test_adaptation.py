@@ -4,6 +4,7 @@ stopping keeps the best step, and the card's before/after NRMSE is that of `eval
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 
 import pytest
@@ -223,9 +224,7 @@ def test_bench_reality_gap_logs_with_the_randomized_policy(tmp_path, capsys, mon
     assert not any((again / label).exists() for label in summary["baselines"])  # no PPO ran for them
     assert drivers[2:] == [summary["baselines"]["randomized"]["policy"]]  # only the budget's own data was logged
     assert "| PPO on nominal MuJoCo (reused) |" in render_block("reality_gap", again)
-    for extra, differs in ((["--seed", "1"], "seed"), (["--iterations", "2"], "baseline iterations"),
-                           (["--robot_variant", "variants/anymal_c_worn.yaml", "--safe_policy", "nominal"],
-                            "robot_variant (its digest)")):
+    for extra, differs in ((["--seed", "1"], "seed"), (["--iterations", "2"], "baseline iterations")):
         other = tmp_path / f"other_{differs.split()[0]}"
         assert main([*[str(other) if a == str(out) else a for a in argv], *extra,
                      "--baselines_from", str(out / "reality_gap.json")]) == 2
@@ -246,8 +245,31 @@ def test_bench_reality_gap_logs_with_the_randomized_policy(tmp_path, capsys, mon
         assert f"its baseline '{label}' is no finished entry" in err and len(err.splitlines()) == 1, err
         assert not (tmp_path / "e").exists()
 
+    # a run of another variant of the same robot takes the nominal baseline alone (it never saw a variant) and
+    # evaluates it in its own robot, as the earlier run evaluated its policies in its robot; the oracle, the
+    # randomized baseline and the held-out logs are its own
+    starts.clear()
+    laggy = tmp_path / "laggy"
+    assert main([*[str(laggy) if a == str(out) else a for a in argv], "--robot_variant",
+                 "variants/anymal_c_laggy_dr.yaml", "--safe_policy", "nominal",
+                 "--baselines_from", str(out / "reality_gap.json")]) == 0
+    third, nominal = json.loads((laggy / "reality_gap.json").read_text()), summary["baselines"]["nominal"]
+    assert third["baselines"]["nominal"] == {**nominal, "reused_from": str(out / "reality_gap.json"),
+                                             "evaluated_here": True,
+                                             "eval_variant": third["baselines"]["nominal"]["eval_variant"]}
+    assert not (laggy / "nominal").exists() and len(starts) == 3  # oracle, randomized, round 0: trained here
+    assert all("reused_from" not in third["baselines"][k] for k in ("oracle", "randomized"))
+    assert third["held_out"]["dataset"] != summary["held_out"]["dataset"] and drivers[3:] == [nominal["policy"]] * 2
+    assert "| PPO on nominal MuJoCo (the safe policy) (reused, evaluated here) |" in render_block("reality_gap", laggy)
+    how = argparse.Namespace(task=reality_gap.TASK, eval_episodes=2, seed=0, device="cpu")
+    for folder, robot, figures in ((out, "anymal_c_worn_dr_robot", nominal["eval_variant"]),
+                                   (laggy, "anymal_c_laggy_dr_robot", third["baselines"]["nominal"]["eval_variant"])):
+        study = reality_gap._Study(how, folder, {}, lambda: None, "", str(folder / f"{robot}.yaml"))
+        assert study.evaluate(nominal["policy"]) == figures  # the laggy robot's figures are its own evaluation
+    assert third["baselines"]["nominal"]["eval_variant"] != nominal["eval_variant"]
+
     swap = {"variants/anymal_c_worn_dr.yaml": "variants/anymal_c_worn.yaml", str(out): str(tmp_path / "no_ranges")}
     no_ranges = [swap.get(a, a) for a in argv]  # the tiny settings: a lost check would run a short loop, not hours
     assert main(no_ranges) == 2
     assert "--safe_policy randomized needs randomize ranges" in capsys.readouterr().err
-    assert not (tmp_path / "no_ranges").exists() and len(drivers) == 3
+    assert not (tmp_path / "no_ranges").exists() and len(drivers) == 5

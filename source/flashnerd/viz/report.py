@@ -550,11 +550,16 @@ def _reality_gap(data: dict, name: str, folder: Path) -> str:
         return (f"| {label} | {minutes} | {r['train_wall_s']:.0f} | {e['mean_return']:.1f} | {e['fall_rate']:.0%} | "
                 f"{e['lin_vel_rms']:.2f} | {on_model} |")
 
-    rows += [row(labels.get(k, k) + (" (reused)" if "reused_from" in r else ""), "-", r)
+    rows += [row(labels.get(k, k) + (" (reused, evaluated here)" if r.get("evaluated_here") else
+                                      " (reused)" if "reused_from" in r else ""), "-", r)
              for k, r in data["baselines"].items()]
     reused = sorted({r["reused_from"] for r in data["baselines"].values() if "reused_from" in r})
-    note = ["", f"Baselines marked reused were trained once, for the run in `{', '.join(reused)}` (the same robot, "
-            "task, seed, PPO worlds, evaluation episodes and iterations: `--baselines_from`)."] if reused else []
+    elsewhere = any(r.get("evaluated_here") for r in data["baselines"].values())
+    note = ["", f"Baselines marked reused were trained once, for the run in `{', '.join(reused)}` (the same "
+            f"{'' if elsewhere else 'robot, '}task, seed, PPO worlds, evaluation episodes and iterations: "
+            "`--baselines_from`)" + ("; those evaluated here came from a run of another variant of the robot (the "
+                                     "nominal policy never saw one) and were evaluated again in this robot."
+                                     if elsewhere else ".")] if reused else []
     errors = ["", "NRMSE at H = 1 / 15 / 100 on held-out logs of the safe policy (no fit saw them):", "",
               "| model | robot time in its data (min) | the shipped model | this model |", "|---|---|---|---|"]
 

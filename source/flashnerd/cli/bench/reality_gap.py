@@ -39,6 +39,7 @@ from flashnerd.cli.common import (
     write_json,
 )
 from flashnerd.cli.fit import adapt_model
+from flashnerd.cli.policy import load_policy
 from flashnerd.cli.record import record_policy
 from flashnerd.data.dataset import load_dataset
 from flashnerd.data.logs import dataset_to_log, import_logs
@@ -47,7 +48,7 @@ from flashnerd.dynamics import REFERENCE_BACKEND, backend_info
 from flashnerd.dynamics.learned import default_checkpoint
 from flashnerd.envs.evaluate import evaluate_on_backends
 from flashnerd.envs.registry import play_variant, task_cfgs
-from flashnerd.envs.rsl_rl import CHECKPOINT_EVERY, train_policy
+from flashnerd.envs.rsl_rl import CHECKPOINT_EVERY, make_runner, train_policy
 from flashnerd.models.checkpoint import read_checkpoint
 from flashnerd.sim.scene import variant_robot
 from flashnerd.training.fit import FitConfig, Fitter, check_fit_config, nrmse_before_after
@@ -116,9 +117,10 @@ def add_parser(bsub: argparse._SubParsersAction) -> None:
     p.add_argument("--name", default="reality_gap", help="file stem of the JSON and the plot in --out_dir")
     p.add_argument("--resume", action="store_true", help="continue a stopped run in --out_dir from its JSON")
     p.add_argument("--baselines_from", default=None,
-                   help="the JSON of an earlier run of the same robot, task, seed, device, PPO worlds, evaluation "
-                        "episodes and baseline iterations: take its baselines (and its held-out logs, when it logged "
-                        "them as this run would) instead of training them again, to compare loop settings")
+                   help="the JSON of an earlier run of the same task, seed, device, PPO worlds, evaluation episodes "
+                        "and baseline iterations: take its baselines (and its held-out logs, when it logged them as "
+                        "this run would) instead of training them again, to compare loop settings; a run of another "
+                        "variant of the same robot gives its nominal baseline alone, evaluated again in this robot")
     p.set_defaults(func=run)
 
 
@@ -180,6 +182,7 @@ def run(args: argparse.Namespace) -> dict:
                    target=str(out / f"{robot.variant.name}_robot.yaml"))
     # the robot: the variant's fixed values, nothing drawn; and the ranges alone for the randomized baseline
     robot.variant.fixed().write(study.target)
+    study.evaluate_reused()  # a nominal baseline taken from a run of another variant, in this robot
     ranges = None
     if robot.variant.randomized:
         ranges = str(out / f"{robot.variant.ranges_only().name}.yaml")
@@ -221,24 +224,29 @@ def run(args: argparse.Namespace) -> dict:
 
 
 # settings an earlier run must share for its baselines to be this run's: they decide every baseline's PPO and
-# evaluation; the robot is compared by its variant's digest (a copy of the file elsewhere is the same robot) and,
-# where both runs recorded it, the hash of the robot model the variant applies to
+# evaluation; the robot is compared by its variant's digest (a copy of the file elsewhere is the same robot: every
+# baseline is reused; another variant: the nominal one alone) and by the hash of the robot model the variant applies to
 BASELINE_SETTINGS = ("task", "seed", "num_envs", "eval_episodes", "device")
 HELD_OUT_SETTINGS = ("safe_policy", "robot_worlds", "traj_len", "action_noise")  # what its held-out logs depend on
 
 
 def _reuse_baselines(state: dict, path: Path, model_hash: str) -> None:
     """Fill the baselines `state` lacks (and its held-out logs) from the earlier run in `path`, after checking that
-    the earlier run trained them exactly as this one would; each reused entry names the file it came from."""
+    the earlier run trained them exactly as this one would; each reused entry names the file it came from. From a run
+    of another variant of the same robot model only the nominal baseline is taken (it never saw a variant), without
+    its figures: `_Study.evaluate_reused` evaluates it in this run's robot."""
     other = read_json("--baselines_from", path, "give the JSON a finished `bench reality-gap` run wrote")
     flag = f"--baselines_from '{path}'"
     if not isinstance(other, dict) or not isinstance(other.get("settings"), dict) or \
             not isinstance(other.get("baselines"), dict) or not isinstance(other.get("variant"), dict):
         raise CLIError(f"{flag} holds no `bench reality-gap` run; give the JSON such a run wrote")
     mine, theirs = state["settings"], {**OLD_DEFAULTS, **other["settings"]}
+    same_robot = other["variant"].get("digest") == state["variant"]["digest"]
     differ = [k for k in BASELINE_SETTINGS if mine.get(k) != theirs.get(k)]
-    differ += ["robot_variant (its digest)"] * (other["variant"].get("digest") != state["variant"]["digest"])
-    differ += ["the robot model (its hash)"] * (other.get("model_hash", model_hash) != model_hash)
+    # the robot model the variants apply to: recorded by every run since the hash was; an older run of another
+    # variant cannot show it is the same robot
+    differ += ["the robot model (its hash)"] * (other.get("model_hash", model_hash if same_robot else None)
+                                                != model_hash)
     differ += ["baseline iterations"] * (other.get("baseline_iterations") != state["baseline_iterations"])
     if differ:
         raise CLIError(f"{flag} trained its baselines with other settings ({', '.join(differ)}); give the same ones, "
@@ -249,11 +257,16 @@ def _reuse_baselines(state: dict, path: Path, model_hash: str) -> None:
         if not Path(entry["policy"]).is_file():
             raise CLIError(f"{flag}: the policy of its baseline '{label}', '{entry['policy']}', is missing; run "
                            "from the folder that run ran from, or drop --baselines_from")
-        if label not in state["baselines"]:
+        if label in state["baselines"]:
+            continue
+        if same_robot:
             state["baselines"][label] = {**entry, "reused_from": str(path)}
+        elif label == "nominal":  # its figures are the other robot's: evaluated again here
+            state["baselines"][label] = {**{k: v for k, v in entry.items() if k != "eval_variant"},
+                                         "reused_from": str(path), "evaluated_here": True}
     # its held-out logs are this run's when the same safe policy (its file, reused above) logged them the same way
     held_out, safe = other.get("held_out"), state["baselines"].get(mine["safe_policy"], {})
-    if ("held_out" not in state and safe.get("reused_from") == str(path)
+    if ("held_out" not in state and same_robot and safe.get("reused_from") == str(path)
             and isinstance(held_out, dict) and isinstance(held_out.get("dataset"), str)
             and Path(held_out["dataset"]).is_file()
             and all(mine.get(k) == theirs.get(k) for k in HELD_OUT_SETTINGS)):
@@ -310,6 +323,24 @@ class _Study:
             result["eval_model"] = evaluate_on_backends(args.task, env_cfg, policy, args.eval_episodes,
                                                         backends=[dynamics])[dynamics]
         return result
+
+    def evaluate(self, policy: str) -> dict:
+        """The policy file `policy` evaluated in the robot, as `ppo` evaluates the policies it trains."""
+        args = self.args
+        env_cfg, agent_cfg = task_cfgs(args.task, num_envs=args.eval_episodes, seed=args.seed, device=args.device,
+                                       robot_variant=self.target)
+        task, cfg = play_variant(args.task, env_cfg)
+        env, runner = make_runner(task, cfg, agent_cfg)
+        env.close()
+        return evaluate_on_backends(task, cfg, load_policy(runner, Path(policy), args.device), args.eval_episodes,
+                                    backends=[REFERENCE_BACKEND])[REFERENCE_BACKEND]
+
+    def evaluate_reused(self) -> None:
+        """Evaluate in the robot every reused baseline that came without this robot's figures."""
+        for entry in self.state["baselines"].values():
+            if "eval_variant" not in entry:
+                entry["eval_variant"] = self.evaluate(entry["policy"])
+                self.save()
 
     def baselines(self, runs: list[tuple[str, str | None]]) -> None:
         """PPO on MuJoCo for each (label, robot variant file) the state lacks."""
