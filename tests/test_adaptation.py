@@ -203,10 +203,11 @@ def test_bench_reality_gap_logs_with_the_randomized_policy(tmp_path, capsys, mon
 
     # another loop setting on the same robot takes this run's baselines and held-out logs instead of training them;
     # this one fine-tunes the safe policy in round 0, for other iterations than its baselines trained
-    starts, real_train = [], reality_gap.train_policy
+    starts, trained_on, real_train = [], [], reality_gap.train_policy
 
     def train_spy(task, env_cfg, agent_cfg, log_dir, iterations, init=None, **kwargs):
         starts.append((init, iterations))
+        trained_on.append((env_cfg.dynamics, env_cfg.robot_variant))
         return real_train(task, env_cfg, agent_cfg, log_dir, iterations, init=init, **kwargs)
 
     monkeypatch.setattr(reality_gap, "train_policy", train_spy)
@@ -214,7 +215,10 @@ def test_bench_reality_gap_logs_with_the_randomized_policy(tmp_path, capsys, mon
     reuse = [*[str(again) if a == str(out) else a for a in argv], "--fit_budget", "2", "--start_policy", "safe",
              "--iterations", "2", "--baseline_iterations", "1", "--baselines_from", str(out / "reality_gap.json")]
     assert main(reuse) == 0
-    assert starts == [(summary["baselines"]["randomized"]["policy"], 2)]  # round 0 only: no baseline trained again
+    # round 0, then its controls (the safe policy fine-tuned as long on nominal MuJoCo and on the variant): no
+    # baseline trained again
+    assert starts == [(summary["baselines"]["randomized"]["policy"], 2)] * 3
+    assert trained_on == [("flashnerd", None), ("mujoco", None), ("mujoco", str(again / "anymal_c_worn_dr_robot.yaml"))]
     assert "per budget (round 0 fine-tunes the safe policy), baselines 1;" in render_block("reality_gap", again)
     second = json.loads((again / "reality_gap.json").read_text())
     assert {k: {**b, "reused_from": None} for k, b in second["baselines"].items()} == \
@@ -224,6 +228,11 @@ def test_bench_reality_gap_logs_with_the_randomized_policy(tmp_path, capsys, mon
     assert not any((again / label).exists() for label in summary["baselines"])  # no PPO ran for them
     assert drivers[2:] == [summary["baselines"]["randomized"]["policy"]]  # only the budget's own data was logged
     assert "| PPO on nominal MuJoCo (reused) |" in render_block("reality_gap", again)
+    controls = second["fine_tuned"]
+    assert list(controls) == ["nominal", "oracle"] and all(c["iterations"] == 2 for c in controls.values())
+    assert "| oracle: the safe policy fine-tuned on the variant (+2 iterations) | - |" in \
+        render_block("reality_gap", again)
+    assert "fine_tuned" not in summary  # round 0 from scratch: no controls
     for extra, differs in ((["--seed", "1"], "seed"), (["--iterations", "2"], "baseline iterations")):
         other = tmp_path / f"other_{differs.split()[0]}"
         assert main([*[str(other) if a == str(out) else a for a in argv], *extra,
@@ -260,13 +269,24 @@ def test_bench_reality_gap_logs_with_the_randomized_policy(tmp_path, capsys, mon
     assert not (laggy / "nominal").exists() and len(starts) == 3  # oracle, randomized, round 0: trained here
     assert all("reused_from" not in third["baselines"][k] for k in ("oracle", "randomized"))
     assert third["held_out"]["dataset"] != summary["held_out"]["dataset"] and drivers[3:] == [nominal["policy"]] * 2
-    assert "| PPO on nominal MuJoCo (the safe policy) (reused, evaluated here) |" in render_block("reality_gap", laggy)
-    how = argparse.Namespace(task=reality_gap.TASK, eval_episodes=2, seed=0, device="cpu")
+    assert "| PPO on nominal MuJoCo (the safe policy) (reused, first trained for another variant) |" in \
+        render_block("reality_gap", laggy)
+    settings = third["settings"]
+    how = argparse.Namespace(**{k: settings[k] for k in ("task", "eval_episodes", "seed", "device")})
     for folder, robot, figures in ((out, "anymal_c_worn_dr_robot", nominal["eval_variant"]),
                                    (laggy, "anymal_c_laggy_dr_robot", third["baselines"]["nominal"]["eval_variant"])):
         study = reality_gap._Study(how, folder, {}, lambda: None, "", str(folder / f"{robot}.yaml"))
         assert study.evaluate(nominal["policy"]) == figures  # the laggy robot's figures are its own evaluation
     assert third["baselines"]["nominal"]["eval_variant"] != nominal["eval_variant"]
+    # a run of another variant from before the robot model's hash cannot show it ran this robot: refused before work
+    edited = json.loads((out / "reality_gap.json").read_text())
+    del edited["model_hash"]
+    (tmp_path / "unhashed.json").write_text(json.dumps(edited))
+    assert main([*[str(tmp_path / "u") if a == str(out) else a for a in argv], "--robot_variant",
+                 "variants/anymal_c_laggy_dr.yaml", "--baselines_from", str(tmp_path / "unhashed.json")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "predates the robot model's hash" in err and len(err.splitlines()) == 1, err
+    assert not (tmp_path / "u").exists()
 
     swap = {"variants/anymal_c_worn_dr.yaml": "variants/anymal_c_worn.yaml", str(out): str(tmp_path / "no_ranges")}
     no_ranges = [swap.get(a, a) for a in argv]  # the tiny settings: a lost check would run a short loop, not hours

@@ -109,8 +109,15 @@ def test_a_scaled_torque_limit_clips_the_applied_torque_where_it_says(anymal):
     dyn.close()
 
 
-@pytest.mark.parametrize("name, key", [("anymal_c_worn", '"payload"'), ("anymal_c_slow_motors", '"no_load_speed"'),
-                                       ("anymal_c_worn_dr", '"randomize"')])
+SHIPPED_VARIANTS = [("anymal_c_worn", '"payload"'), ("anymal_c_slow_motors", '"no_load_speed"'),
+                    ("anymal_c_worn_dr", '"randomize"'), ("anymal_c_laggy_dr", '"delay_s"')]
+
+
+def test_every_shipped_variant_is_checked():
+    assert sorted(p.stem for p in Path("variants").glob("*.yaml")) == sorted(name for name, _ in SHIPPED_VARIANTS)
+
+
+@pytest.mark.parametrize("name, key", SHIPPED_VARIANTS)
 def test_the_shipped_variants_are_well_formed_and_recorded_in_datasets(anymal, tmp_path, name, key):
     from flashnerd.data.dataset import load_dataset
 

@@ -123,7 +123,8 @@ def plot_finetune(backends: dict, path: str | Path, title: str) -> None:
 def plot_reality_gap(summary: dict, path: str | Path) -> None:
     """Return in the robot variant of the policy trained on the adapted model (its last round, and its first where
     there are several), against minutes of robot data; the baselines (nominal MuJoCo, domain randomization over the
-    variant's ranges, the oracle on the variant) as horizontal lines."""
+    variant's ranges, the oracle on the variant) as horizontal lines, and as wide pale ones the safe policy fine-tuned
+    without the model (on nominal MuJoCo, on the variant) where round 0 fine-tuned it."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -150,6 +151,11 @@ def plot_reality_gap(summary: dict, path: str | Path) -> None:
         color, style, label = styles.get(name, ("#8172b2", "-.", name))
         label += " (the safe policy)" if name == safe else ""
         ax.axhline(result["eval_variant"]["mean_return"], color=color, linestyle=style, label=label)
+    for name, result in summary.get("fine_tuned", {}).items():  # the safe policy fine-tuned without the model
+        color, style, _ = styles[name]
+        ax.axhline(result["eval_variant"]["mean_return"], color=color, linestyle=style, alpha=0.45, linewidth=2.5,
+                   label=f"the safe policy + {result['iterations']} iterations on "
+                         f"{'the variant' if name == 'oracle' else 'nominal MuJoCo'}")
     ax.set_xscale("log")
     ticks = sorted(set(spent + first))
     ax.set_xticks(ticks, [f"{m:.2g}" for m in ticks])
@@ -550,16 +556,21 @@ def _reality_gap(data: dict, name: str, folder: Path) -> str:
         return (f"| {label} | {minutes} | {r['train_wall_s']:.0f} | {e['mean_return']:.1f} | {e['fall_rate']:.0%} | "
                 f"{e['lin_vel_rms']:.2f} | {on_model} |")
 
-    rows += [row(labels.get(k, k) + (" (reused, evaluated here)" if r.get("evaluated_here") else
+    # `evaluated_here`: figures of this robot, for a policy first trained in a run of another variant
+    rows += [row(labels.get(k, k) + (" (reused, first trained for another variant)" if r.get("evaluated_here") else
                                       " (reused)" if "reused_from" in r else ""), "-", r)
              for k, r in data["baselines"].items()]
+    tuned = {"nominal": "the safe policy fine-tuned on nominal MuJoCo", "oracle": "oracle: the safe policy "
+             "fine-tuned on the variant"}
+    rows += [row(f"{tuned.get(k, k)} (+{r['iterations']} iterations)", "-", r)
+             for k, r in data.get("fine_tuned", {}).items()]
     reused = sorted({r["reused_from"] for r in data["baselines"].values() if "reused_from" in r})
     elsewhere = any(r.get("evaluated_here") for r in data["baselines"].values())
     note = ["", f"Baselines marked reused were trained once, for the run in `{', '.join(reused)}` (the same "
             f"{'' if elsewhere else 'robot, '}task, seed, PPO worlds, evaluation episodes and iterations: "
-            "`--baselines_from`)" + ("; those evaluated here came from a run of another variant of the robot (the "
-                                     "nominal policy never saw one) and were evaluated again in this robot."
-                                     if elsewhere else ".")] if reused else []
+            "`--baselines_from`)" + ("; one first trained for another variant of the robot is the nominal policy "
+                                     "(it never saw a variant), evaluated in this robot." if elsewhere else ".")
+            ] if reused else []
     errors = ["", "NRMSE at H = 1 / 15 / 100 on held-out logs of the safe policy (no fit saw them):", "",
               "| model | robot time in its data (min) | the shipped model | this model |", "|---|---|---|---|"]
 

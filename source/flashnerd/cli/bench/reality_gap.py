@@ -9,7 +9,9 @@ robot with its policy plus noise for the next part, logged and imported the same
 so far. Every policy is evaluated in the variant. Baselines in the same run, each with as many PPO iterations as the
 last round's policy trained on models (--baseline_iterations to set them): PPO on nominal MuJoCo, PPO on MuJoCo with
 domain randomization over the variant's `randomize` ranges (when it has any), and the oracle a lab cannot run, PPO
-directly on the variant. The JSON is rewritten after every stage (`--resume` continues a stopped run, a PPO stage from
+directly on the variant; with --start_policy safe also the safe policy fine-tuned as long as the loop fine-tunes it,
+on nominal MuJoCo and on the variant (`fine_tuned`: what the iterations earn without the model, and the oracle of
+fine-tuning). The JSON is rewritten after every stage (`--resume` continues a stopped run, a PPO stage from
 its last checkpoint, saved every `CHECKPOINT_EVERY` iterations); a plot of return in the variant against minutes of
 robot data.
 
@@ -48,7 +50,7 @@ from flashnerd.dynamics import REFERENCE_BACKEND, backend_info
 from flashnerd.dynamics.learned import default_checkpoint
 from flashnerd.envs.evaluate import evaluate_on_backends
 from flashnerd.envs.registry import play_variant, task_cfgs
-from flashnerd.envs.rsl_rl import CHECKPOINT_EVERY, make_runner, train_policy
+from flashnerd.envs.rsl_rl import CHECKPOINT_EVERY, make_runner, read_policy_checkpoint, train_policy
 from flashnerd.models.checkpoint import read_checkpoint
 from flashnerd.sim.scene import variant_robot
 from flashnerd.training.fit import FitConfig, Fitter, check_fit_config, nrmse_before_after
@@ -182,12 +184,12 @@ def run(args: argparse.Namespace) -> dict:
                    target=str(out / f"{robot.variant.name}_robot.yaml"))
     # the robot: the variant's fixed values, nothing drawn; and the ranges alone for the randomized baseline
     robot.variant.fixed().write(study.target)
-    study.evaluate_reused()  # a nominal baseline taken from a run of another variant, in this robot
     ranges = None
     if robot.variant.randomized:
         ranges = str(out / f"{robot.variant.ranges_only().name}.yaml")
         robot.variant.ranges_only().write(ranges)
         variant_robot(env_cfg.robot, ranges)  # compiled now: a range the nominal robot cannot take fails before work
+    study.evaluate_reused()  # a nominal baseline taken from a run of another variant, in this robot
 
     # baselines train --baseline_iterations (default: rounds x iterations, the last round's PPO on models); the
     # safe policy first (every log starts from it), then the oracle, the third after the budgets
@@ -216,6 +218,8 @@ def run(args: argparse.Namespace) -> dict:
     study.baselines([(label, variant) for label, variant in baselines.items() if label not in order])
     state["randomized"] = ("PPO on MuJoCo drawing the variant's randomize ranges over the nominal robot" if ranges
                            else "skipped: the variant has no randomize ranges")
+    if args.start_policy == "safe":
+        study.fine_tune_controls(args.rounds * per_round)
     study.save()
     plot_reality_gap(state, out / f"{args.name}.png")
     print(json.dumps({"baselines": {k: v["eval_variant"]["mean_return"] for k, v in state["baselines"].items()},
@@ -242,26 +246,31 @@ def _reuse_baselines(state: dict, path: Path, model_hash: str) -> None:
         raise CLIError(f"{flag} holds no `bench reality-gap` run; give the JSON such a run wrote")
     mine, theirs = state["settings"], {**OLD_DEFAULTS, **other["settings"]}
     same_robot = other["variant"].get("digest") == state["variant"]["digest"]
+    if not same_robot and "model_hash" not in other:  # a run from before the hash cannot show its robot is this one
+        raise CLIError(f"{flag} is a run of another variant that predates the robot model's hash: only a run of the "
+                       "same variant can lend it its baselines; train them here, or drop --baselines_from")
     differ = [k for k in BASELINE_SETTINGS if mine.get(k) != theirs.get(k)]
-    # the robot model the variants apply to: recorded by every run since the hash was; an older run of another
-    # variant cannot show it is the same robot
-    differ += ["the robot model (its hash)"] * (other.get("model_hash", model_hash if same_robot else None)
-                                                != model_hash)
+    differ += ["the robot model (its hash)"] * (other.get("model_hash", model_hash) != model_hash)
     differ += ["baseline iterations"] * (other.get("baseline_iterations") != state["baseline_iterations"])
     if differ:
         raise CLIError(f"{flag} trained its baselines with other settings ({', '.join(differ)}); give the same ones, "
                        "or drop --baselines_from")
+    for label in other["baselines"]:
+        if label not in BASELINES:
+            raise CLIError(f"{flag}: its baseline '{label}' is no finished entry of this command (edited or damaged)")
+    # another variant lends the nominal baseline alone: the others trained on (or over) its robot
     for label, entry in other["baselines"].items():
-        if label not in BASELINES or not _finished(entry, state["baseline_iterations"]):
+        if label in state["baselines"] or not (same_robot or label == "nominal"):
+            continue
+        if not _finished(entry, state["baseline_iterations"]):
             raise CLIError(f"{flag}: its baseline '{label}' is no finished entry of this command (edited or damaged)")
         if not Path(entry["policy"]).is_file():
             raise CLIError(f"{flag}: the policy of its baseline '{label}', '{entry['policy']}', is missing; run "
                            "from the folder that run ran from, or drop --baselines_from")
-        if label in state["baselines"]:
-            continue
+        read_policy_checkpoint(entry["policy"])  # a damaged or foreign file fails now, not after hours of work
         if same_robot:
             state["baselines"][label] = {**entry, "reused_from": str(path)}
-        elif label == "nominal":  # its figures are the other robot's: evaluated again here
+        else:  # its figures are the other robot's: evaluated again here
             state["baselines"][label] = {**{k: v for k, v in entry.items() if k != "eval_variant"},
                                          "reused_from": str(path), "evaluated_here": True}
     # its held-out logs are this run's when the same safe policy (its file, reused above) logged them the same way
@@ -327,10 +336,10 @@ class _Study:
     def evaluate(self, policy: str) -> dict:
         """The policy file `policy` evaluated in the robot, as `ppo` evaluates the policies it trains."""
         args = self.args
-        env_cfg, agent_cfg = task_cfgs(args.task, num_envs=args.eval_episodes, seed=args.seed, device=args.device,
+        env_cfg, agent_cfg = task_cfgs(args.task, num_envs=1, seed=args.seed, device=args.device,
                                        robot_variant=self.target)
         task, cfg = play_variant(args.task, env_cfg)
-        env, runner = make_runner(task, cfg, agent_cfg)
+        env, runner = make_runner(task, cfg, agent_cfg)  # a runner of the task's networks, to load the policy into
         env.close()
         return evaluate_on_backends(task, cfg, load_policy(runner, Path(policy), args.device), args.eval_episodes,
                                     backends=[REFERENCE_BACKEND])[REFERENCE_BACKEND]
@@ -348,6 +357,17 @@ class _Study:
             if label not in self.state["baselines"]:
                 self.state["baselines"][label] = self.ppo(label, REFERENCE_BACKEND, variant,
                                                           self.state["baseline_iterations"])
+                self.save()
+
+    def fine_tune_controls(self, iterations: int) -> None:
+        """With --start_policy safe, the loop's last policy has `iterations` PPO iterations on models on top of the
+        safe policy's; the safe policy fine-tuned as long on nominal MuJoCo (what those iterations earn without robot
+        data) and on the variant itself (the oracle of fine-tuning, which a lab cannot run) are its controls."""
+        done = self.state.setdefault("fine_tuned", {})
+        for label, variant in (("nominal", None), ("oracle", self.target)):
+            if label not in done:
+                done[label] = self.ppo(f"fine_tuned/{label}", REFERENCE_BACKEND, variant, iterations,
+                                       start=self.safe_policy())
                 self.save()
 
     def safe_policy(self) -> str:
