@@ -129,8 +129,10 @@ def plot_reality_gap(summary: dict, path: str | Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import NullFormatter
 
-    fig, ax = plt.subplots(figsize=(5.2, 3.6))
+    fig, ax = plt.subplots(figsize=(6.4, 3.4 + 0.17 * (len(summary["baselines"]) + len(summary.get("fine_tuned", {}))
+                                                      + 2)))
     budgets = summary["budgets"]
     rounds = summary.get("rounds_per_budget", 1)
     # at the robot time each policy's model had seen: the last round all of the budget, the first its first part
@@ -159,10 +161,12 @@ def plot_reality_gap(summary: dict, path: str | Path) -> None:
     ax.set_xscale("log")
     ticks = sorted(set(spent + first))
     ax.set_xticks(ticks, [f"{m:.2g}" for m in ticks])
+    ax.xaxis.set_minor_formatter(NullFormatter())  # only the budgets' minutes are labelled
     ax.set_xlabel("minutes of robot data (summed over robots)")
     ax.set_ylabel(f"return in the variant ({summary['eval_episodes']} episodes)")
     ax.set_title(f"{Path(summary['robot_variant']).stem}: the reality gap", fontsize=9)
-    ax.legend(fontsize=7)
+    # below the axes: the labels are long, and a legend inside would hide the lines it names
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=1, frameon=False)
     fig.tight_layout()
     save_figure(fig, path)
 
