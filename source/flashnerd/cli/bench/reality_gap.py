@@ -322,27 +322,29 @@ class _Study:
         path = str(self.out / label / "policy.pt")
         runner.save(path)
         policy = runner.get_inference_policy(device=args.device)
-        task, cfg = play_variant(args.task, dataclasses.replace(env_cfg, robot_variant=self.target))
         result = {"policy": path, "train_wall_s": round(wall, 1), "machine": describe_machine(args.device),
                   "iterations": iterations,
                   **({"resumed_at": runner.resumed_at} if runner.resumed_at else {}),
-                  "eval_variant": evaluate_on_backends(task, cfg, policy, args.eval_episodes,
-                                                       backends=[REFERENCE_BACKEND])[REFERENCE_BACKEND]}
+                  "eval_variant": self.in_robot(env_cfg, policy)}
         if checkpoint is not None:
             result["eval_model"] = evaluate_on_backends(args.task, env_cfg, policy, args.eval_episodes,
                                                         backends=[dynamics])[dynamics]
         return result
 
+    def in_robot(self, env_cfg, policy) -> dict:
+        """`policy` (an inference policy) evaluated for --eval_episodes episodes in the robot, on MuJoCo, with the
+        task's evaluation config of `env_cfg`."""
+        task, cfg = play_variant(self.args.task, dataclasses.replace(env_cfg, robot_variant=self.target))
+        return evaluate_on_backends(task, cfg, policy, self.args.eval_episodes,
+                                    backends=[REFERENCE_BACKEND])[REFERENCE_BACKEND]
+
     def evaluate(self, policy: str) -> dict:
         """The policy file `policy` evaluated in the robot, as `ppo` evaluates the policies it trains."""
         args = self.args
-        env_cfg, agent_cfg = task_cfgs(args.task, num_envs=1, seed=args.seed, device=args.device,
-                                       robot_variant=self.target)
-        task, cfg = play_variant(args.task, env_cfg)
-        env, runner = make_runner(task, cfg, agent_cfg)  # a runner of the task's networks, to load the policy into
+        env_cfg, agent_cfg = task_cfgs(args.task, num_envs=1, seed=args.seed, device=args.device)
+        env, runner = make_runner(args.task, env_cfg, agent_cfg)  # the task's networks, to load the policy into
         env.close()
-        return evaluate_on_backends(task, cfg, load_policy(runner, Path(policy), args.device), args.eval_episodes,
-                                    backends=[REFERENCE_BACKEND])[REFERENCE_BACKEND]
+        return self.in_robot(env_cfg, load_policy(runner, Path(policy), args.device))
 
     def evaluate_reused(self) -> None:
         """Evaluate in the robot every reused baseline that came without this robot's figures."""
