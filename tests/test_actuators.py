@@ -13,10 +13,12 @@ from conftest import record_nominal_and_worn
 
 from flashnerd.contacts import contact_features
 from flashnerd.data.dataset import load_dataset
+from flashnerd.data.record import record
 from flashnerd.dynamics import make_dynamics
 from flashnerd.dynamics.representation import StateRepresentation
 from flashnerd.models.checkpoint import CheckpointError, read_checkpoint, save_checkpoint
 from flashnerd.robots import get_robot
+from flashnerd.robots.variant import load_variant
 from flashnerd.sim.scene import build_scene
 from flashnerd.training.actuators import _fit_joint, identify_actuators, nominal_actuators, torque_features
 from flashnerd.training.fit import FitConfig, Fitter
@@ -56,7 +58,10 @@ def test_the_worn_robots_gains_and_limits_are_found_in_its_torques(logs):
     # are those that best predict the measured torque from what the backend knows, the states at control steps
     assert torch.allclose(found["kp"], 0.75 * nominal["kp"], rtol=KP_RTOL)
     assert torch.allclose(found["kd"], nominal["kd"], rtol=0.2)  # kv_scale 1.0: the nominal damping gain
-    low, high = found["effort_low"], found["effort_high"]
+    # no drive lag, and no torque-speed line but (where a joint's fixed clamp fits worse) one far beyond its speeds
+    assert not found["lag"].any() and all(s is None or s > 50.0 for s in card["no_load_speed"])
+    fixed = torch.isinf(found["no_load_speed"])  # (nu,) joints whose clamp is a constant
+    low, high = found["effort_low"][fixed], found["effort_high"][fixed]
     clamped = torch.cat([low[low > -80], high[high < 80]])  # sides where the data showed a clamp
     assert clamped.numel() > 0 and torch.allclose(clamped.abs(), torch.tensor(0.7 * 80.0))  # 56 N m, exactly
     assert card["torque_nrmse_identified"] < 0.25 * card["torque_nrmse_nominal"]
@@ -66,6 +71,70 @@ def test_the_nominal_robots_gains_are_found_again(logs):
     (found, card), nominal = _identify(logs / "sim.h5")
     assert torch.allclose(found["kp"], nominal["kp"], rtol=KP_RTOL)
     assert card["torque_nrmse_identified"] <= card["torque_nrmse_nominal"] + 1e-3
+    assert not found["lag"].any()  # MuJoCo's drive answers at once
+
+
+@pytest.mark.parametrize("drive, lag, speed", [
+    # 20 ms = 4 physics steps: the last substep of a step still holds the previous step's target
+    ("{kp_scale: 0.8, effort_scale: 0.7, delay_s: 0.02, no_load_speed: 10.0}", 1, 10.0),
+    ("{delay_s: 0.04}", 2, None),  # 8 physics steps: two control steps late, no torque-speed line
+    ("{delay_s: 0.01, no_load_speed: 6.0}", 0, 6.0),  # 2 physics steps: in effect by the last substep
+])
+def test_a_lagging_saturating_drive_is_identified(tmp_path, drive, lag, speed):
+    """Delay and torque-speed line (sim/actuation.py) are found from 8 x 60 steps of exploration: the lag in whole
+    control steps the last substep reads, the no-load speed to 10%, the gains and stall limits with them."""
+    (tmp_path / "drive.yaml").write_text(f'robot: anymal_c\nactuators: {{".*": {drive}}}\n')
+    robot = get_robot("anymal_c").with_variant(load_variant(tmp_path / "drive.yaml"))
+    record(robot, num_worlds=8, steps=60, out=tmp_path / "drive.h5", traj_len=20, seed=3, progress=False)
+    (found, card), nominal = _identify(tmp_path / "drive.h5")
+    assert card["identified"] == list(range(12)) and found["lag"].tolist() == [lag] * 12
+    kp = (0.8 if "kp_scale" in drive else 1.0) * nominal["kp"]  # (nu,)
+    # the gains to a few percent; a knee's less closely where a slow line clamps most of its samples (the law reads
+    # the substep state interpolated between control steps, and the knees move fastest)
+    assert float((found["kp"] / kp).median()) == pytest.approx(1.0, abs=0.03)
+    assert torch.allclose(found["kp"], kp, rtol=0.15)
+    if speed is None:  # no line, or one far beyond any speed the joints reached (12 rad/s here)
+        assert all(s is None or s > 50.0 for s in card["no_load_speed"])
+    else:
+        assert torch.allclose(found["no_load_speed"], torch.tensor(speed), rtol=0.1)
+        stall = torch.cat([found["effort_low"], found["effort_high"]]).abs().median()
+        assert float(stall) == pytest.approx((0.7 if "effort_scale" in drive else 1.0) * 80.0, rel=0.05)
+    assert card["torque_nrmse_identified"] < 0.2 * card["torque_nrmse_nominal"]
+
+
+def test_the_learned_backend_reports_the_lagged_line_limited_torque(worn_model, tmp_path):
+    """With lag 1 and a no-load speed in the checkpoint the reported torque reads the previous step's target and the
+    shrunken limits; a reset world's previous target is its default pose (the analytical backends' history)."""
+    ckpt = read_checkpoint(worn_model[0])
+    entry = ckpt["actuators"]
+    entry["lag"] = torch.tensor([1.0] * 6 + [0.0] * 6)
+    entry["no_load_speed"] = torch.full((12,), 0.5)  # slow enough that the line binds on the first steps
+    save_checkpoint(tmp_path / "drive.safetensors", ckpt)
+    dyn = make_dynamics("flashnerd", get_robot("anymal_c"), 3, checkpoint=str(tmp_path / "drive.safetensors"))
+    rest = dyn.rep.actuated_pos(dyn.state().qpos).clone()  # (3, nu) the default pose
+    previous = rest
+    for k in range(3):
+        before_q, before_v = dyn.state().qpos.clone(), dyn.state().qvel.clone()
+        ctrl = rest + 0.2 * (k + 1) * torch.tensor([1.0, -1.0, 0.5])[:, None]  # (3, nu) another target each step
+        dyn.step(ctrl)
+        q = torch.lerp(dyn.rep.actuated_pos(before_q), dyn.rep.actuated_pos(dyn.state().qpos), PHASE)  # (3, nu)
+        v = torch.lerp(dyn.rep.actuated_vel(before_v), dyn.rep.actuated_vel(dyn.state().qvel), PHASE)  # (3, nu)
+        target = torch.where(entry["lag"] > 0, previous, ctrl)  # (3, nu)
+        share = (1 - v.abs() / entry["no_load_speed"]).clamp_min(0)  # (3, nu)
+        expected = torch.clamp(entry["kp"] * (target - q) - entry["kd"] * v, min=entry["effort_low"] * share)
+        expected = torch.minimum(expected, entry["effort_high"] * share)  # (3, nu)
+        assert torch.allclose(dyn.state().joint_torque, expected, atol=1e-4)
+        assert (share < 1).any()  # the line took part
+        previous = ctrl
+    dyn.reset(torch.tensor([1]), dyn.state().qpos[1:2] + 0.0, torch.zeros(1, dyn.nv))
+    before_q, before_v = dyn.state().qpos.clone(), dyn.state().qvel.clone()
+    dyn.step(previous)
+    q = torch.lerp(dyn.rep.actuated_pos(before_q), dyn.rep.actuated_pos(dyn.state().qpos), PHASE)[1]  # (nu,)
+    v = torch.lerp(dyn.rep.actuated_vel(before_v), dyn.rep.actuated_vel(dyn.state().qvel), PHASE)[1]  # (nu,)
+    share = (1 - v.abs() / entry["no_load_speed"]).clamp_min(0)  # (nu,)
+    raw = entry["kp"] * (torch.where(entry["lag"] > 0, rest[1], previous[1]) - q) - entry["kd"] * v  # (nu,)
+    expected = torch.minimum(torch.maximum(raw, entry["effort_low"] * share), entry["effort_high"] * share)
+    assert torch.allclose(dyn.state().joint_torque[1], expected, atol=1e-4)
 
 
 def test_a_fit_writes_them_and_the_learned_backend_reports_their_torque(logs, worn_model, tmp_path):
@@ -137,6 +206,13 @@ def test_data_of_two_robots_identify_nothing(logs, worn_model, tmp_path):
     (lambda a: a.update(effort_low=torch.full_like(a["kp"], float("inf")), effort_high=torch.full_like(
         a["kp"], float("inf"))), "non-finite gains or crossed torque limits"),
     (lambda a: a.pop("kd"), "lacks one of kp, kd"),
+    (lambda a: a.update(lag=torch.full_like(a["kp"], 0.5)), "lag that is not a whole number of control steps"),
+    (lambda a: a.update(lag=torch.full_like(a["kp"], 3.0)), "lag that is not a whole number of control steps"),
+    (lambda a: a.update(no_load_speed=torch.zeros_like(a["kp"])), "no-load speed that is not positive"),
+    (lambda a: a.update(no_load_speed=torch.full_like(a["kp"], float("nan"))), "no-load speed that is not positive"),
+    (lambda a: a.update(no_load_speed=torch.full_like(a["kp"], 8.0), effort_high=torch.full_like(
+        a["kp"], float("inf"))), "one on an unlimited actuator"),
+    (lambda a: a.update(lag=[1.0] * 12), "'lag' is not an array"),
 ])
 def test_a_damaged_actuators_entry_is_a_one_line_error(worn_model, tmp_path, edit, message):
     ckpt = read_checkpoint(worn_model[0])

@@ -144,7 +144,12 @@ class LearnedDynamics:
         # (limits per actuator, as MuJoCo clamps, may be uneven)
         law = actuators_from_checkpoint(ckpt, self.nu) or position_actuators(self.scene)
         self._law = {k: torch.as_tensor(law[k], dtype=torch.float32, device=self.device)
-                     for k in ("kp", "kd", "effort_low", "effort_high")}  # (nu,) each
+                     for k in ("kp", "kd", "effort_low", "effort_high", "no_load_speed") if k in law}  # (nu,) each
+        if "no_load_speed" in self._law and not bool(torch.isfinite(self._law["no_load_speed"]).any()):
+            del self._law["no_load_speed"]  # no line anywhere: the plain clamp, one product less per step
+        # an identified drive lag: the torque reads the target sent `lag` control steps earlier, from `_past`
+        lag = torch.as_tensor(law.get("lag", np.zeros(self.nu)), device=self.device).long()  # (nu,)
+        self._lag = lag if bool((lag > 0).any()) else None
         # MuJoCo clamps each target to its actuator's ctrlrange (+-inf where unlimited); the model sees the same target
         ctrl_range = torch.as_tensor(actuator_ctrl_limits(self.scene), dtype=torch.float32, device=self.device)
         self._ctrl_low, self._ctrl_high = ctrl_range[:, 0], ctrl_range[:, 1]  # (nu,), (nu,)
@@ -157,6 +162,10 @@ class LearnedDynamics:
         # the control of the last step (the contact head reads the end-of-step frame under it); a reset world's is
         # its joint positions, a frame without target error
         self._ctrl = self.rep.actuated_pos(self._qpos).clone()  # (N, nu)
+        # the targets of the last max(lag) steps, newest first (only with a lagged law); a reset world's are the
+        # default joint positions, as in the analytical backends' target history after a reset
+        self._rest_target = self.rep.actuated_pos(q0[None])[0]  # (nu,)
+        self._past = None if self._lag is None else self._rest_target.repeat(num_worlds, int(self._lag.max()), 1)
         self._torque_phase = (robot.decimation - 1) / robot.decimation
         self._contact = torch.zeros(num_worlds, self._nb, **f32)  # (N, nb)
         self._disagreement = torch.zeros(num_worlds, **f32) if self.num_members > 1 else None  # (N,)
@@ -175,6 +184,8 @@ class LearnedDynamics:
         self._qvel[ids] = qvel.to(self._qvel)
         self._torque[ids] = 0.0
         self._ctrl[ids] = self.rep.actuated_pos(self._qpos[ids])
+        if self._past is not None:
+            self._past[ids] = self._rest_target
         self.network.reset_cache(self.cache, ids)
         if self._disagreement is not None:
             self._disagreement[ids] = 0.0
@@ -216,6 +227,7 @@ class LearnedDynamics:
                 pred, self.cache = self.network.step_functional(self._frame(ctrl), self.cache)
             self._qpos, self._qvel, self._torque = self._advance(ctrl, pred)
             self._ctrl = ctrl
+            self._remember(ctrl)
             self._rebind_state()
         else:
             with torch.no_grad():
@@ -224,6 +236,7 @@ class LearnedDynamics:
                 self._qpos.copy_(qpos)
                 self._qvel.copy_(qvel)
                 self._ctrl.copy_(ctrl)
+                self._remember(ctrl)
         self._refresh_contacts()
 
     def _frame(self, ctrl: torch.Tensor) -> torch.Tensor:
@@ -242,13 +255,29 @@ class LearnedDynamics:
         rep = self.rep
         joint_pos = torch.lerp(rep.actuated_pos(self._qpos), rep.actuated_pos(qpos), a)  # (N, nu)
         joint_vel = torch.lerp(rep.actuated_vel(self._qvel), rep.actuated_vel(qvel), a)  # (N, nu)
-        return qpos, qvel, pd_torque(self._law, ctrl - joint_pos, joint_vel)  # (N, nu) torque
+        return qpos, qvel, pd_torque(self._law, self._target_in_effect(ctrl) - joint_pos, joint_vel)  # (N, nu) torque
+
+    def _target_in_effect(self, ctrl: torch.Tensor) -> torch.Tensor:
+        """The target (N, nu) each actuator's drive holds at the last substep: this step's ctrl, or under an
+        identified lag the one sent that many steps earlier."""
+        if self._lag is None:
+            return ctrl
+        targets = torch.cat([ctrl[:, None], self._past], dim=1)  # (N, 1 + max lag, nu) newest first
+        index = self._lag[None, None, :].expand(ctrl.shape[0], 1, -1)  # (N, 1, nu)
+        return targets.gather(1, index)[:, 0]  # (N, nu)
+
+    def _remember(self, ctrl: torch.Tensor) -> None:
+        """Push this step's targets (N, nu) into the lag history (replaced, not written: a differentiable rollout's
+        earlier torques keep the targets they read)."""
+        if self._past is not None:
+            self._past = torch.cat([ctrl[:, None], self._past[:, :-1]], dim=1)  # (N, max lag, nu)
 
     def detach(self) -> None:
         """Cut the autograd graph: the current states and caches keep their values and forget how they were made
         (truncated backpropagation between differentiable rollouts)."""
         self._qpos, self._qvel, self._torque, self._ctrl = (t.detach() for t in
                                                             (self._qpos, self._qvel, self._torque, self._ctrl))
+        self._past = None if self._past is None else self._past.detach()
         self._features = self._features.detach()
         if self._disagreement is not None:
             self._disagreement = self._disagreement.detach()
@@ -269,6 +298,7 @@ class LearnedDynamics:
             return
         self._qpos, self._qvel, self._torque, self._ctrl = (t.clone() for t in
                                                             (self._qpos, self._qvel, self._torque, self._ctrl))
+        self._past = None if self._past is None else self._past.clone()
         if self._disagreement is not None:
             self._disagreement = self._disagreement.clone()
         _map_cache(self.cache, torch.Tensor.clone)

@@ -253,13 +253,18 @@ def model_from_checkpoint(ckpt: dict[str, Any], device: torch.device | str = "cp
 
 
 ACTUATOR_FIELDS = ("kp", "kd", "effort_low", "effort_high")
+# drive fields a checkpoint may add: the control steps its target lags by, its torque-speed line's no-load speed
+DRIVE_FIELDS = {"lag": 0.0, "no_load_speed": float("inf")}
+MAX_LAG = 2  # control steps: identification tries 0..MAX_LAG, a reader accepts the same
 
 
 def actuators_from_checkpoint(ckpt: dict[str, Any], nu: int) -> dict[str, torch.Tensor] | None:
-    """The identified actuators (kp, kd, effort_low, effort_high, each (nu,) float32) of a checkpoint, or None when it
-    has none (the learned backend then uses the scene's). Gains that are
-    not finite numbers, one per actuator, or limits that are NaN, crossed or infinite on their own side (a law that
-    could only give infinite torque) are a one-line `CheckpointError`."""
+    """The identified actuators (kp, kd, effort_low, effort_high, lag, no_load_speed, each (nu,) float32) of a
+    checkpoint, or None when it has none (the learned backend then uses the scene's). An entry written before the
+    drive fields existed reads with lag 0 and no torque-speed line. Gains that are not finite numbers, one per
+    actuator, limits that are NaN, crossed or infinite on their own side (a law that could only give infinite
+    torque), a lag that is not a whole number of control steps in [0, MAX_LAG] or a no-load speed that is not positive
+    are a one-line `CheckpointError`."""
     entry = ckpt.get("actuators")
     if entry is None:
         return None
@@ -267,6 +272,11 @@ def actuators_from_checkpoint(ckpt: dict[str, Any], nu: int) -> dict[str, torch.
         raise CheckpointError(f"checkpoint actuators entry lacks one of {', '.join(ACTUATOR_FIELDS)}; the file is "
                               "corrupt")
     found = {k: entry[k].float() for k in ACTUATOR_FIELDS}
+    for k, default in DRIVE_FIELDS.items():
+        value = entry.get(k)
+        if value is not None and not isinstance(value, torch.Tensor):
+            raise CheckpointError(f"checkpoint actuators entry '{k}' is not an array; the file is corrupt")
+        found[k] = torch.full((nu,), default) if value is None else value.float()
     if any(v.shape != (nu,) for v in found.values()):
         raise CheckpointError(f"checkpoint actuators are for {tuple(found['kp'].shape)} actuators, the robot has {nu}; "
                               "the file is corrupt")
@@ -275,6 +285,14 @@ def actuators_from_checkpoint(ckpt: dict[str, Any], nu: int) -> dict[str, torch.
             and (found["effort_low"] < float("inf")).all() and (found["effort_high"] > -float("inf")).all()):
         raise CheckpointError("checkpoint actuators hold non-finite gains or crossed torque limits; the file is "
                               "corrupt")
+    lag, speed = found["lag"], found["no_load_speed"]
+    if not (torch.isfinite(lag).all() and (lag == lag.round()).all() and (lag >= 0).all() and (lag <= MAX_LAG).all()
+            and not torch.isnan(speed).any() and (speed > 0).all()
+            and torch.isfinite(found["effort_low"][speed.isfinite()]).all()
+            and torch.isfinite(found["effort_high"][speed.isfinite()]).all()):
+        raise CheckpointError(f"checkpoint actuators hold a lag that is not a whole number of control steps in [0, "
+                              f"{MAX_LAG}], a no-load speed that is not positive or one on an unlimited actuator; the "
+                              "file is corrupt")
     return found
 
 

@@ -186,9 +186,15 @@ def position_actuators(model: mujoco.MjModel) -> dict[str, np.ndarray]:
 
 def pd_torque(law: dict[str, torch.Tensor], error: torch.Tensor, vel: torch.Tensor) -> torch.Tensor:
     """The torque (..., nu) of a position actuator `law` (kp, kd, effort_low, effort_high, each (nu,), as
-    `position_actuators` gives them) at target errors and joint velocities (..., nu): kp e - kd v, clamped."""
+    `position_actuators` gives them) at target errors and joint velocities (..., nu): kp e - kd v, clamped. A law
+    with `no_load_speed` (nu,) (inf: none) clamps to its limits times max(0, 1 - |v| / no_load_speed), a DC motor's
+    torque-speed line (sim/actuation.py applies the same in the analytical backends)."""
     raw = law["kp"] * error - law["kd"] * vel  # (..., nu)
-    return torch.minimum(torch.maximum(raw, law["effort_low"]), law["effort_high"])
+    low, high = law["effort_low"], law["effort_high"]  # (nu,) each
+    if "no_load_speed" in law:
+        share = (1.0 - vel.abs() / law["no_load_speed"]).clamp_min(0.0)  # (..., nu) 1 where no line is set
+        low, high = low * share, high * share  # (..., nu) each; identification sets lines on finite limits only
+    return torch.minimum(torch.maximum(raw, low), high)
 
 
 def robot_columns(robot: RobotSpec, model: mujoco.MjModel) -> tuple[int, int]:
