@@ -121,6 +121,10 @@ def test_bench_reality_gap_runs_the_loop_a_lab_runs(tmp_path, capsys, monkeypatc
     assert logged["variants"] == ["anymal_c_worn_dr_robot"] and "randomize" not in logged["variant"]  # one robot
     assert set(budget["nrmse_held_out"]) == {"nrmse_before", "nrmse_after"}
     assert read_checkpoint(out / "0.4min" / "adapted.safetensors")["adaptation"] == budget["nrmse_card"]
+    # the worn drives (kp 0.75x, limits 0.7x) identified from the logs' torque, their card in the run's JSON
+    card = read_checkpoint(out / "0.4min" / "adapted.safetensors")["actuators"]["card"]
+    assert budget["actuators"] == {k: v for k, v in card.items() if k != "data"}
+    assert budget["actuators"]["torque_nrmse_identified"] < budget["actuators"]["torque_nrmse_nominal"]
     first, last = budget["rounds"]
     assert first["model"] == budget["adapted"] and last["model"] == first["next_model"] != first["model"]
     assert first["rollouts"]["import"]["minutes"] == pytest.approx(0.2)

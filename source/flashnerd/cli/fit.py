@@ -36,7 +36,8 @@ def adapt_model(data: str | Path | list, init: str | Path, out: Path, time_budge
     `time_budget_s` seconds at the adaptation learning rate, stopping early after `patience` validations without a
     lower held-out loss (0: no early stopping, the whole budget), its contact head refitted for `contact_head_steps`
     (0: none), written to `out` with the held-out NRMSE before and after on its card. Returns the fitter and
-    {"fit_steps", "fit_seconds", "nrmse_card"} (and "best_step", "stopped_early" with early stopping)."""
+    {"fit_steps", "fit_seconds", "nrmse_card", "actuators"} (the identified actuators' card, or why none; and
+    "best_step", "stopped_early" with early stopping)."""
     ckpt = read_checkpoint(init)
     fit_cfg = ckpt.get("fit_config", {})
     cfg = dataclasses.replace(FitConfig(), model=ckpt["kind"], size=fit_cfg.get("size", FitConfig.size),
@@ -51,7 +52,7 @@ def adapt_model(data: str | Path | list, init: str | Path, out: Path, time_budge
     fit = fitter.fit(out, log_dir=str(out.parent / "fit"), progress=False)
     card = fitter.adaptation_report(init, out)
     return fitter, {"fit_steps": fit["steps"], "fit_seconds": fit["train_seconds"], "nrmse_card": card,
-                    **{k: fit[k] for k in ("best_step", "stopped_early") if k in fit}}
+                    "actuators": fit["actuators"], **{k: fit[k] for k in ("best_step", "stopped_early") if k in fit}}
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
