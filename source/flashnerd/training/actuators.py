@@ -29,6 +29,7 @@ MARGIN = 0.01  # a lag or a torque-speed line is taken only where it lowers the 
 SPEED_GRID = (0.25, 8.0, 21)  # no-load speeds tried: this geometric range times the joint's fastest sample, points
 LINE_PASSES = 4  # alternations of (gains on the unclamped samples) and (stall limits on the clamped ones)
 MAX_SAMPLES = 200_000  # steps identification reads at most (whole trajectories, evenly spread): a 2-parameter law
+SEARCH_SAMPLES = 20_000  # samples the no-load speed is searched on (evenly strided); the best is refitted on all
 LAW = ("kp", "kd", "effort_low", "effort_high", "no_load_speed", "lag")  # one joint's law, in this order
 
 
@@ -125,21 +126,27 @@ def _fit_lines(tau: torch.Tensor, error: torch.Tensor, vel: torch.Tensor, low: f
 def _best_line(tau: torch.Tensor, error: torch.Tensor, vel: torch.Tensor, low: float, high: float
                ) -> tuple[tuple[float, ...], float] | None:
     """The torque-speed law (kp, kd, low, high, no_load_speed) of least squared error over a geometric grid of
-    no-load speeds around the joint's fastest sample, refined once around the best; None when no speed fits."""
+    no-load speeds around the joint's fastest sample, refined once around the best (searched on at most
+    SEARCH_SAMPLES of the samples, the best speed then fitted on all); None when no speed fits."""
     fastest = max(float(vel.abs().max()), 1e-3)
     lo, hi, points = SPEED_GRID
     step = (hi / lo) ** (1 / (points - 1))
     speeds = fastest * lo * step ** torch.arange(points, dtype=tau.dtype)  # (S,)
+    every = max(1, -(-tau.numel() // SEARCH_SAMPLES))  # stride of the search subset
+    sample = (tau[::every], error[::every], vel[::every])  # (K/every,) each
     best = None
     for _ in range(2):  # the grid, then seven speeds across the best grid point's interval
-        laws, err, valid = _fit_lines(tau, error, vel, low, high, speeds)
+        laws, err, valid = _fit_lines(*sample, low, high, speeds)
         if not bool(valid.any()):
-            return best
+            break
         i = int(torch.where(valid, err, float("inf")).argmin())
         if best is None or float(err[i]) < best[1]:
-            best = tuple(laws[i].tolist()), float(err[i])
-        speeds = best[0][4] * step ** (torch.arange(7, dtype=tau.dtype) / 3 - 1)  # (7,)
-    return best
+            best = float(laws[i, 4]), float(err[i])
+        speeds = best[0] * step ** (torch.arange(7, dtype=tau.dtype) / 3 - 1)  # (7,)
+    if best is None:
+        return None
+    laws, err, valid = _fit_lines(tau, error, vel, low, high, torch.tensor([best[0]], dtype=tau.dtype))
+    return (tuple(laws[0].tolist()), float(err[0])) if bool(valid[0]) else None
 
 
 def _squared_error(law: tuple[float, ...], error: torch.Tensor, vel: torch.Tensor, tau: torch.Tensor) -> float:
