@@ -150,12 +150,10 @@ def _best_line(tau: torch.Tensor, error: torch.Tensor, vel: torch.Tensor, low: f
 
 
 def _squared_error(law: tuple[float, ...], error: torch.Tensor, vel: torch.Tensor, tau: torch.Tensor) -> float:
-    """Mean squared torque error of one joint's (kp, kd, low, high[, no_load_speed]) on samples (K,)."""
-    kp, kd, low, high = law[:4]
-    share = (1.0 - vel.abs() / law[4]).clamp_min(0.0) if len(law) > 4 else torch.ones_like(vel)  # (K,)
-    low, high = (low * share, high * share) if low > -float("inf") and high < float("inf") else (low, high)
-    raw = kp * error - kd * vel  # (K,)
-    return float((torch.minimum(torch.maximum(raw, torch.as_tensor(low)), torch.as_tensor(high)) - tau).square().mean())
+    """Mean squared torque error on samples (K,) of one joint's law (kp, kd, low, high, no_load_speed), through the
+    backend's own `pd_torque`."""
+    gains = {k: torch.tensor(x, dtype=error.dtype) for k, x in zip(LAW, law[:5])}
+    return float((pd_torque(gains, error, vel) - tau).square().mean())
 
 
 def _fit_drive(feats: list[tuple[torch.Tensor, ...]], j: int, rows: torch.Tensor, low: float, high: float
@@ -168,7 +166,8 @@ def _fit_drive(feats: list[tuple[torch.Tensor, ...]], j: int, rows: torch.Tensor
     for lag, (error, vel, torque, _) in enumerate(feats):
         e, v, tau = error[rows, j], vel[rows, j], torque[rows, j]  # (K,) each
         fixed = _fit_joint(tau, e, v, low, high)
-        kinds = [((*fixed, float("inf")), _squared_error(fixed, e, v, tau))] if fixed is not None else []
+        fixed = None if fixed is None else (*fixed, float("inf"))  # a constant clamp: no torque-speed line
+        kinds = [(fixed, _squared_error(fixed, e, v, tau))] if fixed is not None else []
         if low > -float("inf") and high < float("inf"):  # a line needs a stall torque to fall from
             line = _best_line(tau, e, v, low, high)
             kinds += [line] if line is not None else []
