@@ -103,38 +103,67 @@ def test_a_lagging_saturating_drive_is_identified(tmp_path, drive, lag, speed):
 
 
 def test_the_learned_backend_reports_the_lagged_line_limited_torque(worn_model, tmp_path):
-    """With lag 1 and a no-load speed in the checkpoint the reported torque reads the previous step's target and the
-    shrunken limits; a reset world's previous target is its default pose (the analytical backends' history)."""
+    """With lags of 2, 1 and 0 steps and a no-load speed in the checkpoint the reported torque reads the target sent
+    that many steps earlier and the shrunken limits; a reset world's earlier targets are its default pose (the
+    analytical backends' history) and the other worlds keep theirs. The steps run under torch.inference_mode, as
+    rsl_rl's rollouts do, and the resets outside it."""
     ckpt = read_checkpoint(worn_model[0])
     entry = ckpt["actuators"]
-    entry["lag"] = torch.tensor([1.0] * 6 + [0.0] * 6)
+    entry["lag"] = torch.tensor([2.0] * 4 + [1.0] * 4 + [0.0] * 4)
     entry["no_load_speed"] = torch.full((12,), 0.5)  # slow enough that the line binds on the first steps
     save_checkpoint(tmp_path / "drive.safetensors", ckpt)
     dyn = make_dynamics("flashnerd", get_robot("anymal_c"), 3, checkpoint=str(tmp_path / "drive.safetensors"))
     rest = dyn.rep.actuated_pos(dyn.state().qpos).clone()  # (3, nu) the default pose
-    previous = rest
-    for k in range(3):
+    lag = entry["lag"].long()  # (nu,)
+    sent = [rest, rest]  # (3, nu) per step, oldest first: the history a fresh backend starts from
+
+    def step_and_check(ctrl: torch.Tensor, worlds: torch.Tensor) -> None:
         before_q, before_v = dyn.state().qpos.clone(), dyn.state().qvel.clone()
-        ctrl = rest + 0.2 * (k + 1) * torch.tensor([1.0, -1.0, 0.5])[:, None]  # (3, nu) another target each step
-        dyn.step(ctrl)
+        with torch.inference_mode():
+            dyn.step(ctrl)
+        sent.append(ctrl)
         q = torch.lerp(dyn.rep.actuated_pos(before_q), dyn.rep.actuated_pos(dyn.state().qpos), PHASE)  # (3, nu)
         v = torch.lerp(dyn.rep.actuated_vel(before_v), dyn.rep.actuated_vel(dyn.state().qvel), PHASE)  # (3, nu)
-        target = torch.where(entry["lag"] > 0, previous, ctrl)  # (3, nu)
+        target = torch.stack(sent[::-1])[lag, :, torch.arange(12)].t()  # (3, nu): sent[-1 - lag] per joint
         share = (1 - v.abs() / entry["no_load_speed"]).clamp_min(0)  # (3, nu)
         expected = torch.clamp(entry["kp"] * (target - q) - entry["kd"] * v, min=entry["effort_low"] * share)
         expected = torch.minimum(expected, entry["effort_high"] * share)  # (3, nu)
-        assert torch.allclose(dyn.state().joint_torque, expected, atol=1e-4)
+        assert torch.allclose(dyn.state().joint_torque[worlds], expected[worlds], atol=1e-4)
         assert (share < 1).any()  # the line took part
-        previous = ctrl
+
+    every = torch.arange(3)
+    for k in range(4):
+        step_and_check(rest + 0.2 * (k + 1) * torch.tensor([1.0, -1.0, 0.5])[:, None], every)  # a new target each step
     dyn.reset(torch.tensor([1]), dyn.state().qpos[1:2] + 0.0, torch.zeros(1, dyn.nv))
-    before_q, before_v = dyn.state().qpos.clone(), dyn.state().qvel.clone()
-    dyn.step(previous)
-    q = torch.lerp(dyn.rep.actuated_pos(before_q), dyn.rep.actuated_pos(dyn.state().qpos), PHASE)[1]  # (nu,)
-    v = torch.lerp(dyn.rep.actuated_vel(before_v), dyn.rep.actuated_vel(dyn.state().qvel), PHASE)[1]  # (nu,)
-    share = (1 - v.abs() / entry["no_load_speed"]).clamp_min(0)  # (nu,)
-    raw = entry["kp"] * (torch.where(entry["lag"] > 0, rest[1], previous[1]) - q) - entry["kd"] * v  # (nu,)
-    expected = torch.minimum(torch.maximum(raw, entry["effort_low"] * share), entry["effort_high"] * share)
-    assert torch.allclose(dyn.state().joint_torque[1], expected, atol=1e-4)
+    for history in sent[-2:]:
+        history[1] = rest[1]  # world 1 forgot its targets; worlds 0 and 2 did not
+    step_and_check(rest - 0.1, every)
+    step_and_check(rest + 0.3, every)
+    dyn.reset_history(torch.tensor([2]))  # the coupled backend restarts an episode this way, keeping the state
+    for history in sent[-2:]:
+        history[2] = rest[2]
+    step_and_check(rest + 0.1, every)
+
+
+def test_the_differentiable_backend_reports_the_same_lagged_torque_with_its_gradient(worn_model, tmp_path):
+    """The functional (autograd) step keeps its own lag history: the same torques as the in-place step, and the
+    backward pass from a lagged joint's torque to the targets sent earlier runs (the history is replaced, not written
+    over what earlier steps saved)."""
+    ckpt = read_checkpoint(worn_model[0])
+    ckpt["actuators"]["lag"] = torch.tensor([2.0] * 4 + [1.0] * 4 + [0.0] * 4)
+    save_checkpoint(tmp_path / "drive.safetensors", ckpt)
+    kwargs = dict(checkpoint=str(tmp_path / "drive.safetensors"))
+    plain = make_dynamics("flashnerd", get_robot("anymal_c"), 2, **kwargs)
+    grad = make_dynamics("flashnerd", get_robot("anymal_c"), 2, differentiable=True, **kwargs)
+    rest = plain.rep.actuated_pos(plain.state().qpos).clone()  # (2, nu)
+    ctrls = [(rest + 0.1 * (k + 1)).requires_grad_(True) for k in range(3)]
+    for ctrl in ctrls:
+        with torch.no_grad():
+            plain.step(ctrl)
+        grad.step(ctrl)
+        assert torch.allclose(grad.state().joint_torque, plain.state().joint_torque, atol=1e-4)
+    grads = torch.autograd.grad(grad.state().joint_torque[0, 4], ctrls[:2])  # a lag-1 joint, last step
+    assert all(torch.isfinite(g).all() for g in grads) and grads[1][0, 4] != 0
 
 
 def test_a_fit_writes_them_and_the_learned_backend_reports_their_torque(logs, worn_model, tmp_path):

@@ -17,18 +17,24 @@ from flashnerd.utils.math import quat_from_euler_xyz
 
 @pytest.mark.parametrize("task", registered_tasks())
 def test_every_task_makes_resets_and_steps(task):
+    """Steps under torch.inference_mode, as rsl_rl's rollouts and evaluations run, then a reset and a step outside it
+    (a buffer a step replaced inside it would refuse the reset's in-place writes)."""
     env = gym.make(task, num_envs=3)
     obs, extras = env.reset(seed=0)
     assert set(obs) == set(env.unwrapped.single_observation_space.spaces)
-    for _ in range(10):
-        action = torch.as_tensor(env.action_space.sample())
-        obs, rew, terminated, truncated, extras = env.step(action)
-        for group, value in obs.items():
-            assert value.shape == env.observation_space[group].shape
-            assert torch.isfinite(value).all()
-        assert rew.shape == (3,) and torch.isfinite(rew).all()
-        assert terminated.dtype == torch.bool and truncated.shape == (3,)
+    with torch.inference_mode():
+        for _ in range(10):
+            action = torch.as_tensor(env.action_space.sample())
+            obs, rew, terminated, truncated, extras = env.step(action)
+            for group, value in obs.items():
+                assert value.shape == env.observation_space[group].shape
+                assert torch.isfinite(value).all()
+            assert rew.shape == (3,) and torch.isfinite(rew).all()
+            assert terminated.dtype == torch.bool and truncated.shape == (3,)
     assert "time_outs" in extras and "log" in extras
+    env.reset(seed=1)
+    obs, rew, *_ = env.step(torch.as_tensor(env.action_space.sample()))
+    assert torch.isfinite(rew).all()
     env.close()
 
 

@@ -49,9 +49,11 @@ class RollTracker:
         env = self.env
         self.progress += env.root_ang_vel_b[:, 1] * env.step_dt
         landed = self.completed & self.upright() & self.on_feet()
-        self.settled = torch.where(landed, self.settled + env.step_dt, torch.zeros_like(self.settled))
+        # written in place, as every tracker buffer: one replaced under torch.inference_mode (rsl_rl's rollouts
+        # step so) could not take a reset's write outside it
+        self.settled.copy_(torch.where(landed, self.settled + env.step_dt, torch.zeros_like(self.settled)))
         succeeded = self.settled >= SETTLE_S - 1e-6
-        self.new_success = succeeded & ~self.success
+        self.new_success.copy_(succeeded & ~self.success)
         self.success |= succeeded
 
     def reset(self, env_ids: torch.Tensor) -> None:

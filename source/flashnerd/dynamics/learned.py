@@ -209,9 +209,13 @@ class LearnedDynamics:
         self._refresh_contacts()
 
     def reset_history(self, world_ids: torch.Tensor) -> None:
-        """Forget the history of `world_ids` (k,) only, keeping their state."""
+        """Forget the history of `world_ids` (k,) only, keeping their state: the model's past frames and the drives'
+        past targets (the default pose, as after `reset`)."""
         self._own_buffers()
-        self.network.reset_cache(self.cache, world_ids.to(self.device))
+        ids = world_ids.to(self.device)
+        self.network.reset_cache(self.cache, ids)
+        if self._past is not None:
+            self._past[ids] = self._rest_target
 
     def step(self, ctrl: torch.Tensor) -> None:
         """One model call for all worlds: frame features -> normalized increment -> next state. Targets outside an
@@ -267,10 +271,16 @@ class LearnedDynamics:
         return targets.gather(1, index)[:, 0]  # (N, nu)
 
     def _remember(self, ctrl: torch.Tensor) -> None:
-        """Push this step's targets (N, nu) into the lag history (replaced, not written: a differentiable rollout's
-        earlier torques keep the targets they read)."""
-        if self._past is not None:
-            self._past = torch.cat([ctrl[:, None], self._past[:, :-1]], dim=1)  # (N, max lag, nu)
+        """Push this step's targets (N, nu) into the lag history: replaced in differentiable mode (a rollout's earlier
+        torques keep the targets they read), else written in place (a buffer made inside `torch.inference_mode`, as
+        rsl_rl's rollouts step, could not take a reset's write outside it)."""
+        if self._past is None:
+            return
+        pushed = torch.cat([ctrl[:, None], self._past[:, :-1]], dim=1)  # (N, max lag, nu) newest first
+        if self.differentiable:
+            self._past = pushed
+        else:
+            self._past.copy_(pushed)
 
     def detach(self) -> None:
         """Cut the autograd graph: the current states and caches keep their values and forget how they were made

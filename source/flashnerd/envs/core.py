@@ -41,10 +41,13 @@ class AirTime:
         """Advance the timers by dt given the contact flags (N, nb)."""
         first_contact = (self.current_air_time > 0) & in_contact
         first_detached = (self.current_contact_time > 0) & ~in_contact
-        self.last_air_time = torch.where(first_contact, self.current_air_time + dt, self.last_air_time)
-        self.current_air_time = torch.where(in_contact, 0.0, self.current_air_time + dt)
-        self.last_contact_time = torch.where(first_detached, self.current_contact_time + dt, self.last_contact_time)
-        self.current_contact_time = torch.where(in_contact, self.current_contact_time + dt, 0.0)
+        # written in place: a timer replaced under torch.inference_mode (rsl_rl's rollouts step so) could not take a
+        # reset's write outside it
+        self.last_air_time.copy_(torch.where(first_contact, self.current_air_time + dt, self.last_air_time))
+        self.current_air_time.copy_(torch.where(in_contact, 0.0, self.current_air_time + dt))
+        self.last_contact_time.copy_(torch.where(first_detached, self.current_contact_time + dt,
+                                                 self.last_contact_time))
+        self.current_contact_time.copy_(torch.where(in_contact, self.current_contact_time + dt, 0.0))
 
     def first_contact(self, dt: float) -> torch.Tensor:
         """Bodies that touched down during the last step (N, nb) as float."""
