@@ -297,3 +297,28 @@ def test_bench_reality_gap_logs_with_the_randomized_policy(tmp_path, capsys, mon
     assert main(no_ranges) == 2
     assert "--safe_policy randomized needs randomize ranges" in capsys.readouterr().err
     assert not (tmp_path / "no_ranges").exists() and len(drivers) == 5
+
+
+def test_a_resumed_reality_gap_run_refuses_another_adapted_model_or_robot(tmp_path):
+    """The adapted model's digest and the robot model's hash are recorded when a run starts (or, for a run stopped
+    before they were, at its first resume) and must match at every later resume."""
+    from flashnerd.cli.bench.reality_gap import _check_same_models
+    from flashnerd.cli.common import CLIError, checkpoint_sha256
+
+    first, second = tmp_path / "a.safetensors", tmp_path / "b.safetensors"
+    first.write_bytes(b"model a")
+    second.write_bytes(b"model b")
+    state = {}
+    _check_same_models(state, "robot1", str(first))
+    assert state == {"model_hash": "robot1", "init_sha256": checkpoint_sha256(str(first))}
+    _check_same_models(state, "robot1", str(first))  # the same files: resumes
+    copy = tmp_path / "copy.safetensors"
+    copy.write_bytes(first.read_bytes())
+    _check_same_models(state, "robot1", str(copy))  # the same model elsewhere: resumes
+    with pytest.raises(CLIError, match="is not the file it started from"):
+        _check_same_models(state, "robot1", str(second))
+    with pytest.raises(CLIError, match="robot model changed"):
+        _check_same_models(state, "robot2", str(first))
+    old = {"model_hash": "robot1"}  # stopped before the digest was recorded: takes today's
+    _check_same_models(old, "robot1", str(second))
+    assert old["init_sha256"] == checkpoint_sha256(str(second))

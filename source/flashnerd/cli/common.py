@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import json
 import os
+import stat
 import tempfile
 from collections.abc import Callable, Sequence
 from datetime import datetime
@@ -153,6 +155,20 @@ def read_json(flag: str, path: Path, fix: str):
         return json.loads(Path(path).read_text())
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as err:
         raise CLIError(f"{flag}: '{path}' is not readable JSON ({type(err).__name__}); {fix}") from None
+
+
+def checkpoint_sha256(path: str | None) -> str | None:
+    """Content digest of a planning checkpoint (None for an analytical backend, or where no regular file can be read
+    at `path`: a plan JSON from someone else may name anything). Read in chunks, never whole."""
+    if path is None:
+        return None
+    try:
+        with open(path, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):  # a FIFO or a device would block or never end
+                return None
+            return hashlib.file_digest(f, "sha256").hexdigest()
+    except (OSError, ValueError):
+        return None
 
 
 def run_state(path: Path, settings: dict, resume: bool, fresh: dict, defaults: dict | None = None,

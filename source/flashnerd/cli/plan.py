@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
-import os
-import stat
 import sys
 from pathlib import Path
 
@@ -19,6 +16,7 @@ from flashnerd.cli.common import (
     check_device,
     check_positive,
     check_writable,
+    checkpoint_sha256,
     checkpoints_by_kind,
     refuse_unless,
     write_json,
@@ -88,20 +86,6 @@ def is_backend_result(r: object) -> bool:
         and isinstance(p.get("climbed"), bool) and isinstance(p.get("planning_ms", []), list)
         and all(finite_number(ms) for ms in p.get("planning_ms", [])) for p in r["per_platform"])
         and len({p["lane"] for p in r["per_platform"]}) == len(r["per_platform"]))
-
-
-def checkpoint_sha256(path: str | None) -> str | None:
-    """Content digest of a planning checkpoint (None for an analytical backend, or where no regular file can be read
-    at `path`: a plan JSON from someone else may name anything). Read in chunks, never whole."""
-    if path is None:
-        return None
-    try:
-        with open(path, "rb") as f:
-            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):  # a FIFO or a device would block or never end
-                return None
-            return hashlib.file_digest(f, "sha256").hexdigest()
-    except (OSError, ValueError):
-        return None
 
 
 def entry_sha256(entry: dict) -> str | None:

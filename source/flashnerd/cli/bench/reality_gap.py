@@ -36,6 +36,7 @@ from flashnerd.cli.common import (
     check_positive,
     check_positive_number,
     check_writable,
+    checkpoint_sha256,
     read_json,
     run_state,
     write_json,
@@ -175,8 +176,7 @@ def run(args: argparse.Namespace) -> dict:
         "baseline_iterations": args.baseline_iterations or per_round * args.rounds,
         "eval_episodes": args.eval_episodes, "baselines": {},
         "budgets": []}, defaults=OLD_DEFAULTS)
-    if not args.resume:  # the robot model's hash (a stopped run from before this field resumes without it)
-        state["model_hash"] = robot.model_hash()
+    _check_same_models(state, robot.model_hash(), init)
     if args.baselines_from:
         _reuse_baselines(state, Path(args.baselines_from), robot.model_hash())
     out.mkdir(parents=True, exist_ok=True)
@@ -291,6 +291,20 @@ def _finished(entry, iterations: int) -> bool:
             and entry.get("iterations") == iterations and isinstance(figures, dict)
             and all(number(figures.get(k)) for k in ("mean_return", "fall_rate", "lin_vel_rms", "episodes"))
             and isinstance(figures.get("returns", {}), dict))
+
+
+def _check_same_models(state: dict, model_hash: str, init: str) -> None:
+    """Record the robot model's hash and the adapted model's file digest in a new run's `state`; a resumed run must
+    find the same ones (a run stopped before a field was recorded takes today's), or every stage after the resume
+    would adapt another model, or act on another robot, under the stopped run's names: one-line errors."""
+    digest = checkpoint_sha256(init)
+    if state.setdefault("model_hash", model_hash) != model_hash:
+        raise CLIError(f"--resume: the robot model changed since this run started (hash {state['model_hash']}, now "
+                       f"{model_hash}); resume where that robot's MJCF is, or give a new --out_dir")
+    if state.setdefault("init_sha256", digest) != digest:
+        raise CLIError(f"--resume: the model this run adapts, '{init}', is not the file it started from (sha256 "
+                       f"{state['init_sha256'][:12]}..., now {str(digest)[:12]}...); pass that file as "
+                       "--dynamics_checkpoint, or give a new --out_dir")
 
 
 def _steps(args: argparse.Namespace, control_dt: float, minutes: float, parts: int) -> int:
