@@ -300,8 +300,8 @@ def test_bench_reality_gap_logs_with_the_randomized_policy(tmp_path, capsys, mon
 
 
 def test_a_resumed_reality_gap_run_refuses_another_adapted_model_or_robot(tmp_path):
-    """The adapted model's digest and the robot model's hash are recorded when a run starts (or, for a run stopped
-    before they were, at its first resume) and must match at every later resume."""
+    """A new run records the robot model's hash and the adapted model's digest; every resume must find the same. A run
+    stopped before them gets the digest at its first resume, and no robot hash (its baselines predate it)."""
     from flashnerd.cli.bench.reality_gap import _check_same_models
     from flashnerd.cli.common import CLIError, checkpoint_sha256
 
@@ -309,16 +309,13 @@ def test_a_resumed_reality_gap_run_refuses_another_adapted_model_or_robot(tmp_pa
     first.write_bytes(b"model a")
     second.write_bytes(b"model b")
     state = {}
-    _check_same_models(state, "robot1", str(first))
+    _check_same_models(state, "robot1", str(first), resume=False)
     assert state == {"model_hash": "robot1", "init_sha256": checkpoint_sha256(str(first))}
-    _check_same_models(state, "robot1", str(first))  # the same files: resumes
-    copy = tmp_path / "copy.safetensors"
-    copy.write_bytes(first.read_bytes())
-    _check_same_models(state, "robot1", str(copy))  # the same model elsewhere: resumes
+    _check_same_models(state, "robot1", str(first), resume=True)  # the same files: resumes
     with pytest.raises(CLIError, match="is not the file it started from"):
-        _check_same_models(state, "robot1", str(second))
+        _check_same_models(state, "robot1", str(second), resume=True)
     with pytest.raises(CLIError, match="robot model changed"):
-        _check_same_models(state, "robot2", str(first))
-    old = {"model_hash": "robot1"}  # stopped before the digest was recorded: takes today's
-    _check_same_models(old, "robot1", str(second))
-    assert old["init_sha256"] == checkpoint_sha256(str(second))
+        _check_same_models(state, "robot2", str(first), resume=True)
+    old = {}  # stopped before either field was recorded
+    _check_same_models(old, "robot1", str(second), resume=True)
+    assert old == {"init_sha256": checkpoint_sha256(str(second))}

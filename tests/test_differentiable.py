@@ -316,3 +316,20 @@ def test_shac_cli_errors_are_one_line(argv, message, tmp_path, capsys):
     assert main(["train", "--task", TASK, "--num_envs", "2", "--log_root", str(tmp_path), *argv]) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1
+
+
+def test_detach_cuts_the_graph_the_trackers_hold():
+    """The roll task's tracker integrates the pitch rate of the model's states (its progress is an observation);
+    after `detach` no tensor of the env or of a tracker keeps the rollout's graph."""
+    import gymnasium as gym
+
+    env = gym.make("FlashNeRD-Roll-Flat-Microduck-v0", num_envs=2, dynamics="flashnerd", seed=0,
+                   differentiable=True).unwrapped
+    env.reset()
+    action = (0.3 * torch.randn(2, env.num_actions, generator=torch.Generator().manual_seed(0))).requires_grad_(True)
+    obs, reward, *_ = env.step(action)
+    assert env.trackers["roll"].progress.requires_grad and obs["policy"].requires_grad
+    env.detach()
+    held = [(name, key) for name, holder in [("env", env), *env.trackers.items()]
+            for key, value in vars(holder).items() if isinstance(value, torch.Tensor) and value.requires_grad]
+    assert not held

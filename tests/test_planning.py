@@ -463,8 +463,9 @@ def test_a_planning_checkpoint_is_the_same_model_by_content_wherever_it_lies(tmp
     other content is another model, and a checkpoint field that is not text makes a file no plan result."""
     import json
 
+    from flashnerd.cli.common import checkpoint_sha256
     from flashnerd.cli.main import main
-    from flashnerd.cli.plan import _resumable, checkpoint_sha256, same_checkpoint
+    from flashnerd.cli.plan import _resumable, same_checkpoint
 
     here, there, other = tmp_path / "a" / "m.safetensors", tmp_path / "b" / "m.safetensors", tmp_path / "o.safetensors"
     for path, content in ((here, b"weights"), (there, b"weights"), (other, b"other weights")):

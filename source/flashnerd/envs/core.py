@@ -271,9 +271,10 @@ class FlashNeRDEnv(gym.Env):
         if not self.differentiable:
             return
         self.dyn.detach()
-        for name, value in vars(self).items():
-            if isinstance(value, torch.Tensor) and value.requires_grad:
-                setattr(self, name, value.detach())
+        for holder in (self, *self.trackers.values()):  # a tracker integrates states too (the roll's progress)
+            for name, value in vars(holder).items():
+                if isinstance(value, torch.Tensor) and value.requires_grad:
+                    setattr(holder, name, value.detach())
         self._obs = {group: obs.detach() for group, obs in self._obs.items()}
 
     def get_observations(self) -> dict[str, torch.Tensor]:

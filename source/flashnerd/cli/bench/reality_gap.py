@@ -176,7 +176,7 @@ def run(args: argparse.Namespace) -> dict:
         "baseline_iterations": args.baseline_iterations or per_round * args.rounds,
         "eval_episodes": args.eval_episodes, "baselines": {},
         "budgets": []}, defaults=OLD_DEFAULTS)
-    _check_same_models(state, robot.model_hash(), init)
+    _check_same_models(state, robot.model_hash(), init, args.resume)
     if args.baselines_from:
         _reuse_baselines(state, Path(args.baselines_from), robot.model_hash())
     out.mkdir(parents=True, exist_ok=True)
@@ -293,18 +293,21 @@ def _finished(entry, iterations: int) -> bool:
             and isinstance(figures.get("returns", {}), dict))
 
 
-def _check_same_models(state: dict, model_hash: str, init: str) -> None:
-    """Record the robot model's hash and the adapted model's file digest in a new run's `state`; a resumed run must
-    find the same ones (a run stopped before a field was recorded takes today's), or every stage after the resume
-    would adapt another model, or act on another robot, under the stopped run's names: one-line errors."""
-    digest = checkpoint_sha256(init)
-    if state.setdefault("model_hash", model_hash) != model_hash:
+def _check_same_models(state: dict, model_hash: str, init: str, resume: bool) -> None:
+    """A new run records the robot model's hash and the digest of the model it adapts in `state`; a resumed run must
+    find the same ones, or every stage after the resume would act on another robot, or adapt another model, under
+    the stopped run's names: one-line errors. A run stopped before a field existed is not given today's robot hash
+    (`--baselines_from` reads it as the hash its baselines were trained with), only the model's digest."""
+    if not resume:
+        state["model_hash"] = model_hash
+    elif state.get("model_hash", model_hash) != model_hash:
         raise CLIError(f"--resume: the robot model changed since this run started (hash {state['model_hash']}, now "
                        f"{model_hash}); resume where that robot's MJCF is, or give a new --out_dir")
+    digest = checkpoint_sha256(init)
     if state.setdefault("init_sha256", digest) != digest:
         raise CLIError(f"--resume: the model this run adapts, '{init}', is not the file it started from (sha256 "
-                       f"{state['init_sha256'][:12]}..., now {str(digest)[:12]}...); pass that file as "
-                       "--dynamics_checkpoint, or give a new --out_dir")
+                       f"{str(state['init_sha256'])[:12]}..., now {str(digest)[:12]}...); put that file back there, or "
+                       "give a new --out_dir")
 
 
 def _steps(args: argparse.Namespace, control_dt: float, minutes: float, parts: int) -> int:
