@@ -158,8 +158,8 @@ def read_json(flag: str, path: Path, fix: str):
 
 
 def checkpoint_sha256(path: str | None) -> str | None:
-    """Content digest of a planning checkpoint (None for an analytical backend, or where no regular file can be read
-    at `path`: a plan JSON from someone else may name anything). Read in chunks, never whole."""
+    """Content digest of a model checkpoint (None for no path, e.g. an analytical backend's, or where no regular file
+    can be read at `path`: a JSON from someone else may name anything). Read in chunks, never whole."""
     if path is None:
         return None
     try:
