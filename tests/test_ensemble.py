@@ -326,6 +326,21 @@ def test_evaluate_model_reports_how_an_ensembles_disagreement_ranks_its_rollouts
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert set(result["disagreement"]) == {"1", "15"} and result["disagreement"]["1"] > 0
     assert -1 <= result["disagreement_error_rank_corr"]["15"] <= 1
+    # the percentiles are those of every step's disagreement along the same rollouts, stepped here by hand
+    from flashnerd.data.dataset import load_dataset
+
+    robot = get_robot("anymal_c")
+    held = load_dataset(data, robot)
+    dyn = make_dynamics("flashnerd", robot, held.num_trajectories, checkpoint=str(out))
+    dyn.reset(torch.arange(held.num_trajectories), held.qpos[:, 0], held.qvel[:, 0])
+    seen = []
+    for t in range(15):
+        dyn.step(held.ctrl[:, t])
+        seen.append(dyn.state().disagreement.clone())
+    expected = torch.quantile(torch.stack(seen).flatten(), torch.tensor([0.5, 0.9, 0.99]))
+    got = result["disagreement_quantiles"]["15"]
+    assert [got["p50"], got["p90"], got["p99"]] == pytest.approx(expected.tolist(), rel=1e-5)
+    assert got["p50"] <= got["p90"] <= got["p99"]
     assert main(["evaluate-model", "--checkpoint", str(root / "single.safetensors"), "--data", str(data),
                  "--horizons", "1"]) == 0
     assert "disagreement" not in json.loads(capsys.readouterr().out.strip().splitlines()[-1])  # one model

@@ -54,7 +54,8 @@ def run(args: argparse.Namespace) -> dict:
                  for key in ("base_pos_err_m", "base_rot_err_rad") if robot.floating_base},
               # an ensemble: its disagreement, and how well it ranks the rollouts by their error
               **{key: {str(h): e[key] for h, e in errors.items()}
-                 for key in ("disagreement", "disagreement_error_rank_corr") if key in errors[min(errors)]}}
+                 for key in ("disagreement", "disagreement_quantiles", "disagreement_error_rank_corr")
+                 if key in errors[min(errors)]}}
     contacts = contact_report(dyn, data)
     if contacts:  # the head and the probe estimate on the recorded states, per contact group
         result["contacts"] = contacts

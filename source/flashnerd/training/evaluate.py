@@ -9,7 +9,9 @@ angle of the relative rotation) at H, for a floating base.
 For an ensemble, also what its disagreement says about those errors: the mean disagreement per step over the first H
 steps, and its rank correlation (Spearman) across the rollouts with each rollout's normalized error at H. Near 1, the
 rollouts the members disagree on most are the ones that went most wrong, which is what the uncertainty terms of
-training on a model rely on; near 0, the disagreement does not find them.
+training on a model rely on; near 0, the disagreement does not find them. And the 50th, 90th and 99th percentiles of
+the per-step disagreement over all rollouts' first H steps: what the model reports inside held-out data, the scale a
+`--uncertainty_threshold` or `--uncertainty_penalty` is read against.
 """
 
 from __future__ import annotations
@@ -40,12 +42,14 @@ def rollout_errors(dyn: LearnedDynamics, data: TrajectoryData, horizons=HORIZONS
     dyn.reset(torch.arange(n, device=dev), qpos[:, 0], qvel[:, 0])
     out = {}
     spread = torch.zeros(n, device=dev)  # (n,) disagreement summed over the steps so far (an ensemble's)
+    per_step = torch.zeros(max(horizons), n, device=dev)  # (T, n) each step's disagreement (an ensemble's)
     for t in range(max(horizons)):
         dyn.step(ctrl[:, t])
         h = t + 1
         d = dyn.state().disagreement
         if d is not None:
             spread += d
+            per_step[t] = d
         if h in horizons:
             s = dyn.state()
             err = rep.state_features(s.qpos, s.qvel) - truth_feat[:, h]  # (n, state_dim)
@@ -54,7 +58,10 @@ def rollout_errors(dyn: LearnedDynamics, data: TrajectoryData, horizons=HORIZONS
             out[h] = {"nrmse": nrmse_h.item()}
             if d is not None:
                 per_rollout = (err / std).square().mean(-1).sqrt()  # (n,) each rollout's normalized error at h
+                levels = torch.tensor([0.5, 0.9, 0.99], device=dev, dtype=per_step.dtype)
+                q = torch.quantile(per_step[:h].flatten(), levels).tolist()  # over the (h * n,) values so far
                 out[h].update(disagreement=(spread / h).mean().item(),
+                              disagreement_quantiles=dict(zip(("p50", "p90", "p99"), q)),
                               disagreement_error_rank_corr=rank_correlation(spread, per_rollout))
             if not rep.floating_base:
                 continue
