@@ -847,3 +847,39 @@ def test_collision_geometry_on_unnamed_bodies_that_cannot_be_placed_is_a_one_lin
     with pytest.raises(RobotFileError, match=match) as err:
         get_robot(str(_write_spec(tmp_path / "u", "mjcf: robot.xml\n", xml)))
     assert "\n" not in str(err.value)
+
+
+def test_the_reality_gap_loop_runs_on_a_robot_from_outside_the_package(hound_dir, tmp_path, monkeypatch, capsys,
+                                                                        short_episodes):
+    """`bench reality-gap --robot spec.yaml`: a lab's own robot, its own variant and its own model go through the
+    whole loop (baselines, logs in the robot log format, adaptation, PPO on the model, evaluation in the variant)."""
+    import flashnerd.cli.bench.reality_gap as reality_gap
+
+    short_episodes(reality_gap)
+    monkeypatch.setattr(reality_gap, "HELD_OUT_MINUTES", 0.1)
+    monkeypatch.chdir(tmp_path)
+    spec = str(hound_dir / "hound.yaml")
+    main(["record", "--robot", spec, "--num_worlds", "4", "--steps", "40", "--traj_len", "20", "--out", "hound.h5"])
+    main(["fit", "--data", "hound.h5", "--out", "hound.safetensors", "--max_steps", "2", "--batch_size", "8",
+          "--ar_batch_size", "4", "--contact_head_steps", "0"])
+    variant = tmp_path / "tired_hound.yaml"
+    variant.write_text("robot: hound\npayload: {body: base, mass: 2.0, pos: [0.05, 0.0, 0.03]}\n"
+                       "actuators: {'.*': {kp_scale: 0.7, effort_scale: 0.8}}\n")
+    capsys.readouterr()
+    argv = ["bench", "reality-gap", "--robot_variant", str(variant), "--real_minutes", "0.1", "--rounds", "1",
+            "--iterations", "1", "--num_envs", "4", "--eval_episodes", "2", "--robot_worlds", "2", "--fit_budget",
+            "1", "--traj_len", "20", "--contact_head_steps", "0", "--out_dir", "rg"]
+    for extra, message in (([], "is for robot 'hound'"),  # the task's robot is ANYmal-C
+                           (["--robot", spec], "no flashnerd model is shipped for robot 'hound'")):
+        assert main([*argv, *extra]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and message in err, err
+    assert main([*argv, "--robot", spec, "--dynamics_checkpoint", "hound.safetensors"]) == 0
+    summary = json.loads((tmp_path / "rg" / "reality_gap.json").read_text())
+    assert summary["settings"]["robot"] == spec and set(summary["baselines"]) == {"nominal", "oracle"}
+    assert summary["model_hash"] == get_robot(spec).model_hash()
+    (budget,) = summary["budgets"]
+    logged = load_dataset(budget["logged"]["dataset"], get_robot(spec)).attrs  # read with the hound's layout
+    assert logged["robot"] == "hound" and logged["variants"] == ["tired_hound_robot"]
+    assert read_checkpoint(budget["adapted"])["robot"] == "hound"
+    assert np.isfinite(budget["eval_variant"]["mean_return"]) and budget["eval_variant"]["episodes"] == 2

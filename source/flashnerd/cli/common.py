@@ -18,6 +18,7 @@ import torch
 import yaml
 
 from flashnerd.dynamics import check_backend
+from flashnerd.dynamics.learned import default_checkpoint
 from flashnerd.envs.config import cfg_to_dict
 from flashnerd.envs.memory import check_env_memory
 from flashnerd.envs.registry import task_cfgs, task_spec
@@ -278,3 +279,13 @@ def dump_yaml(path: Path, cfg) -> None:
     """Write a config as YAML through a temporary file (never half-written)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomic(path, yaml.safe_dump(cfg_to_dict(cfg), sort_keys=False))
+
+
+def model_to_start_from(checkpoint: str | None, robot, kind: str, terrain: str) -> str:
+    """The model a loop adapts or refits first: --dynamics_checkpoint, else the model of `kind` shipped for `robot`
+    on `terrain`; a robot no model is shipped for (one from a spec file) is a one-line error saying how to get one."""
+    init = checkpoint or str(default_checkpoint(robot, kind, terrain))
+    if not checkpoint and not Path(init).is_file():
+        raise CLIError(f"no {kind} model is shipped for robot '{robot.name}' ({init}); fit one on its data "
+                       "(`flashnerd record --robot ...`, `flashnerd fit`) and pass it as --dynamics_checkpoint")
+    return init

@@ -32,6 +32,7 @@ from flashnerd.cli.common import (
     check_positive,
     check_positive_number,
     check_writable,
+    model_to_start_from,
     run_state,
     write_json,
 )
@@ -40,7 +41,7 @@ from flashnerd.cli.overrides import add_override_arg, apply_overrides, of_root
 from flashnerd.cli.record import RECORD_OWNS, record_policy
 from flashnerd.cli.train import ALGOS, apply_uncertainty_args
 from flashnerd.dynamics import REFERENCE_BACKEND, backend_info, backend_names
-from flashnerd.dynamics.learned import MEMBER_MODES, default_checkpoint
+from flashnerd.dynamics.learned import MEMBER_MODES
 from flashnerd.envs.evaluate import evaluate_on_backends
 from flashnerd.envs.registry import play_variant, task_cfgs
 from flashnerd.envs.rsl_rl import CHECKPOINT_EVERY, train_policy
@@ -143,10 +144,7 @@ def _check(args: argparse.Namespace) -> str:
     _target_cfg(args, env_cfg)  # and on the evaluation variant of the task
     robot = variant_robot(env_cfg.robot, None)
     kind = backend_info(args.dynamics).model_kind
-    init = args.dynamics_checkpoint or str(default_checkpoint(robot, kind, env_cfg.terrain))
-    if not Path(init).is_file() and not args.dynamics_checkpoint:
-        raise CLIError(f"no {kind} model is shipped for robot '{robot.name}' ({init}); fit one (`flashnerd fit`) and "
-                       "pass it as --dynamics_checkpoint")
+    init = model_to_start_from(args.dynamics_checkpoint, robot, kind, env_cfg.terrain)
     read_checkpoint(init, robot)  # a missing or foreign model fails before any training
     if args.restart_from_policy and not args.policy:
         raise CLIError("--restart_from_policy restarts every round from --policy; give the pretrained checkpoint(s)")

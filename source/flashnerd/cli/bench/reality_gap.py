@@ -37,6 +37,7 @@ from flashnerd.cli.common import (
     check_positive_number,
     check_writable,
     checkpoint_sha256,
+    model_to_start_from,
     read_json,
     run_state,
     write_json,
@@ -48,7 +49,6 @@ from flashnerd.data.dataset import load_dataset
 from flashnerd.data.logs import dataset_to_log, import_logs
 from flashnerd.data.record import record
 from flashnerd.dynamics import REFERENCE_BACKEND, backend_info
-from flashnerd.dynamics.learned import default_checkpoint
 from flashnerd.envs.evaluate import evaluate_on_backends
 from flashnerd.envs.registry import play_variant, task_cfgs
 from flashnerd.envs.rsl_rl import CHECKPOINT_EVERY, make_runner, read_policy_checkpoint, train_policy
@@ -63,7 +63,7 @@ BASELINES = ("nominal", "oracle", "randomized")
 SAFE_POLICIES = ("nominal", "randomized")  # baselines that may log the robot's first data
 START_POLICIES = ("scratch", "safe")  # what round 0's PPO starts from
 # runs from before these options had them
-OLD_DEFAULTS = {"contact_head_steps": 1000, "safe_policy": "nominal", "start_policy": "scratch",
+OLD_DEFAULTS = {"contact_head_steps": 1000, "safe_policy": "nominal", "start_policy": "scratch", "robot": None,
                 "baseline_iterations": None}
 HELD_OUT_MINUTES = 2.0  # robot time of the safe policy's logs that every model is measured on, never fitted on
 
@@ -73,6 +73,10 @@ def add_parser(bsub: argparse._SubParsersAction) -> None:
                                             "of PPO on it, its rollouts on the robot and a refit; evaluate in the "
                                             "variant; with nominal, oracle and randomized baselines")
     p.add_argument("--task", default=TASK, help="task id")
+    p.add_argument("--robot", default=None,
+                   help="another robot for a task that takes any (the velocity tasks): a name or a spec file "
+                        "(path/to/robot.yaml), the robot the variant names; its model needs --dynamics_checkpoint "
+                        "unless one is shipped")
     p.add_argument("--robot_variant", required=True, help="variant YAML standing in for the real robot")
     p.add_argument("--real_minutes", default="1,3,10",
                    help="comma-separated budgets of robot time (minutes); --resume may add budgets")
@@ -151,7 +155,8 @@ def run(args: argparse.Namespace) -> dict:
     check_fit_config(FitConfig(contact_head_steps=args.contact_head_steps))  # the refits' setting, before any work
     if not 0 <= args.mix < 1 or not math.isfinite(args.action_noise) or args.action_noise < 0:
         raise CLIError("--mix must lie in [0, 1) and --action_noise be a finite number >= 0")
-    env_cfg, agent_cfg = task_cfgs(args.task, robot_variant=args.robot_variant)  # a bad variant fails here
+    # a bad variant, or one for another robot than the task's (or --robot's), fails here
+    env_cfg, agent_cfg = task_cfgs(args.task, robot_variant=args.robot_variant, robot=args.robot)
     robot = variant_robot(env_cfg.robot, args.robot_variant)
     if args.safe_policy == "randomized" and not robot.variant.randomized:
         raise CLIError(f"--safe_policy randomized needs randomize ranges in --robot_variant '{args.robot_variant}'; "
@@ -161,7 +166,7 @@ def run(args: argparse.Namespace) -> dict:
     kind = backend_info(args.model).model_kind
     if kind is None:
         raise CLIError(f"--model '{args.model}' is no learned backend; give one such as flashnerd")
-    init = args.dynamics_checkpoint or str(default_checkpoint(robot, kind, env_cfg.terrain))
+    init = model_to_start_from(args.dynamics_checkpoint, robot, kind, env_cfg.terrain)
     # a missing, foreign or other-kind model fails now, not after the baselines' PPO runs
     if (held := read_checkpoint(init, robot)["kind"]) != kind:
         raise CLIError(f"--dynamics_checkpoint '{init}' holds a {held} model, --model {args.model} needs {kind}")
@@ -332,7 +337,8 @@ class _Study:
         robot (and on the learned model it trained on, when it trained on one)."""
         args = self.args
         env_cfg, agent_cfg = task_cfgs(args.task, num_envs=args.num_envs, seed=args.seed, device=args.device,
-                                       dynamics=dynamics, dynamics_checkpoint=checkpoint, robot_variant=variant)
+                                       dynamics=dynamics, dynamics_checkpoint=checkpoint, robot_variant=variant,
+                                       robot=args.robot)
         agent_cfg.max_iterations, agent_cfg.save_interval = iterations, min(iterations, CHECKPOINT_EVERY)
         runner, wall = train_policy(args.task, env_cfg, agent_cfg, str(self.out / label), iterations, init=start,
                                     resume=args.resume)
@@ -358,7 +364,7 @@ class _Study:
     def evaluate(self, policy: str) -> dict:
         """The policy file `policy` evaluated in the robot, as `ppo` evaluates the policies it trains."""
         args = self.args
-        env_cfg, agent_cfg = task_cfgs(args.task, num_envs=1, seed=args.seed, device=args.device)
+        env_cfg, agent_cfg = task_cfgs(args.task, num_envs=1, seed=args.seed, device=args.device, robot=args.robot)
         env, runner = make_runner(args.task, env_cfg, agent_cfg)  # the task's networks, to load the policy into
         env.close()
         return self.in_robot(env_cfg, load_policy(runner, Path(policy), args.device))
@@ -464,7 +470,7 @@ def _robot_log(args: argparse.Namespace, variant: str, policy: str, folder: Path
     dropped, and the --traj_len steps that end in the fall kept, replacing the robot's previous trajectory where
     they overlap it: `import.fall_ending`, `import.replaced`)."""
     recorded, robot = record_policy(args.task, variant, policy, args.robot_worlds, steps, args.traj_len,
-                                    args.action_noise, seed, args.device, folder / "recorded.h5")
+                                    args.action_noise, seed, args.device, folder / "recorded.h5", robot=args.robot)
     dataset_to_log(folder / "recorded.h5", folder / "robot_log.parquet")
     (folder / "recorded.h5").unlink()
     imported = import_logs([folder / "robot_log.parquet"], robot, folder / "robot.h5", args.traj_len)
