@@ -852,7 +852,8 @@ def test_collision_geometry_on_unnamed_bodies_that_cannot_be_placed_is_a_one_lin
 def test_the_reality_gap_loop_runs_on_a_robot_from_outside_the_package(hound_dir, tmp_path, monkeypatch, capsys,
                                                                         short_episodes):
     """`bench reality-gap --robot spec.yaml`: a lab's own robot, its own variant and its own model go through the
-    whole loop (baselines, logs in the robot log format, adaptation, PPO on the model, evaluation in the variant)."""
+    whole loop (baselines, logs in the robot log format, adaptation, PPO on the model, evaluation in the variant);
+    and `bench finetune --robot spec.yaml` fine-tunes on its model."""
     import flashnerd.cli.bench.reality_gap as reality_gap
 
     short_episodes(reality_gap)
@@ -883,3 +884,8 @@ def test_the_reality_gap_loop_runs_on_a_robot_from_outside_the_package(hound_dir
     assert logged["robot"] == "hound" and logged["variants"] == ["tired_hound_robot"]
     assert read_checkpoint(budget["adapted"])["robot"] == "hound"
     assert np.isfinite(budget["eval_variant"]["mean_return"]) and budget["eval_variant"]["episodes"] == 2
+    main(["bench", "finetune", "--task", TASK, "--robot", spec, "--dynamics", "mujoco,flashnerd",
+          "--dynamics_checkpoint", "flashnerd=hound.safetensors", "--pretrain_iterations", "1", "--iterations", "1",
+          "--seeds", "1", "--num_envs", "4", "--eval_episodes", "1", "--out_dir", "ft"])
+    tuned = json.loads((tmp_path / "ft" / "finetune.json").read_text())
+    assert tuned["robot"] == spec and set(tuned["backends"]) == {"mujoco", "flashnerd"}  # the hound's model loaded

@@ -38,6 +38,9 @@ def add_parser(bsub: argparse._SubParsersAction) -> None:
     p.add_argument("--seeds", type=int, default=2, help="fine-tuning seeds per backend")
     p.add_argument("--num_envs", type=int, default=None, help="parallel worlds (default: the task's)")
     p.add_argument("--eval_episodes", type=int, default=64, help="MuJoCo evaluation episodes per fine-tuned policy")
+    p.add_argument("--robot", default=None,
+                   help="another robot for a task that takes any (the velocity tasks): a name or a spec file "
+                        "(path/to/robot.yaml); its learned backends need --dynamics_checkpoint unless one is shipped")
     add_training_bench_args(p, "logs/bench_finetune", "finetune", "the JSON and the bar chart")
     p.set_defaults(func=run)
 
@@ -60,7 +63,7 @@ def run(args: argparse.Namespace) -> dict:
     def cfgs_for(backend: str, seed: int, iterations: int):
         env_cfg, agent_cfg = task_cfgs(args.task, num_envs=args.num_envs, seed=seed, device=args.device,
                                        dynamics=backend, dynamics_checkpoint=checkpoints.get(backend),
-                                       robot_variant=args.robot_variant)
+                                       robot_variant=args.robot_variant, robot=args.robot)
         agent_cfg.max_iterations, agent_cfg.save_interval = iterations, iterations
         return env_cfg, agent_cfg
 
@@ -97,7 +100,8 @@ def run(args: argparse.Namespace) -> dict:
         results[backend] = {key: mean_or_none([r[key] for r in runs])
                             for key in ("seconds_per_100_iterations", "success_rate", "mean_return", "fall_rate")}
         results[backend]["runs"] = runs
-    summary = {"task": args.task, "eval_task": eval_task, "iterations": args.iterations, "seeds": args.seeds,
+    summary = {"task": args.task, **({"robot": args.robot} if args.robot is not None else {}),
+               "eval_task": eval_task, "iterations": args.iterations, "seeds": args.seeds,
                "num_envs": env_cfg.num_envs, "pretrained": pretrained, "device": args.device,
                "machine": describe_machine(args.device),
                "pretrained_eval": {"success_rate": start_eval.get("success_rate"),
