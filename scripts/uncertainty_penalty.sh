@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Issue 27: does paying for model disagreement keep a policy trained on a weak model on its feet in MuJoCo? A K=4
-# FlashNeRD ensemble (members sharing SHARED of the model's blocks) is fitted FIT seconds on exploration data only,
+# FlashNeRD ensemble (members sharing SHARED of the model's blocks) is fitted on exploration data only for FIT
+# seconds or `fit`'s default steps, whichever ends first,
 # its disagreement measured on held-out exploration (`evaluate-model`: the 99th percentile of the per-step
 # disagreement over whole held-out trajectories becomes the halt threshold), then the README's main job runs on it
 # for every PPO seed with each of the settings below and evaluates itself on the model and in MuJoCo (eval.json):
@@ -28,23 +29,32 @@ resume() {  # --resume where a stopped recording left its partial output ($1), s
   --out "$OUT/explore.h5" $(resume "$OUT/explore.h5.parts")
 [[ -f $OUT/explore_eval.h5 ]] || flashnerd record --robot anymal_c --num_worlds 32 --steps 400 --traj_len 400 \
   --seed 11 --out "$OUT/explore_eval.h5" $(resume "$OUT/explore_eval.h5.parts")
-MODEL=$OUT/weak_k${K}_shared${SHARED}.safetensors
-[[ -s $OUT/fit.json ]] || flashnerd fit --data "$OUT/explore.h5" --ensemble "$K" --ensemble_shared "$SHARED" \
-  --time_budget "$FIT" --out "$MODEL" | tail -n 1 > "$OUT/fit.json"
-[[ -s $OUT/eval_model.json ]] || flashnerd evaluate-model --checkpoint "$MODEL" --data "$OUT/explore_eval.h5" \
-  --horizons 1,15,100,400 | tail -n 1 > "$OUT/eval_model.json"
-THRESHOLD=$(python -c "import json; q = json.load(open('$OUT/eval_model.json'))['disagreement_quantiles']
-print(round(q[max(q, key=int)]['p99'], 3))")
+STEM=$OUT/weak_k${K}_shared${SHARED}_fit${FIT}
+MODEL=$STEM.safetensors
+[[ -s $STEM.fit.json ]] || flashnerd fit --data "$OUT/explore.h5" --ensemble "$K" --ensemble_shared "$SHARED" \
+  --time_budget "$FIT" --out "$MODEL" | tail -n 1 > "$STEM.fit.json"
+[[ -s $STEM.eval.json ]] || flashnerd evaluate-model --checkpoint "$MODEL" --data "$OUT/explore_eval.h5" \
+  --horizons 1,15,100,400 | tail -n 1 > "$STEM.eval.json"
+THRESHOLD=$(python - "$STEM.eval.json" <<'PY'
+import json, math, sys
+q = json.load(open(sys.argv[1]))["disagreement_quantiles"]
+p99 = q[max(q, key=int)]["p99"]  # over whole held-out trajectories
+if not (math.isfinite(p99) and p99 > 0):
+    sys.exit(f"the held-out disagreement's 99th percentile is {p99}: no threshold can be read from it")
+print(f"{p99:.3g}")
+PY
+)
 echo "halt threshold (99th percentile of held-out disagreement): $THRESHOLD"
 for seed in $SEEDS; do
   for setting in $SETTINGS; do
     case $setting in
-      none) terms=() ;;
+      none) terms=(--uncertainty_penalty 0) ;;
       penalty) terms=(--uncertainty_penalty "$WEIGHT" --uncertainty_threshold "$THRESHOLD") ;;
       threshold) terms=(--uncertainty_threshold "$THRESHOLD") ;;
       *) echo "unknown setting '$setting' (none, penalty or threshold)" >&2; exit 2 ;;
     esac
-    name=weak_${setting}_s${seed}
+    name=weak_k${K}sh${SHARED}_fit${FIT}_${setting}_s${seed}
+    if [[ $setting == penalty ]]; then name=weak_k${K}sh${SHARED}_fit${FIT}_penalty_w${WEIGHT}_s${seed}; fi
     if ls logs/rsl_rl/anymal_c_flat/*_"$name"/eval.json > /dev/null 2>&1; then continue; fi
     flashnerd train --task "$T" --dynamics flashnerd --dynamics_checkpoint "$MODEL" --seed "$seed" \
       --run_name "$name" "${terms[@]}"

@@ -337,9 +337,10 @@ def test_evaluate_model_reports_how_an_ensembles_disagreement_ranks_its_rollouts
     for t in range(15):
         dyn.step(held.ctrl[:, t])
         seen.append(dyn.state().disagreement.clone())
-    expected = torch.quantile(torch.stack(seen).flatten(), torch.tensor([0.5, 0.9, 0.99]))
-    got = result["disagreement_quantiles"]["15"]
-    assert [got["p50"], got["p90"], got["p99"]] == pytest.approx(expected.tolist(), rel=1e-5)
+    for h in (1, 15):  # each horizon's over its own first h steps
+        expected = torch.quantile(torch.stack(seen[:h]).flatten(), torch.tensor([0.5, 0.9, 0.99]))
+        got = result["disagreement_quantiles"][str(h)]
+        assert [got["p50"], got["p90"], got["p99"]] == pytest.approx(expected.tolist(), rel=1e-5)
     assert got["p50"] <= got["p90"] <= got["p99"]
     assert main(["evaluate-model", "--checkpoint", str(root / "single.safetensors"), "--data", str(data),
                  "--horizons", "1"]) == 0

@@ -854,15 +854,17 @@ def test_the_reality_gap_loop_runs_on_a_robot_from_outside_the_package(hound_dir
     """`bench reality-gap --robot spec.yaml`: a lab's own robot, its own variant and its own model go through the
     whole loop (baselines, logs in the robot log format, adaptation, PPO on the model, evaluation in the variant);
     and `bench finetune --robot spec.yaml` fine-tunes on its model."""
+    import flashnerd.cli.bench.finetune as finetune
     import flashnerd.cli.bench.reality_gap as reality_gap
 
-    short_episodes(reality_gap)
+    short_episodes(reality_gap, finetune)
     monkeypatch.setattr(reality_gap, "HELD_OUT_MINUTES", 0.1)
     monkeypatch.chdir(tmp_path)
     spec = str(hound_dir / "hound.yaml")
-    main(["record", "--robot", spec, "--num_worlds", "4", "--steps", "40", "--traj_len", "20", "--out", "hound.h5"])
-    main(["fit", "--data", "hound.h5", "--out", "hound.safetensors", "--max_steps", "2", "--batch_size", "8",
-          "--ar_batch_size", "4", "--contact_head_steps", "0"])
+    assert main(["record", "--robot", spec, "--num_worlds", "4", "--steps", "40", "--traj_len", "20", "--out",
+                 "hound.h5"]) == 0
+    assert main(["fit", "--data", "hound.h5", "--out", "hound.safetensors", "--max_steps", "2", "--batch_size", "8",
+                 "--ar_batch_size", "4", "--contact_head_steps", "0"]) == 0
     variant = tmp_path / "tired_hound.yaml"
     variant.write_text("robot: hound\npayload: {body: base, mass: 2.0, pos: [0.05, 0.0, 0.03]}\n"
                        "actuators: {'.*': {kp_scale: 0.7, effort_scale: 0.8}}\n")
@@ -884,8 +886,12 @@ def test_the_reality_gap_loop_runs_on_a_robot_from_outside_the_package(hound_dir
     assert logged["robot"] == "hound" and logged["variants"] == ["tired_hound_robot"]
     assert read_checkpoint(budget["adapted"])["robot"] == "hound"
     assert np.isfinite(budget["eval_variant"]["mean_return"]) and budget["eval_variant"]["episodes"] == 2
-    main(["bench", "finetune", "--task", TASK, "--robot", spec, "--dynamics", "mujoco,flashnerd",
-          "--dynamics_checkpoint", "flashnerd=hound.safetensors", "--pretrain_iterations", "1", "--iterations", "1",
-          "--seeds", "1", "--num_envs", "4", "--eval_episodes", "1", "--out_dir", "ft"])
+    tune = ["bench", "finetune", "--task", TASK, "--robot", spec, "--dynamics", "mujoco,flashnerd",
+            "--pretrain_iterations", "1", "--iterations", "1", "--seeds", "1", "--num_envs", "4", "--eval_episodes",
+            "1", "--out_dir", "ft"]
+    assert main(tune) == 2 and not (tmp_path / "ft").exists()  # refused before pretraining: no model of the hound
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "no flashnerd model is shipped for robot 'hound'" in err, err
+    assert main([*tune, "--dynamics_checkpoint", "flashnerd=hound.safetensors"]) == 0
     tuned = json.loads((tmp_path / "ft" / "finetune.json").read_text())
     assert tuned["robot"] == spec and set(tuned["backends"]) == {"mujoco", "flashnerd"}  # the hound's model loaded

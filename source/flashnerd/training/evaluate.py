@@ -16,6 +16,7 @@ the per-step disagreement over all rollouts' first H steps: what the model repor
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from flashnerd.data.dataset import TrajectoryData
@@ -42,14 +43,14 @@ def rollout_errors(dyn: LearnedDynamics, data: TrajectoryData, horizons=HORIZONS
     dyn.reset(torch.arange(n, device=dev), qpos[:, 0], qvel[:, 0])
     out = {}
     spread = torch.zeros(n, device=dev)  # (n,) disagreement summed over the steps so far (an ensemble's)
-    per_step = torch.zeros(max(horizons), n, device=dev)  # (T, n) each step's disagreement (an ensemble's)
+    per_step = []  # each step's disagreement (n,), an ensemble's
     for t in range(max(horizons)):
         dyn.step(ctrl[:, t])
         h = t + 1
         d = dyn.state().disagreement
         if d is not None:
             spread += d
-            per_step[t] = d
+            per_step.append(torch.nan_to_num(d, nan=1e6, posinf=1e6))  # a diverged step reads as a huge one
         if h in horizons:
             s = dyn.state()
             err = rep.state_features(s.qpos, s.qvel) - truth_feat[:, h]  # (n, state_dim)
@@ -58,8 +59,8 @@ def rollout_errors(dyn: LearnedDynamics, data: TrajectoryData, horizons=HORIZONS
             out[h] = {"nrmse": nrmse_h.item()}
             if d is not None:
                 per_rollout = (err / std).square().mean(-1).sqrt()  # (n,) each rollout's normalized error at h
-                levels = torch.tensor([0.5, 0.9, 0.99], device=dev, dtype=per_step.dtype)
-                q = torch.quantile(per_step[:h].flatten(), levels).tolist()  # over the (h * n,) values so far
+                # over the (h * n,) values so far; numpy's quantile has no size limit (torch's stops at 2^24)
+                q = np.quantile(torch.stack(per_step).cpu().numpy(), [0.5, 0.9, 0.99]).tolist()
                 out[h].update(disagreement=(spread / h).mean().item(),
                               disagreement_quantiles=dict(zip(("p50", "p90", "p99"), q)),
                               disagreement_error_rank_corr=rank_correlation(spread, per_rollout))

@@ -16,12 +16,15 @@ from flashnerd.cli.common import (
     check_positive,
     check_writable,
     checkpoints_by_kind,
+    model_to_start_from,
     write_json,
 )
-from flashnerd.dynamics import REFERENCE_BACKEND
+from flashnerd.dynamics import REFERENCE_BACKEND, backend_info, check_backend
 from flashnerd.envs.evaluate import evaluate_on_backends
 from flashnerd.envs.registry import play_variant, task_cfgs
 from flashnerd.envs.rsl_rl import make_runner, read_policy_checkpoint, train_policy
+from flashnerd.models.checkpoint import read_checkpoint
+from flashnerd.sim.scene import variant_robot
 from flashnerd.utils.machine import describe_machine
 from flashnerd.utils.seeding import seed_everything
 from flashnerd.viz.report import plot_finetune
@@ -66,6 +69,14 @@ def run(args: argparse.Namespace) -> dict:
                                        robot_variant=args.robot_variant, robot=args.robot)
         agent_cfg.max_iterations, agent_cfg.save_interval = iterations, iterations
         return env_cfg, agent_cfg
+
+    # every learned backend's model loads on the task's robot before any PPO (a robot from a spec file has none shipped)
+    env_cfg, _ = cfgs_for(REFERENCE_BACKEND, 0, 1)
+    robot = variant_robot(env_cfg.robot, None)
+    for backend in args.dynamics.split(","):
+        check_backend(backend, what="--dynamics")
+        if (kind := backend_info(backend).model_kind) is not None:
+            read_checkpoint(model_to_start_from(checkpoints.get(backend), robot, kind, env_cfg.terrain), robot)
 
     pretrained = args.pretrained
     if pretrained is None:  # pretrain once on the analytical simulator
