@@ -276,7 +276,7 @@ def test_bench_reality_gap_logs_with_the_randomized_policy(tmp_path, capsys, mon
     assert "| PPO on nominal MuJoCo (the safe policy) (reused, first trained for another variant) |" in \
         render_block("reality_gap", laggy)
     settings = third["settings"]
-    how = argparse.Namespace(**{k: settings[k] for k in ("task", "eval_episodes", "seed", "device")})
+    how = argparse.Namespace(**{k: settings[k] for k in ("task", "eval_episodes", "seed", "device", "robot")})
     for folder, robot, figures in ((out, "anymal_c_worn_dr_robot", nominal["eval_variant"]),
                                    (laggy, "anymal_c_laggy_dr_robot", third["baselines"]["nominal"]["eval_variant"])):
         study = reality_gap._Study(how, folder, {}, lambda: None, "", str(folder / f"{robot}.yaml"))
