@@ -219,3 +219,25 @@ def test_the_target_evaluation_takes_the_overrides_once_with_or_without_a_play_v
         assert term not in cfg.rewards and (name != task) == task.startswith("FlashNeRD-Velocity")
         assert "push_robot" not in cfg.events
         assert not pushes or env_cfg.events["push_robot"].interval_range_s == (5.0, 8.0)
+
+
+def test_a_resume_names_the_same_files_in_other_spellings(tmp_path, monkeypatch):
+    """Settings that name files compare as resolved paths on --resume (relative, with `./`, absolute, a robot's spec
+    file), while another file, another robot name or another plain value is still refused."""
+    import pytest
+
+    from flashnerd.cli.common import CLIError, run_state
+
+    monkeypatch.chdir(tmp_path)
+    state = tmp_path / "run.json"
+    started = {"out_dir": "out", "data": ["a.h5", "b.h5"], "dynamics_checkpoint": "m.safetensors",
+               "robot": "robots/hound.yaml", "robot_variant": None, "rounds": 2}
+    state.write_text(json.dumps({"settings": started, "rounds": []}))
+    same = {"out_dir": str(tmp_path / "out"), "data": ["./a.h5", str(tmp_path / "b.h5")],
+            "dynamics_checkpoint": "./m.safetensors", "robot": str(tmp_path / "robots" / "hound.yaml"),
+            "robot_variant": None, "rounds": 2}
+    assert run_state(state, same, True, {"rounds": []})["settings"] == started
+    for key, other in (("data", ["b.h5", "a.h5"]), ("dynamics_checkpoint", "n.safetensors"), ("robot", "hound"),
+                       ("robot_variant", "v.yaml"), ("rounds", 3)):
+        with pytest.raises(CLIError, match=rf"other settings than the stopped run \({key}\)"):
+            run_state(state, {**same, key: other}, True, {"rounds": []})

@@ -141,11 +141,27 @@ def write_json(path: Path, data) -> None:
     write_text_atomic(path, json.dumps(data, indent=1))
 
 
+# settings that name files or folders: a resumed run may spell the same one another way (`logs/x`, `./logs/x`,
+# `/abs/logs/x`), so they compare as resolved paths; a list of them (--data, --policy) compares item by item
+PATH_SETTINGS = frozenset({"out_dir", "robot_variant", "dynamics_checkpoint", "baselines_from", "data", "policy"})
+
+
+def _resolved(value):
+    """`value` (a path, a list of paths, or None) with every path resolved against the working folder."""
+    if isinstance(value, str) and value:
+        return Path(value).resolve()
+    if isinstance(value, list):
+        return [_resolved(v) for v in value]
+    return value
+
+
 def _same_setting(name: str, stored, given) -> bool:
-    """Whether a resumed run's setting equals the stopped run's; --out_dir, the folder both name, compares as the
-    resolved path (a run started as `logs/x` resumes as `/abs/logs/x`)."""
-    if name == "out_dir" and isinstance(stored, str) and isinstance(given, str):
+    """Whether a resumed run's setting equals the stopped run's. Settings that name files (PATH_SETTINGS, and --robot
+    where both runs gave a spec file rather than a robot's name) compare as resolved paths."""
+    if name == "robot" and all(isinstance(v, str) and is_spec_path(v) for v in (stored, given)):
         return Path(stored).resolve() == Path(given).resolve()
+    if name in PATH_SETTINGS:
+        return _resolved(stored) == _resolved(given)
     return stored == given
 
 
