@@ -195,6 +195,49 @@ def test_the_variant_command_checks_a_file_and_writes_its_two_halves(tmp_path, c
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.yaml", "ranges.yaml", "robot.yaml"]
 
 
+def test_the_variant_report_lists_exactly_what_the_file_changes(tmp_path):
+    """`flashnerd variant`'s changes: every stated value against the nominal compiled robot, read independently here
+    from MuJoCo's model, and nothing else (kd stays with a payload: the damping ratio is pinned); a delay shows the
+    whole physics steps it takes effect after; each range names the elements its draws are written to."""
+    import mujoco
+
+    from flashnerd.robots import get_robot
+    from flashnerd.sim.scene import build_scene, variant_robot
+    from flashnerd.sim.variant_report import variant_report
+
+    path = tmp_path / "checker.yaml"
+    path.write_text("robot: anymal_c\npayload: {body: base, mass: 4.0, pos: [0.1, 0.0, 0.0]}\n"
+                    "mass_scale: {'L[FH]_SHANK': 1.25}\njoints: {'.*_KFE': {frictionloss: 0.5}}\n"
+                    "actuators: {'RH_.*': {effort_scale: 0.5, delay_s: 0.013}}\nfriction_scale: {'.*FOOT': 0.4}\n"
+                    "randomize: {joints.damping: [0.5, 3.0]}\n")
+    nominal = build_scene(get_robot("anymal_c"))
+    report = variant_report(variant_robot("anymal_c", str(path)))
+    rows = {(r["quantity"], r["element"]): (r["nominal"], r["variant"]) for r in report["changes"]}
+    expected = {("mass (kg)", "variant_payload"): (None, 4.0)}
+    for leg in ("LF", "LH"):
+        mass = nominal.body(f"{leg}_SHANK").mass[0]
+        expected[("mass (kg)", f"{leg}_SHANK")] = (mass, 1.25 * mass)
+    for leg in ("LF", "RF", "LH", "RH"):
+        expected[("friction loss (N m)", f"{leg}_KFE")] = (nominal.joint(f"{leg}_KFE").frictionloss[0], 0.5)
+        foot = [g for g in range(nominal.ngeom) if nominal.geom(g).name.upper() == f"{leg}_FOOT"][0]
+        expected[("ground friction", nominal.geom(foot).name)] = (1.0, 0.4)  # the floor's 1.0 decided before
+    for joint in ("HAA", "HFE", "KFE"):
+        limit = nominal.actuator(f"RH_{joint}").forcerange
+        expected[("effort low (N m)", f"RH_{joint}")] = (limit[0], 0.5 * limit[0])
+        expected[("effort high (N m)", f"RH_{joint}")] = (limit[1], 0.5 * limit[1])
+        expected[("delay (s)", f"RH_{joint}")] = (0.0, 0.015)  # 0.013 s: from the third 5 ms physics step
+    assert rows.keys() == expected.keys()
+    for key, (before, after) in expected.items():
+        assert list(rows[key]) == [v if v is None else pytest.approx(v, rel=1e-9) for v in (before, after)], key
+    payload = next(r for r in report["changes"] if r["element"] == "variant_payload")
+    assert payload["parent"] == "base" and payload["pos"] == [0.1, 0.0, 0.0]
+    added = 4.0 + 0.25 * (nominal.body("LF_SHANK").mass[0] + nominal.body("LH_SHANK").mass[0])
+    assert report["total_mass_kg"]["variant"] == pytest.approx(report["total_mass_kg"]["nominal"] + added)
+    assert report["draws"] == {"joints.damping": {"range": [0.5, 3.0], "elements": [
+        nominal.joint(j).name for j in range(nominal.njnt) if nominal.jnt_type[j] != mujoco.mjtJoint.mjJNT_FREE
+        and nominal.joint(j).name.endswith("_KFE")]}}
+
+
 def _bad_file(folder):
     path = folder / "bad.yaml"
     path.write_text("robot: anymal_c\nmass_scale: {'.*WING': 1.1}\nrandomize: {mass_scale: [0.9, 1.1]}\n")

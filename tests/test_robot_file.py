@@ -766,7 +766,18 @@ def test_a_variant_of_a_robot_from_a_spec_file_is_checked_with_its_spec(tmp_path
     variant.write_text("robot: hound\npayload: {body: FL_thigh, mass: 0.5, pos: [0.0, 0.0, -0.1]}\n"
                        "actuators: {'FL_.*': {kp_scale: 0.8, delay_s: 0.01}}\nrandomize: {payload.mass: [0.0, 1.0]}\n")
     assert main(["variant", str(variant), "--robot", str(hound_dir / "hound.yaml")]) == 0
-    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["robot"] == "hound"
+    printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert printed["robot"] == "hound"
+    # what it changes, read off the compiled spec-file robot: the payload, kp of the FL actuators (and their bias
+    # term's), their delay in whole 5 ms physics steps; the randomized payload draws for the added body
+    changed = {(r["quantity"], r["element"]): r["variant"] for r in printed["changes"]}
+    nominal = build_scene(hound)
+    fl = {nominal.actuator(a).name: nominal.actuator_gainprm[a, 0] for a in range(nominal.nu)
+          if nominal.actuator(a).name.startswith("FL_")}
+    assert fl and changed == {("mass (kg)", "variant_payload"): 0.5,
+                              **{("kp (N m/rad)", n): pytest.approx(0.8 * kp) for n, kp in fl.items()},
+                              **{("delay (s)", n): 0.01 for n in fl}}
+    assert printed["draws"]["payload.mass"]["elements"] == ["variant_payload"]
     scene = build_scene(hound.with_variant(load_variant(variant)))
     assert scene.body_mass.sum() == pytest.approx(build_scene(hound).body_mass.sum() + 0.5)
     other = tmp_path / "other.yaml"

@@ -1,4 +1,5 @@
-"""`flashnerd variant`: check a robot variant file against its robot (compiled, as every command would), and write
+"""`flashnerd variant`: check a robot variant file against its robot (compiled, as every command would), show what it
+changes there (each value against the nominal robot's, and what each randomize range draws for), and write
 the two variants a reality-gap study needs: its fixed robot (`--fixed`, nothing drawn) and its `randomize` ranges
 alone over the nominal robot (`--ranges_only`, what a domain-randomized baseline trains on)."""
 
@@ -12,6 +13,7 @@ from flashnerd.cli.common import CLIError, check_writable
 from flashnerd.robots import ROBOTS, get_robot
 from flashnerd.robots.variant import load_variant
 from flashnerd.sim.scene import variant_robot
+from flashnerd.sim.variant_report import variant_report
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -26,7 +28,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> dict:
-    """Check the file (every regex, the actuation and the ranges against the compiled robot); print it as JSON."""
+    """Check the file (every regex, the actuation and the ranges against the compiled robot); print it as JSON with
+    what it changes: every compiled value of its fixed robot that differs from the nominal robot's, its actuation,
+    and the elements each randomize range draws for (sim/variant_report.py)."""
     variant = load_variant(args.file)
     if args.robot is not None:
         if get_robot(args.robot).name != variant.robot:
@@ -35,7 +39,7 @@ def run(args: argparse.Namespace) -> dict:
     elif variant.robot not in ROBOTS:
         raise CLIError(f"robot variant '{args.file}' is for robot '{variant.robot}', which is not built in; pass its "
                        "spec file (--robot path/to/robot.yaml)")
-    variant_robot(variant.robot, args.file)  # compiles the scene: what matches nothing fails here, in one line
+    robot = variant_robot(variant.robot, args.file)  # compiles the scene: what matches nothing fails here, in one line
     outputs = {"fixed": variant.fixed, "ranges_only": variant.ranges_only}
     seen = {Path(args.file).resolve(): "the variant file itself"}
     for flag in outputs:
@@ -55,6 +59,6 @@ def run(args: argparse.Namespace) -> dict:
             variant_robot(variant.robot, path)  # the written file compiles as it is
             written[flag] = path
     out = {"variant": variant.name, "robot": variant.robot, "digest": variant.digest(),
-           "randomize": variant.randomized, "written": written}
+           "randomize": variant.randomized, "written": written, **variant_report(robot)}
     print(json.dumps(out))
     return out

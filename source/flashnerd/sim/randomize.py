@@ -58,7 +58,7 @@ class Randomization:
                  model: mujoco.MjModel) -> None:
         self.paths = paths
         self.low, self.high = low, high  # (P,) each
-        self._writes = writes  # per path (none for a drawn actuation key)
+        self.writes = writes  # per path, the fields its draw is written to (none for a drawn actuation key)
         # drawn actuation key -> its column of the draws
         self.actuation = {p.split(".", 1)[1]: i for i, p in enumerate(paths)
                           if p in (f"actuators.{k}" for k in ACTUATION_KEYS)}
@@ -86,7 +86,7 @@ class Randomization:
     def values(self, draws: np.ndarray) -> dict[str, np.ndarray]:
         """The fields of worlds with `draws` (n, P): field -> (n, *field shape), float64."""
         out = {f: np.repeat(b[None], len(draws), axis=0) for f, b in self.base.items()}  # (n, *shape) each
-        for p, writes in enumerate(self._writes):
+        for p, writes in enumerate(self.writes):
             for w in writes:
                 rows = (w.index,) if w.cols is None else (w.index[:, None], np.asarray(w.cols)[None, :])
                 target = out[w.field][(slice(None), *rows)]  # (n, k[, c], ...)
