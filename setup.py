@@ -46,6 +46,7 @@ setup(
         "h5py>=3.9",
         "pandas>=2.0",
         "pyarrow>=14",
+        "rosbags>=0.11",  # ROS 2 bags (rosbag2, MCAP) as robot logs (data/rosbag.py)
         "safetensors>=0.4",
         "numpy>=1.26",
         "pyyaml>=6",

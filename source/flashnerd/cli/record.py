@@ -24,7 +24,7 @@ from flashnerd.cli.common import (
 from flashnerd.cli.overrides import add_override_arg, apply_overrides
 from flashnerd.cli.policy import load_policy, resolve_checkpoint
 from flashnerd.data.dataset import robot_layout
-from flashnerd.data.logs import SUFFIXES as LOG_SUFFIXES
+from flashnerd.data.logs import OUT_SUFFIXES as LOG_SUFFIXES
 from flashnerd.data.logs import dataset_to_log
 from flashnerd.data.record import PolicySource, merge_recordings, record
 from flashnerd.dynamics import REFERENCE_BACKEND, backend_names
@@ -46,7 +46,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--traj_len", type=int, default=100, help="control steps per trajectory")
     p.add_argument("--seed", type=int, default=0, help="random seed")
     p.add_argument("--out", required=True, help="output .h5 file (batches kept in <out>.parts/ until it is complete); "
-                                                "with --format logs a .parquet or .csv robot log")
+                                                "with --format logs a .parquet or .csv robot log, or a ROS 2 bag "
+                                                "(.mcap or .db3)")
     p.add_argument("--format", default="hdf5", choices=("hdf5", "logs"),
                    help="hdf5: the dataset; logs: a robot log as a lab keeps one (docs/reference/robot_logs.md), "
                         "for `flashnerd import-logs`")

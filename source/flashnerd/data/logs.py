@@ -16,7 +16,8 @@ from the last one sent), splits runs at gaps, drops and counts rows that are not
 trajectories that end at its last row (a run that ends in a fall keeps the steps before it), and checks units against
 the robot (velocities against the derivative of the positions, positions and targets against the joint and control
 ranges). Every problem is a one-line `LogError`. The stand-in robot writes this format too (`write_log`, used by
-`flashnerd record --format logs`), so a lab's path is the tested one.
+`flashnerd record --format logs`), so a lab's path is the tested one. ROS 2 bags (rosbag2, MCAP) come in through
+data/rosbag.py, which reads their topics into these rows.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import pandas as pd
 import torch
 
 from flashnerd.data.dataset import dataset_attrs, robot_layout, write_arrays
+from flashnerd.data.rosbag import BAG_SUFFIXES, BagError, is_bag, read_bag, write_bag
 from flashnerd.models.contact_head import CONTACT_LABEL_N
 from flashnerd.robots import RobotSpec, robot_of_record
 from flashnerd.sim.scene import build_scene, robot_columns
@@ -40,6 +42,7 @@ from flashnerd.utils.host_memory import fits_in_memory
 from flashnerd.utils.math import quat_apply, quat_apply_inverse
 
 SUFFIXES = (".parquet", ".csv")
+OUT_SUFFIXES = (*SUFFIXES, *BAG_SUFFIXES)  # what `record --format logs` writes: a log file or a ROS 2 bag
 GAP_FACTOR = 1.5  # a step between rows longer than this x the control step (or the log's own step) splits a run
 MAX_UPSAMPLE = 100  # control steps per logged row a segment may be resampled to (a log at >= 1/100 the control rate)
 RESAMPLE_COPIES = 6  # float64 copies of every resampled step alive at once (interpolation, windows, the joined arrays)
@@ -340,9 +343,11 @@ def _check_velocity_units(sums: dict[str, np.ndarray], where: str) -> None:
                            f"in {unit}, and time in s")
 
 
-def import_logs(paths: list[str | Path], robot: RobotSpec, out: str | Path, traj_len: int = 100) -> dict:
-    """Import robot logs into one dataset `out` of `traj_len`-step trajectories at the robot's control step;
-    returns counts (rows, rows dropped as not finite, segments, segments shorter than a trajectory, minutes)."""
+def import_logs(paths: list[str | Path], robot: RobotSpec, out: str | Path, traj_len: int = 100,
+                topics: dict[str, str] | None = None) -> dict:
+    """Import robot logs (log files, or ROS 2 bags read on `topics`, data/rosbag.py) into one dataset `out` of
+    `traj_len`-step trajectories at the robot's control step; returns counts (rows, rows dropped as not finite,
+    segments, segments shorter than a trajectory, minutes; for bags the rows without a target or odometry)."""
     if traj_len < 1:
         raise LogError("traj_len must be positive")
     lay, dt = _Layout(robot), robot.control_dt
@@ -352,7 +357,16 @@ def import_logs(paths: list[str | Path], robot: RobotSpec, out: str | Path, traj
     step_bytes = RESAMPLE_COPIES * 8 * (lay.nq + lay.nv + 2 * lay.nu + len(lay.contacts))  # float64 per control step
     steps = 0  # control steps resampled so far, over every file: all of them are held until the dataset is written
     for path in paths:
-        frame, variant = read_log(path)
+        if is_bag(path):
+            try:
+                frame, dropped_in_bag = read_bag(path, lay.joints, lay.actuated, lay.floating, topics)
+            except BagError as err:
+                raise LogError(str(err)) from None
+            variant = ""
+            for k, v in dropped_in_bag.items():
+                counts[k] = counts.get(k, 0) + v
+        else:
+            frame, variant = read_log(path)
         where = str(path)
         _checked_columns(frame, lay, where)
         if variant:
@@ -386,7 +400,7 @@ def import_logs(paths: list[str | Path], robot: RobotSpec, out: str | Path, traj
                     arrays.setdefault(k, []).append(np.stack([v[first + i * traj_len:first + i * traj_len + width]
                                                               for i in range(n)]))
         _check_velocity_units(sums, where)
-        sources.append({"file": Path(path).name, "sha256": hashlib.sha256(Path(path).read_bytes()).hexdigest()})
+        sources.append({"file": Path(path).name, "sha256": _digest(Path(path))})
     if not arrays:
         raise LogError(f"the logs hold no run of {traj_len + 1} control steps ({counts['segments']} segments, "
                        f"{counts['non_finite_rows']} rows not finite); lower --traj_len or log longer runs")
@@ -401,6 +415,17 @@ def import_logs(paths: list[str | Path], robot: RobotSpec, out: str | Path, traj
     return {"out": str(out), "trajectories": m, "transitions": m * traj_len, "minutes": round(minutes, 3), **counts}
 
 
+def _digest(path: Path) -> str:
+    """SHA-256 of a log file, read in chunks; of a bag folder, over its files' names and contents in name order."""
+    if path.is_file():
+        with open(path, "rb") as f:
+            return hashlib.file_digest(f, "sha256").hexdigest()
+    total = hashlib.sha256()
+    for file in sorted(p for p in path.rglob("*") if p.is_file()):
+        total.update(str(file.relative_to(path)).encode() + b"\0" + bytes.fromhex(_digest(file)))
+    return total.hexdigest()
+
+
 def _variant_name(text: str, where: str) -> str:
     """The variant JSON a stand-in log carries, checked to be what `RobotVariant.describe` writes."""
     try:
@@ -413,7 +438,8 @@ def _variant_name(text: str, where: str) -> str:
 
 
 def dataset_to_log(dataset: str | Path, out: str | Path) -> dict:
-    """Write a dataset that `flashnerd record` has just made as a robot log `out` (what the stand-in robot logs)."""
+    """Write a dataset that `flashnerd record` has just made as a robot log `out` (what the stand-in robot logs): a
+    Parquet or CSV file, or a ROS 2 bag (.mcap or .db3, data/rosbag.py)."""
     import h5py
 
     with h5py.File(dataset, "r") as f:
@@ -426,5 +452,9 @@ def dataset_to_log(dataset: str | Path, out: str | Path) -> dict:
         force = None  # not one column per contact body: the log carries no contacts
     contact = None if force is None else (force > CONTACT_LABEL_N).astype(np.float64)  # what a contact sensor flags
     frame = log_frame(robot, arrays["qpos"], arrays["qvel"], arrays["ctrl"], arrays.get("torque"), contact)
-    write_log(out, frame, variant)
+    if Path(out).suffix in BAG_SUFFIXES:  # a ROS 2 bag: the states, odometry and targets (no contacts, no variant)
+        lay = _Layout(robot)
+        write_bag(out, frame, lay.joints, lay.actuated, lay.floating)
+    else:
+        write_log(out, frame, variant)
     return {"out": str(out), "rows": len(frame), "episodes": int(arrays["qpos"].shape[0])}
