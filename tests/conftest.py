@@ -69,3 +69,17 @@ def record_nominal_and_worn(root, nominal_worlds: int, worn_worlds: int, steps: 
     worn = nominal.with_variant(load_variant("variants/anymal_c_worn.yaml"))
     record(nominal, num_worlds=nominal_worlds, steps=steps, out=root / "sim.h5", traj_len=20, seed=1, progress=False)
     record(worn, num_worlds=worn_worlds, steps=steps, out=root / "worn.h5", traj_len=20, seed=2, progress=False)
+
+
+@pytest.fixture(scope="session")
+def worn_logs(tmp_path_factory):
+    """One recording of the worn variant (3 worlds x 60 steps, seed 3) as a dataset (ref.h5) and as the logs the
+    stand-in robot writes: a Parquet log (log.parquet) and a ROS 2 bag (log.mcap)."""
+    from flashnerd.cli.main import main
+
+    root = tmp_path_factory.mktemp("worn_logs")
+    common = ["record", "--num_worlds", "3", "--steps", "60", "--traj_len", "30", "--seed", "3",
+              "--robot_variant", "variants/anymal_c_worn.yaml"]
+    for out, fmt in (("ref.h5", []), ("log.parquet", ["--format", "logs"]), ("log.mcap", ["--format", "logs"])):
+        assert main([*common, "--out", str(root / out), *fmt]) == 0
+    return root

@@ -13,15 +13,9 @@ from flashnerd.data.dataset import load_dataset
 from flashnerd.data.logs import LogError, import_logs, log_frame, read_log, write_log
 
 
-@pytest.fixture(scope="module")
-def recorded(tmp_path_factory):
-    """One recording of the worn variant, as a dataset and as the log the stand-in robot writes."""
-    root = tmp_path_factory.mktemp("logs")
-    common = ["record", "--num_worlds", "3", "--steps", "60", "--traj_len", "30", "--seed", "3",
-              "--robot_variant", "variants/anymal_c_worn.yaml"]
-    assert main([*common, "--out", str(root / "ref.h5")]) == 0
-    assert main([*common, "--out", str(root / "log.parquet"), "--format", "logs"]) == 0
-    return root
+@pytest.fixture
+def recorded(worn_logs):
+    return worn_logs
 
 
 def _arrays(path):

@@ -18,16 +18,9 @@ ANYMAL = get_robot("anymal_c")
 JOINTS = list(ANYMAL.joint_names)  # ANYmal-C: every joint is actuated
 
 
-@pytest.fixture(scope="module")
-def recorded(tmp_path_factory):
-    """One recording of the worn variant as a dataset, as a Parquet log and as the MCAP bag `record` writes."""
-    root = tmp_path_factory.mktemp("bags")
-    common = ["record", "--num_worlds", "3", "--steps", "60", "--traj_len", "30", "--seed", "3",
-              "--robot_variant", "variants/anymal_c_worn.yaml"]
-    assert main([*common, "--out", str(root / "ref.h5")]) == 0
-    assert main([*common, "--out", str(root / "log.parquet"), "--format", "logs"]) == 0
-    assert main([*common, "--out", str(root / "log.mcap"), "--format", "logs"]) == 0
-    return root
+@pytest.fixture
+def recorded(worn_logs):
+    return worn_logs
 
 
 def _arrays(path):
