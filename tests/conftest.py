@@ -83,3 +83,11 @@ def worn_logs(tmp_path_factory):
     for out, fmt in (("ref.h5", []), ("log.parquet", ["--format", "logs"]), ("log.mcap", ["--format", "logs"])):
         assert main([*common, "--out", str(root / out), *fmt]) == 0
     return root
+
+
+def dataset_arrays(path) -> dict:
+    """qpos, qvel, ctrl and torque of a dataset file, as numpy arrays."""
+    import h5py
+
+    with h5py.File(path, "r") as f:
+        return {k: f[k][()] for k in ("qpos", "qvel", "ctrl", "torque")}

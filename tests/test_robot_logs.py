@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import dataset_arrays
 
 from flashnerd.cli.main import main
 from flashnerd.data.dataset import load_dataset
@@ -18,17 +19,10 @@ def recorded(worn_logs):
     return worn_logs
 
 
-def _arrays(path):
-    import h5py
-
-    with h5py.File(path, "r") as f:
-        return {k: f[k][()] for k in ("qpos", "qvel", "ctrl", "torque")}
-
-
 def test_a_recorded_log_imports_back_to_the_recorded_trajectories(recorded):
     out = recorded / "imported.h5"
     assert main(["import-logs", str(recorded / "log.parquet"), "--out", str(out), "--traj_len", "30"]) == 0
-    ref, got = _arrays(recorded / "ref.h5"), _arrays(out)
+    ref, got = dataset_arrays(recorded / "ref.h5"), dataset_arrays(out)
     for k in ref:
         assert got[k].shape == ref[k].shape and np.allclose(got[k], ref[k], atol=1e-6), k
     data = load_dataset(out)
@@ -50,7 +44,7 @@ def test_a_faster_log_is_resampled_to_the_control_step(recorded, anymal):
     write_log(recorded / "fast.csv", fast)
     out = recorded / "fast.h5"
     import_logs([recorded / "fast.csv"], anymal, out, traj_len=30)
-    ref, got = _arrays(recorded / "ref.h5"), _arrays(out)
+    ref, got = dataset_arrays(recorded / "ref.h5"), dataset_arrays(out)
     for k in ("qpos", "qvel", "ctrl"):
         assert np.allclose(got[k], ref[k], atol=1e-5), k
 
@@ -72,7 +66,7 @@ def test_a_run_is_cut_into_trajectories_that_end_at_its_last_row(recorded, anyma
     write_log(recorded / "one.parquet", frame[frame["episode"] == 0])
     result = import_logs([recorded / "one.parquet"], anymal, recorded / "one.h5", traj_len=20)
     assert result["trajectories"] == 1
-    ref, got = _arrays(recorded / "ref.h5"), _arrays(recorded / "one.h5")
+    ref, got = dataset_arrays(recorded / "ref.h5"), dataset_arrays(recorded / "one.h5")
     assert np.allclose(got["qpos"][0], ref["qpos"][0, 10:], atol=1e-6)
     assert np.allclose(got["ctrl"][0], ref["ctrl"][0, 10:], atol=1e-6)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import h5py
 import numpy as np
 import pytest
+from conftest import dataset_arrays
 
 from flashnerd.cli.main import main
 from flashnerd.data.logs import import_logs, log_frame, read_log
@@ -23,17 +24,13 @@ def recorded(worn_logs):
     return worn_logs
 
 
-def _arrays(path):
-    with h5py.File(path, "r") as f:
-        return {k: f[k][()] for k in ("qpos", "qvel", "ctrl", "torque")}
-
-
 def _same_as_recorded(recorded, out):
     """The import of a bag equals the recording to the float32 rounding the Parquet log's import has too, and equals
     the Parquet log's import itself exactly."""
     if not (recorded / "from_parquet.h5").exists():
         import_logs([recorded / "log.parquet"], ANYMAL, recorded / "from_parquet.h5", traj_len=30)
-    ref, log, got = _arrays(recorded / "ref.h5"), _arrays(recorded / "from_parquet.h5"), _arrays(out)
+    ref, log = dataset_arrays(recorded / "ref.h5"), dataset_arrays(recorded / "from_parquet.h5")
+    got = dataset_arrays(out)
     for k in ref:
         assert got[k].shape == ref[k].shape and np.allclose(got[k], ref[k], atol=1e-6), k
         assert np.array_equal(got[k], log[k]), k
