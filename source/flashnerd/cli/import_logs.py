@@ -8,7 +8,7 @@ import json
 
 from flashnerd.cli.common import CLIError, check_positive, check_writable
 from flashnerd.data.logs import import_logs
-from flashnerd.data.rosbag import ROLES, is_bag, topics_of
+from flashnerd.data.rosbag import ROLES, STAMPS, is_bag, topics_of
 from flashnerd.robots import ROBOTS, get_robot
 
 
@@ -21,6 +21,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "(path/to/robot.yaml)")
     p.add_argument("--out", required=True, help="output .h5 dataset")
     p.add_argument("--traj_len", type=int, default=100, help="control steps per trajectory")
+    p.add_argument("--stamps", default="header", choices=STAMPS,
+                   help="a bag's message times: header (the stamps, when each sample was measured) or received (when "
+                        "the bag received it: for topics stamped by different clocks)")
     p.add_argument("--topics", default=None,
                    help="a bag's topics where they are not the defaults, as role=/topic[,role=/topic]: "
                         + ", ".join(f"{role} (default {topic})" for role, topic in ROLES.items()))
@@ -32,8 +35,9 @@ def run(args: argparse.Namespace) -> dict:
     check_positive("traj_len", args.traj_len)
     check_writable("out", args.out)
     topics = topics_of(args.topics)
-    if args.topics is not None and not any(is_bag(p) for p in args.logs):
-        raise CLIError("--topics names a bag's topics, and no log given is a ROS 2 bag; drop it")
-    result = import_logs(args.logs, get_robot(args.robot), args.out, traj_len=args.traj_len, topics=topics)
+    if (args.topics is not None or args.stamps != "header") and not any(is_bag(p) for p in args.logs):
+        raise CLIError("--topics and --stamps read a bag's topics, and no log given is a ROS 2 bag; drop them")
+    result = import_logs(args.logs, get_robot(args.robot), args.out, traj_len=args.traj_len, topics=topics,
+                         stamps=args.stamps)
     print(json.dumps(result))
     return result

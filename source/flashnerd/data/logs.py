@@ -33,7 +33,8 @@ import pandas as pd
 import torch
 
 from flashnerd.data.dataset import dataset_attrs, robot_layout, write_arrays
-from flashnerd.data.rosbag import BAG_SUFFIXES, BagError, is_bag, read_bag, write_bag
+from flashnerd.data.rosbag import BAG_SUFFIXES, BagError, is_bag, read_bag
+from flashnerd.data.rosbag_write import write_bag
 from flashnerd.models.contact_head import CONTACT_LABEL_N
 from flashnerd.robots import RobotSpec, robot_of_record
 from flashnerd.sim.scene import build_scene, robot_columns
@@ -344,8 +345,9 @@ def _check_velocity_units(sums: dict[str, np.ndarray], where: str) -> None:
 
 
 def import_logs(paths: list[str | Path], robot: RobotSpec, out: str | Path, traj_len: int = 100,
-                topics: dict[str, str] | None = None) -> dict:
-    """Import robot logs (log files, or ROS 2 bags read on `topics`, data/rosbag.py) into one dataset `out` of
+                topics: dict[str, str] | None = None, stamps: str = "header") -> dict:
+    """Import robot logs (log files, or ROS 2 bags read on `topics` with times from `stamps`, data/rosbag.py) into
+    one dataset `out` of
     `traj_len`-step trajectories at the robot's control step; returns counts (rows, rows dropped as not finite,
     segments, segments shorter than a trajectory, minutes; for bags the rows without a target or odometry)."""
     if traj_len < 1:
@@ -359,7 +361,7 @@ def import_logs(paths: list[str | Path], robot: RobotSpec, out: str | Path, traj
     for path in paths:
         if is_bag(path):
             try:
-                frame, dropped_in_bag = read_bag(path, lay.joints, lay.actuated, lay.floating, topics)
+                frame, dropped_in_bag = read_bag(path, lay.joints, lay.actuated, lay.floating, topics, stamps)
             except BagError as err:
                 raise LogError(str(err)) from None
             variant = ""
