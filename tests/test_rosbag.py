@@ -114,6 +114,17 @@ def _rewrite(src, dst, edit):
     next(folder.glob("*.mcap")).replace(dst)
 
 
+def _edited_database_refused(db, frame, sql, message, capsys):
+    """The stand-in robot's bag as a bare database `db`, edited by `sql`, is refused in one line with `message`."""
+    import sqlite3
+
+    write_bag(db, frame, JOINTS, JOINTS, True)
+    with sqlite3.connect(db) as con:
+        con.execute(sql)
+    _refused(["import-logs", str(db), "--out", str(db.with_suffix(".h5"))], message, capsys)
+    assert not db.with_suffix(".h5").exists()
+
+
 def test_bags_that_are_no_log_of_this_robot_are_one_line_errors(recorded, tmp_path, capsys):
     out = str(tmp_path / "o.h5")
     mcap = str(recorded / "log.mcap")
@@ -172,24 +183,16 @@ def test_targets_stamped_by_another_clock_are_named_and_read_at_the_bags_time(re
 def test_hostile_bags_are_refused_before_they_are_read_without_bound(recorded, tmp_path, capsys):
     """A database with a view (it may compute without end), a compressed folder (its files decompress without a
     bound), a database whose messages are no bytes, and an MCAP chunk that inflates past its declared size."""
-    import sqlite3
 
     from rosbags.rosbag2 import ReaderError, storage_mcap
 
-    from flashnerd.data.rosbag import _install_bounded_decompressors
+    from flashnerd.data.rosbag import _bound_rosbags
 
     frame, out = read_log(recorded / "log.parquet")[0], str(tmp_path / "o.h5")
-    db = tmp_path / "view.db3"
-    write_bag(db, frame, JOINTS, JOINTS, True)
-    with sqlite3.connect(db) as con:
-        con.execute("CREATE VIEW endless AS WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) "
-                    "SELECT i FROM n")
-    _refused(["import-logs", str(db), "--out", out], "holds a view 'endless'", capsys)
-    db = tmp_path / "text.db3"
-    write_bag(db, frame, JOINTS, JOINTS, True)
-    with sqlite3.connect(db) as con:
-        con.execute("UPDATE messages SET data = 'not a message'")
-    _refused(["import-logs", str(db), "--out", out], "cannot be read", capsys)
+    _edited_database_refused(tmp_path / "view.db3", frame, "CREATE VIEW endless AS WITH RECURSIVE n(i) AS (SELECT 1 "
+                             "UNION ALL SELECT i + 1 FROM n) SELECT i FROM n", "holds a view 'endless'", capsys)
+    _edited_database_refused(tmp_path / "text.db3", frame, "UPDATE messages SET data = 'not a message'",
+                             "cannot be read", capsys)
     folder = tmp_path / "folder"
     write_bag(folder, frame, JOINTS, JOINTS, True)
     meta = folder / "metadata.yaml"
@@ -197,13 +200,42 @@ def test_hostile_bags_are_refused_before_they_are_read_without_bound(recorded, t
                     .replace("compression_format: ''", "compression_format: zstd"))
     _refused(["import-logs", str(folder), "--out", out], "is compressed (file mode)", capsys)
 
-    _install_bounded_decompressors()
+    _bound_rosbags()
     from backports import zstd
 
     bomb = zstd.compress(bytes(50_000_000))  # 50 MB of zeros in a few kB
     assert len(storage_mcap.DECOMPRESSORS["zstd"](bomb, 1000)) == 1001  # no more than declared (+1: then refused)
     with pytest.raises(ReaderError, match="more than the free memory"):
         storage_mcap.DECOMPRESSORS["zstd"](bomb, 10**15)
+
+
+def test_what_would_read_without_bound_is_refused_before_rosbags_opens_it(recorded, tmp_path, capsys):
+    """A FIFO under a bag's name (it would block), a folder listing a file twice, by a name SQLite reads as a URI, or
+    repeating YAML nodes by alias (a few kB that parse into millions of objects), a database column computed when
+    read, and a message far larger than a robot's."""
+    import os
+
+    frame, out = read_log(recorded / "log.parquet")[0], str(tmp_path / "o.h5")
+    os.mkfifo(tmp_path / "pipe.mcap")
+    _refused(["import-logs", str(tmp_path / "pipe.mcap"), "--out", out], "is no regular file", capsys)
+    folder = tmp_path / "folder"
+    write_bag(folder, frame, JOINTS, JOINTS, True)
+    meta = folder / "metadata.yaml"
+    text = meta.read_text()
+    (name,) = [p.name for p in folder.glob("*.db3")]
+    for edited, message in ((text.replace(f"- {name}", f"- {name}\n  - {name}"), "lists a file twice"),
+                            (text.replace(f"- {name}", f"- {name}?mode=memory"), f"lists '{name}?mode=memory'"),
+                            (text.replace(f"- {name}", f"- &f {name}\n  - *f"), "repeats nodes by alias")):
+        assert edited != text
+        meta.write_text(edited)
+        _refused(["import-logs", str(folder), "--out", out], message, capsys)
+    _edited_database_refused(tmp_path / "computed.db3", frame, "ALTER TABLE topics ADD COLUMN huge TEXT AS "
+                             "(printf('%.*c', 1000000000, 'x'))", "holds a generated column 'topics.huge'", capsys)
+    big = tmp_path / "big.mcap"
+    _rewrite(recorded / "log.mcap", big, lambda topic, m, t: (
+        (setattr(m, "name", list(m.name) * 1000) or m) if topic == ROLES["joint_states"] else m, t))
+    _refused(["import-logs", str(big), "--out", out], "more than a joint_states message of a robot with 12 joints",
+             capsys)
 
 
 def test_reading_a_bag_runs_nothing_from_it(recorded, tmp_path, monkeypatch, capsys):
@@ -231,15 +263,15 @@ def test_reading_a_bag_runs_nothing_from_it(recorded, tmp_path, monkeypatch, cap
 def test_odometry_is_interpolated_between_its_samples_and_its_gaps_leave_rows_out():
     """A base turning at a constant yaw rate, sampled every 10 ms with the quaternion's sign alternating: on a sample
     its values as they are, between two the linear position and the yaw between theirs; rows in a gap of the
-    odometry (60 ms against its 10 ms step) are left out, a row on the sample after the gap kept."""
+    odometry (100 ms against its 10 ms step) are left out, a row on the sample after the gap kept."""
     from flashnerd.data.rosbag import _interpolated, _within_odometry
 
-    t_odom = np.array([0, 10, 20, 30, 90, 100]) * 1_000_000  # ns
+    t_odom = np.array([0, 10, 20, 30, 130, 140]) * 1_000_000  # ns; mean step 28 ms: a gap past 84 ms
     yaw = 0.5 * t_odom / 1e9 * 100  # rad: 50 rad/s, 0.5 rad per 10 ms
     sign = np.where(np.arange(len(t_odom)) % 2, -1.0, 1.0)  # q and -q are one orientation
     quat = sign[:, None] * np.stack([np.cos(yaw / 2), 0 * yaw, 0 * yaw, np.sin(yaw / 2)], 1)
     odom = np.concatenate([np.stack([t_odom / 1e9, 0 * yaw, 0 * yaw], 1), quat, np.zeros((len(t_odom), 6))], 1)
-    t = np.array([10, 15, 25, 40, 60, 90, 95]) * 1_000_000
+    t = np.array([10, 15, 25, 40, 60, 130, 135]) * 1_000_000
     keep = _within_odometry(t_odom, t)
     assert keep.tolist() == [True, True, True, False, False, True, True]
     cols = _interpolated("bag", t_odom, odom, t[keep])
@@ -249,3 +281,6 @@ def test_odometry_is_interpolated_between_its_samples_and_its_gaps_leave_rows_ou
     want_yaw = 0.5 * t[keep] / 1e9 * 100
     assert np.allclose(np.angle(np.exp(1j * (got_yaw - want_yaw))), 0, atol=2e-3)  # nlerp of 0.5 rad: within 2 mrad
     assert np.allclose(cols["base_pos_x"], t[keep] / 1e9, rtol=0, atol=1e-12)
+    # samples that arrive in bursts (1 ms, 19 ms, ...) and twice at one stamp are no gaps
+    bursty = np.array([0, 1, 1, 20, 21, 21, 40, 41]) * 1_000_000
+    assert _within_odometry(bursty, np.array([10, 30, 41]) * 1_000_000).all()

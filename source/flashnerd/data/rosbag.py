@@ -18,25 +18,30 @@ and always for a message without a header or with a zero stamp). The odometry is
 last target stamped at or before it; rows before the first target, outside the odometry's span or in a gap of it are
 dropped and counted.
 
-A bag comes from someone else, so reading one runs nothing from it and is bounded: only the message types above are
+A bag comes from someone else, so reading one runs nothing from it and is bounded. Only the message types above are
 decoded, with the ROS 2 definitions built into `rosbags` (which generates decoders from type definitions: the
-definitions a bag carries are never registered); `metadata.yaml` is read as safe YAML before `rosbags` opens the
-folder, and a compressed folder (whose files would decompress without a bound) is refused; a database holding
-anything but tables (a view can compute without end) is refused; an MCAP chunk decompresses to at most the size it
-declares, and only if that fits in the free memory; the numbers kept per message are counted against the free
-memory as they are read; and every failure of the parsers is a one-line `BagError`.
+definitions a bag carries are never registered). Before `rosbags` sees a bag, checks with plain tools refuse in one
+line what is no bag or would read without bound: a special file, a folder whose metadata.yaml is not small plain
+YAML without aliases, is compressed, or lists files that are not its own regular files, and a database holding
+anything but plain tables (a view or a generated column can compute without end). Then `rosbags` parses it in a
+child process with a memory and a time limit (utils/sandbox.py), with MCAP chunks decompressed to at most the size
+they declare, messages larger than a robot's refused before they are decoded, and the QoS profiles (unused) not
+parsed; the child hands back the messages' numbers only.
 """
 
 from __future__ import annotations
 
+import os
 import sqlite3
-from pathlib import Path
+import stat
+from pathlib import Path, PurePath
 
 import numpy as np
 import pandas as pd
 import yaml
 
 from flashnerd.utils.host_memory import fits_in_memory
+from flashnerd.utils.sandbox import BoundedRunError, run_bounded
 
 BAG_SUFFIXES = (".mcap", ".db3")
 ROLES = {"joint_states": "/joint_states", "odometry": "/odom", "targets": "/joint_commands"}
@@ -46,10 +51,13 @@ TRAJECTORY = "trajectory_msgs/msg/JointTrajectory"
 ARRAY = "std_msgs/msg/Float64MultiArray"
 TYPES = {"joint_states": (JOINT_STATE,), "odometry": (ODOMETRY,), "targets": (JOINT_STATE, TRAJECTORY, ARRAY)}
 STAMPS = ("header", "received")
-ODOMETRY_GAP = 1.5  # odometry samples further apart than this x their median step leave the rows between them
+ODOMETRY_GAP = 3.0  # odometry samples further apart than this x their mean step leave the rows between them
 MESSAGE_OVERHEAD = 200  # bytes of Python objects per message kept, beside its numbers
 MEMORY_CHECK_EVERY = 4096  # messages between checks of what is kept against the free memory
-MAX_METADATA_BYTES = 16 * 2**20  # a rosbag2 metadata.yaml lists topics and files: far less than this
+MAX_METADATA_BYTES = 1 << 20  # a rosbag2 metadata.yaml lists topics and files: far less than this
+MAX_FILES = 10_000  # storage files a rosbag2 folder may list
+MESSAGE_BYTES = (65_536, 1_024)  # a message may hold this many bytes, plus this many per joint of the robot
+CPU_SECONDS = (30, 2)  # the parse may take this many CPU seconds, plus this many per MB of the bag
 REPAIR = ("a bag a recorder left unfinished is repaired by `mcap recover` (MCAP) or `ros2 bag reindex` (a folder); "
           "otherwise record or convert it again")
 
@@ -87,51 +95,90 @@ def topics_of(text: str | None) -> dict[str, str]:
 
 # --- checks before rosbags opens a file ---------------------------------------------------------------------------
 
-def _preflight(path: Path) -> None:
-    """Refuse, in one line, what `rosbags` would read without a bound: a folder's metadata.yaml that is not plain
-    YAML or too large, a compressed folder, and a database that holds more than tables and indexes."""
-    if path.is_dir():
-        meta = path / "metadata.yaml"
-        if meta.stat().st_size > MAX_METADATA_BYTES:
-            raise BagError(f"bag '{path}': metadata.yaml is {meta.stat().st_size:,} bytes, no rosbag2 metadata")
-        try:
-            info = yaml.safe_load(meta.read_text())["rosbag2_bagfile_information"]
-            mode = str(info.get("compression_mode") or "").lower()
-        except (yaml.YAMLError, UnicodeDecodeError, RecursionError, TypeError, KeyError, AttributeError) as err:
-            raise BagError(f"bag '{path}': metadata.yaml is no rosbag2 metadata in plain YAML "
-                           f"({type(err).__name__}); {REPAIR}") from None
-        if mode not in ("", "none"):
-            raise BagError(f"bag '{path}' is compressed ({mode} mode); decompress it first (`ros2 bag convert` with "
-                           "an output of no compression): compressed folders decompress without a bound")
-        databases = sorted(p for p in path.iterdir() if p.suffix == ".db3")
-    else:
-        databases = [path] if path.suffix == ".db3" else []
-    for db in databases:
-        _check_database(db)
+def _regular(path: Path, what: str) -> int:
+    """Size of `path` if it is a regular file (a FIFO or a device would block or never end), else a `BagError`."""
+    try:
+        info = os.stat(path)
+    except OSError as err:
+        raise BagError(f"{what} '{path}' cannot be read ({err.strerror})") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise BagError(f"{what} '{path}' is no regular file")
+    return info.st_size
+
+
+def _preflight(path: Path) -> int:
+    """Refuse, in one line, what is no bag or would make `rosbags` read without bound (see the module doc), with
+    plain tools; return the bytes of the bag's storage."""
+    if not path.is_dir():
+        size = _regular(path, "bag")
+        if path.suffix == ".db3":
+            _check_database(path)
+        return size
+    meta = path / "metadata.yaml"
+    if _regular(meta, "metadata") > MAX_METADATA_BYTES:
+        raise BagError(f"bag '{path}': its metadata.yaml is larger than {MAX_METADATA_BYTES >> 20} MiB, no rosbag2 "
+                       "metadata")
+    try:
+        text = meta.read_text()
+        if any(isinstance(e, yaml.AliasEvent) for e in yaml.parse(text)):
+            raise BagError(f"bag '{path}': its metadata.yaml repeats nodes by alias, which rosbag2 never writes")
+        info = yaml.safe_load(text)["rosbag2_bagfile_information"]
+        mode = str(info.get("compression_mode") or "").lower()
+        storage = str(info.get("storage_identifier") or "")
+        files = info.get("relative_file_paths") or []
+        if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
+            raise TypeError("relative_file_paths")
+    except BagError:
+        raise
+    except (yaml.YAMLError, OSError, UnicodeDecodeError, RecursionError, TypeError, KeyError, AttributeError) as err:
+        raise BagError(f"bag '{path}': metadata.yaml is no rosbag2 metadata in plain YAML "
+                       f"({type(err).__name__}); {REPAIR}") from None
+    if mode not in ("", "none"):
+        raise BagError(f"bag '{path}' is compressed ({mode} mode); decompress it first (`ros2 bag convert` with "
+                       "an output of no compression): compressed folders decompress without a bound")
+    odd = [f for f in files if PurePath(f).name != f or any(c in f for c in "?#%") or f in (".", "..")]
+    if odd or len(set(files)) != len(files) or len(files) > MAX_FILES:
+        which = f"'{odd[0][:60]}'" if odd else "a file twice" if len(set(files)) != len(files) else "too many files"
+        raise BagError(f"bag '{path}': its metadata.yaml lists {which}; a rosbag2 folder lists each of its files "
+                       "once, by plain name")
+    size = 0
+    for name in files:
+        size += _regular(path / name, "bag file")
+        if storage != "mcap":  # sqlite3, the default: rosbags opens every listed file as a database
+            _check_database(path / name)
+    return size
 
 
 def _check_database(db: Path) -> None:
-    """A rosbag2 sqlite3 database holds tables and indexes alone; `rosbags` reads its type definitions whole."""
-    if not fits_in_memory(3 * db.stat().st_size):
+    """A rosbag2 sqlite3 database holds plain tables and their indexes alone: a view, a virtual table or a generated
+    column computes when it is read, without a bound."""
+    if not fits_in_memory(3 * _regular(db, "bag")):
         raise BagError(f"bag '{db}' is too large for this machine's memory; split it (`ros2 bag convert`)")
     try:
         con = sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True)
         try:
-            other = con.execute("SELECT type, name FROM sqlite_master WHERE type NOT IN ('table', 'index')").fetchall()
+            objects = con.execute("SELECT type, name, sql FROM sqlite_master").fetchall()
+            other = [(t, n) for t, n, sql in objects if t not in ("table", "index")
+                     or (t == "table" and str(sql or "").upper().startswith("CREATE VIRTUAL"))]
+            for t, n, _ in objects:
+                if t == "table" and not other:
+                    hidden = con.execute("SELECT name FROM pragma_table_xinfo(?) WHERE hidden IN (2, 3)", (n,))
+                    other += [("generated column", f"{n}.{c}") for (c,) in hidden.fetchall()]
         finally:
             con.close()
     except sqlite3.Error as err:
         raise BagError(f"bag '{db}' is no sqlite3 database ({str(err)[:80]}); {REPAIR}") from None
     if other:
-        raise BagError(f"bag '{db}' holds a {other[0][0]} '{str(other[0][1])[:60]}'; a rosbag2 database holds tables "
-                       "alone (a view can compute without end when read)")
+        raise BagError(f"bag '{db}' holds a {other[0][0]} '{str(other[0][1])[:60]}'; a rosbag2 database holds plain "
+                       "tables alone (a view or a computed column can compute without end when read)")
 
 
-def _install_bounded_decompressors() -> None:
-    """Make `rosbags` decompress an MCAP chunk to at most the size it declares, and only when that fits in the free
-    memory (its own decompressors inflate a chunk whole before comparing: a small file could fill the memory)."""
+def _bound_rosbags() -> None:
+    """In the parsing child: MCAP chunks decompress to at most the size they declare (every frame of a chunk), and
+    only when that fits in the free memory (`rosbags` inflates a chunk whole before comparing: a small file could
+    fill the memory); QoS profiles, which this reader never uses, are not parsed (YAML of any size in every topic)."""
     import lz4.frame
-    from rosbags.rosbag2 import ReaderError, storage_mcap
+    from rosbags.rosbag2 import ReaderError, reader, storage_mcap, storage_sqlite3
 
     try:
         from compression import zstd  # Python 3.14
@@ -142,12 +189,20 @@ def _install_bounded_decompressors() -> None:
         def run(data: bytes, size: int) -> bytes:
             if not fits_in_memory(2 * size):
                 raise ReaderError(f"a chunk declares {size:,} bytes once decompressed, more than the free memory")
-            return make().decompress(data, max_length=size + 1)  # a longer chunk fails rosbags' size check
+            out, rest = b"", data
+            while rest and len(out) <= size:  # a chunk may hold several frames; none past the declared size
+                d = make()
+                out += d.decompress(rest, max_length=size + 1 - len(out))
+                rest = d.unused_data if d.eof else b""
+            return out  # longer or shorter than declared: rosbags' size check refuses it
 
         return run
 
     storage_mcap.DECOMPRESSORS.update(lz4=bounded(lz4.frame.LZ4FrameDecompressor),
                                       zstd=bounded(zstd.ZstdDecompressor))
+    for module in (reader, storage_mcap, storage_sqlite3):
+        if hasattr(module, "parse_qos"):
+            module.parse_qos = lambda _: []
 
 
 # --- reading ------------------------------------------------------------------------------------------------------
@@ -233,17 +288,31 @@ def _odometry_row(m) -> np.ndarray:
                        v.angular.x, v.angular.y, v.angular.z], dtype=float)
 
 
-def _read_numbers(path: Path, topics: dict[str, str], joints: list[str], actuated: list[str], floating: bool,
-                  stamps: str) -> dict[str, _Numbers]:
-    """role -> the numbers of its messages, decoded with rosbags' built-in definitions."""
+def _bag_arrays(path: str, topics: dict[str, str], joints: list[str], actuated: list[str], floating: bool,
+                stamps: str) -> dict[str, np.ndarray]:
+    """In the parsing child: the numbers of every role's messages, decoded with rosbags' built-in definitions, as
+    `<role>_t` (K,) ns and `<role>` (K, n) arrays in time order. Whatever the parsers raise is a one-line
+    `BagError`."""
+    try:
+        return _read_messages(Path(path), topics, joints, actuated, floating, stamps)
+    except BagError:
+        raise
+    except Exception as err:  # noqa: BLE001  parsers of a file from someone else: whatever they raise is its fault
+        first = str(err).strip().splitlines()[0][:120] if str(err).strip() else ""
+        raise BagError(f"bag '{path}' cannot be read ({type(err).__name__}: {first}); {REPAIR}") from None
+
+
+def _read_messages(path: Path, topics: dict[str, str], joints: list[str], actuated: list[str], floating: bool,
+                   stamps: str) -> dict[str, np.ndarray]:
     from rosbags.rosbag2 import Reader
     from rosbags.typesys import Stores, get_typestore
 
-    _install_bounded_decompressors()
+    _bound_rosbags()
     store = get_typestore(Stores.ROS2_HUMBLE)
     where = f"bag '{path}'"
     needed = [r for r in ROLES if floating or r != "odometry"]
     out = {r: _Numbers() for r in needed}
+    largest = MESSAGE_BYTES[0] + MESSAGE_BYTES[1] * len(joints)  # bytes: a robot's message is far smaller
     with Reader(path) as reader:
         role_of, declared = {}, 0
         for role in needed:
@@ -264,8 +333,15 @@ def _read_numbers(path: Path, topics: dict[str, str], joints: list[str], actuate
             declared += sum(int(c.msgcount) for c in conns)
         read = 0
         for conn, received, raw in reader.messages(connections=[c for c in reader.connections if c.id in role_of]):
-            role, msg = role_of[conn.id], store.deserialize_cdr(raw, conn.msgtype)
+            role = role_of[conn.id]
+            if len(raw) > largest:
+                raise BagError(f"{where}: a message on {topics[role]} holds {len(raw):,} bytes, more than a "
+                               f"{role} message of a robot with {len(joints)} joints ({largest:,} at most)")
+            msg = store.deserialize_cdr(raw, conn.msgtype)
             stamp = _stamp_ns(msg, received, stamps)
+            if not 0 < stamp < 2**63:
+                raise BagError(f"{where}: a message on {topics[role]} is stamped {stamp} ns, outside the times a "
+                               "bag holds")
             if role == "joint_states":
                 out[role].add(stamp, _joint_state_row(where, msg, joints, actuated, topics[role]))
             elif role == "targets":
@@ -278,7 +354,12 @@ def _read_numbers(path: Path, topics: dict[str, str], joints: list[str], actuate
                                f"({read:,} read); split it into several bags")
         if read == 0 and declared > 0:
             raise BagError(f"{where} declares {declared:,} messages on these topics but none could be read; {REPAIR}")
-    return out
+    arrays = {}
+    for role, numbers in out.items():
+        if not numbers.rows:
+            raise BagError(f"{where}: topic {topics[role]} holds no message for the {role}")
+        arrays[f"{role}_t"], arrays[role] = numbers.sorted()
+    return arrays
 
 
 def read_bag(path: str | Path, joints: list[str], actuated: list[str], floating: bool,
@@ -286,27 +367,26 @@ def read_bag(path: str | Path, joints: list[str], actuated: list[str], floating:
     """The log rows (data/logs.py's columns, one per joint-state message, `time` in s from the first) of the bag at
     `path` for a robot with `joints` (every joint, actuated or not), `actuated` joints (the targets' order) and a
     floating base or not, with message times read as `stamps` says (header or received); and counts of the rows
-    dropped. Every problem is a one-line `BagError`."""
+    dropped. The bag is checked, then parsed within a memory and a time limit (see the module doc); every problem
+    is a one-line `BagError`."""
     path, topics = Path(path), topics or dict(ROLES)
     if stamps not in STAMPS:
         raise BagError(f"stamps must be one of {', '.join(STAMPS)}, got '{stamps}'")
     if not path.exists():
         raise FileNotFoundError(f"bag '{path}' does not exist")
-    _preflight(path)
+    size = _preflight(path)
+    cpu = CPU_SECONDS[0] + CPU_SECONDS[1] * size // 2**20
     try:
-        numbers = _read_numbers(path, topics, joints, actuated, floating, stamps)
-    except BagError:
-        raise
-    except Exception as err:  # noqa: BLE001  parsers of a file from someone else: whatever they raise is its fault
-        first = str(err).strip().splitlines()[0][:120] if str(err).strip() else type(err).__name__
-        raise BagError(f"bag '{path}' cannot be read ({type(err).__name__}: {first}); {REPAIR}") from err
+        a = run_bounded(_bag_arrays, (str(path), topics, joints, actuated, floating, stamps), cpu_seconds=cpu,
+                        wall_seconds=2 * cpu + 30)
+    except BoundedRunError as err:
+        if err.raised:  # the reader's own one-line reason
+            raise BagError(str(err)) from None
+        raise BagError(f"bag '{path}' cannot be read ({err}); {REPAIR}") from None
+    t, states = a["joint_states_t"], a["joint_states"]  # (R,), (R, 2 nj + nu + 1)
+    tt, targets = a["targets_t"], a["targets"]  # (K,), (K, nu)
+    odom = (a["odometry_t"], a["odometry"]) if floating else None  # (M,), (M, 13)
     where, nj = f"bag '{path}'", len(joints)
-    for role, numbers_of in numbers.items():
-        if not numbers_of.rows:
-            raise BagError(f"{where}: topic {topics[role]} holds no message for the {role}")
-    t, states = numbers["joint_states"].sorted()  # (R,), (R, 2 nj + nu + 1)
-    tt, targets = numbers["targets"].sorted()  # (K,), (K, nu)
-    odom = numbers["odometry"].sorted() if floating else None  # (M,), (M, 13)
     _check_same_clock(where, topics, t, tt, odom)
     keep = t >= tt[0]  # (R,) a row before the first target has nothing to hold
     if odom is not None:
@@ -348,13 +428,15 @@ def _check_same_clock(where: str, topics: dict[str, str], t: np.ndarray, tt: np.
 
 def _within_odometry(t_odom: np.ndarray, t: np.ndarray) -> np.ndarray:
     """(R,) whether each row time lies within the odometry's span and not in a gap of it (two samples around it
-    further apart than ODOMETRY_GAP x the median step), or on a sample."""
+    further apart than ODOMETRY_GAP x its mean step between distinct stamps, which allows for samples that arrive
+    in bursts), or on a sample."""
     inside = (t >= t_odom[0]) & (t <= t_odom[-1])
-    if len(t_odom) < 2:
-        return inside & (t == t_odom[0])
-    step = np.median(np.diff(t_odom))
     at = np.searchsorted(t_odom, t, side="left")  # (R,) first sample at or after
     on_sample = t_odom[np.minimum(at, len(t_odom) - 1)] == t  # (R,)
+    steps = np.diff(t_odom)
+    if not (steps > 0).any():
+        return inside & on_sample
+    step = steps.sum() / (steps > 0).sum()  # the mean step between distinct stamps: bursts and repeats average out
     hi = np.clip(at, 1, len(t_odom) - 1)  # (R,)
     return inside & (on_sample | (t_odom[hi] - t_odom[hi - 1] <= ODOMETRY_GAP * step))
 
