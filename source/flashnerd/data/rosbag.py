@@ -304,6 +304,8 @@ def _bag_arrays(path: str, topics: dict[str, str], joints: list[str], actuated: 
 
 def _read_messages(path: Path, topics: dict[str, str], joints: list[str], actuated: list[str], floating: bool,
                    stamps: str) -> dict[str, np.ndarray]:
+    """`_bag_arrays`' work: the roles' topics checked, then every message on them size-checked, decoded and kept as
+    numbers."""
     from rosbags.rosbag2 import Reader
     from rosbags.typesys import Stores, get_typestore
 
