@@ -347,9 +347,9 @@ def _check_velocity_units(sums: dict[str, np.ndarray], where: str) -> None:
 def import_logs(paths: list[str | Path], robot: RobotSpec, out: str | Path, traj_len: int = 100,
                 topics: dict[str, str] | None = None, stamps: str = "header") -> dict:
     """Import robot logs (log files, or ROS 2 bags read on `topics` with times from `stamps`, data/rosbag.py) into
-    one dataset `out` of
-    `traj_len`-step trajectories at the robot's control step; returns counts (rows, rows dropped as not finite,
-    segments, segments shorter than a trajectory, minutes; for bags the rows without a target or odometry)."""
+    one dataset `out` of `traj_len`-step trajectories at the robot's control step; returns counts (rows, rows
+    dropped as not finite, segments, segments shorter than a trajectory, minutes; for bags the rows without a target
+    or odometry)."""
     if traj_len < 1:
         raise LogError("traj_len must be positive")
     lay, dt = _Layout(robot), robot.control_dt

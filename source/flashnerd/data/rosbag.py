@@ -160,10 +160,10 @@ def _check_database(db: Path) -> None:
             objects = con.execute("SELECT type, name, sql FROM sqlite_master").fetchall()
             other = [(t, n) for t, n, sql in objects if t not in ("table", "index")
                      or (t == "table" and str(sql or "").upper().startswith("CREATE VIRTUAL"))]
-            for t, n, _ in objects:
-                if t == "table" and not other:
-                    hidden = con.execute("SELECT name FROM pragma_table_xinfo(?) WHERE hidden IN (2, 3)", (n,))
-                    other += [("generated column", f"{n}.{c}") for (c,) in hidden.fetchall()]
+            plain = [n for t, n, _ in objects if t == "table"] if not other else []  # then their columns
+            for n in plain:
+                hidden = con.execute("SELECT name FROM pragma_table_xinfo(?) WHERE hidden IN (2, 3)", (n,))
+                other += [("generated column", f"{n}.{c}") for (c,) in hidden.fetchall()]
         finally:
             con.close()
     except sqlite3.Error as err:

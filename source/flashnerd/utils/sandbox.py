@@ -70,12 +70,10 @@ def run_bounded(fn: Callable[..., dict[str, np.ndarray]], args: tuple, cpu_secon
         try:
             child.join(wall_seconds)
         finally:
-            if child.is_alive():  # past the wall-clock limit, or the parent was interrupted
+            timed_out = child.is_alive()  # past the wall-clock limit, or the parent was interrupted
+            if timed_out:
                 child.kill()
                 child.join()
-                timed_out = True
-            else:
-                timed_out = False
         if timed_out:
             raise BoundedRunError(f"it did not finish within {wall_seconds:.0f} s")
         raised, error, result = (Path(folder) / name for name in ("raised.txt", "error.txt", "result.npz"))
