@@ -33,6 +33,7 @@ import pandas as pd
 import torch
 
 from flashnerd.data.dataset import dataset_attrs, robot_layout, write_arrays
+from flashnerd.data.log_columns import BASE, BASE_COLUMNS
 from flashnerd.data.rosbag import BAG_SUFFIXES, BagError, is_bag, read_bag
 from flashnerd.data.rosbag_write import write_bag
 from flashnerd.models.contact_head import CONTACT_LABEL_N
@@ -50,10 +51,6 @@ RESAMPLE_COPIES = 6  # float64 copies of every resampled step alive at once (int
 UNIT_RATIO = (0.5, 2.0)  # a velocity column must be within these factors of the derivative of its position
 MIN_MOTION = 0.05  # rad/s or m/s RMS of the derivative below which a column is too still to check its units
 RANGE_MARGIN = 0.5  # rad (or m) a joint may sit beyond its range before the log is taken for the wrong unit
-BASE = {"pos": ("base_pos_x", "base_pos_y", "base_pos_z"),
-        "quat": ("base_quat_w", "base_quat_x", "base_quat_y", "base_quat_z"),
-        "lin_vel": ("base_lin_vel_x", "base_lin_vel_y", "base_lin_vel_z"),
-        "ang_vel": ("base_ang_vel_x", "base_ang_vel_y", "base_ang_vel_z")}
 META_KEY = b"flashnerd.variant"  # Parquet file metadata: the variant the stand-in robot logged (JSON)
 
 
@@ -84,7 +81,7 @@ class _Layout:
         self.floating = robot.floating_base
 
     def state_columns(self) -> list[str]:
-        base = [*BASE["pos"], *BASE["quat"], *BASE["lin_vel"], *BASE["ang_vel"]] if self.floating else []
+        base = list(BASE_COLUMNS) if self.floating else []
         return [*base, *(f"q_{j}" for j in self.joints), *(f"dq_{j}" for j in self.joints)]
 
     def target_columns(self) -> list[str]:

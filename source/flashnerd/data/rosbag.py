@@ -40,6 +40,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from flashnerd.data.log_columns import BASE_COLUMNS
 from flashnerd.utils.host_memory import fits_in_memory
 from flashnerd.utils.sandbox import BoundedRunError, run_bounded
 
@@ -460,6 +461,4 @@ def _interpolated(where: str, t_odom: np.ndarray, odom: np.ndarray, t: np.ndarra
     towards = np.where((q[lo] * q[hi]).sum(1, keepdims=True) < 0, -q[hi], q[hi])  # (R, 4) same hemisphere
     quat = (1 - w) * q[lo] + w * towards  # (R, 4)
     values[:, 3:7] = np.where(w > 0, quat / np.linalg.norm(quat, axis=1, keepdims=True), q[lo])
-    names = [f"base_pos_{a}" for a in "xyz"] + [f"base_quat_{a}" for a in "wxyz"] + \
-        [f"base_lin_vel_{a}" for a in "xyz"] + [f"base_ang_vel_{a}" for a in "xyz"]
-    return {name: values[:, k] for k, name in enumerate(names)}
+    return {name: values[:, k] for k, name in enumerate(BASE_COLUMNS)}

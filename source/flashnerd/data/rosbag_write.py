@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from flashnerd.data.log_columns import BASE
 from flashnerd.data.rosbag import ARRAY, BAG_SUFFIXES, JOINT_STATE, ODOMETRY, ROLES, TRAJECTORY, TYPES, BagError
 
 EPISODE_GAP_S = 1.0  # time between one episode's last row and the next one's first: a gap `import_logs` splits at
@@ -89,8 +90,8 @@ def write_bag(path: str | Path, frame: pd.DataFrame, joints: list[str], actuated
 
 def _base_columns(frame: pd.DataFrame) -> np.ndarray:
     """(R, 13) position, quaternion xyzw (ROS's order), base-frame linear and angular velocity of every row."""
-    names = [f"base_pos_{a}" for a in "xyz"] + [f"base_quat_{a}" for a in "xyzw"] + \
-        [f"base_lin_vel_{a}" for a in "xyz"] + [f"base_ang_vel_{a}" for a in "xyz"]
+    w, *xyz = BASE["quat"]
+    names = [*BASE["pos"], *xyz, w, *BASE["lin_vel"], *BASE["ang_vel"]]
     return np.ascontiguousarray(frame[names].to_numpy(dtype=float))  # rows of a pandas block are strided
 
 
