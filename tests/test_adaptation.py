@@ -319,3 +319,26 @@ def test_a_resumed_reality_gap_run_refuses_another_adapted_model_or_robot(tmp_pa
     old = {}  # stopped before either field was recorded
     _check_same_models(old, "robot1", str(second), resume=True)
     assert old == {"init_sha256": checkpoint_sha256(str(second))}
+
+
+def test_a_reality_gap_run_stopped_in_its_first_ppo_resumes(tmp_path, capsys, monkeypatch):
+    """The run's JSON is written before its first stage, so a run stopped in the safe baseline's PPO (its longest
+    stage) continues with --resume instead of refusing it."""
+    import json
+
+    import flashnerd.cli.bench.reality_gap as reality_gap
+
+    def stopped(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(reality_gap, "train_policy", stopped)
+    out = tmp_path / "rg"
+    argv = ["bench", "reality-gap", "--robot_variant", "variants/anymal_c_worn.yaml", "--real_minutes", "0.2",
+            "--rounds", "1", "--iterations", "1", "--num_envs", "4", "--eval_episodes", "2", "--robot_worlds", "2",
+            "--fit_budget", "1", "--traj_len", "20", "--contact_head_steps", "0", "--out_dir", str(out)]
+    assert main(argv) == 130
+    state = json.loads((out / "reality_gap.json").read_text())
+    assert state["baselines"] == {} and state["budgets"] == []
+    capsys.readouterr()
+    assert main([*argv, "--resume"]) == 130  # past the state check, into the same PPO stage again
+    assert "--resume continues" in capsys.readouterr().err

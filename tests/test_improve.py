@@ -133,6 +133,38 @@ def test_improve_restarts_every_round_from_the_given_policies_when_asked(tmp_pat
     assert "give the pretrained checkpoint" in err and len(err.splitlines()) == 1
 
 
+def test_improve_stopped_in_its_first_stage_resumes_and_fewer_rounds_keep_the_later_ones(tmp_path, capsys,
+                                                                                            monkeypatch):
+    import flashnerd.cli.improve as improve
+
+    calls = {"train": 0, "refit": 0}
+    fake_eval = {where: {"mean_return": 1.0, "fall_rate": 0.0} for where in ("model", "target")}
+
+    def fake_train(args, model, start, folder, seed):
+        calls["train"] += 1
+        if calls["train"] == 1:
+            raise KeyboardInterrupt  # stopped during round 0's PPO, before any stage finished
+        return {"policy": str(folder / "policy.pt"), "eval": fake_eval}
+
+    def fake_refit(args, model, data, out):
+        calls["refit"] += 1
+        return {"next_model": str(out)}
+
+    monkeypatch.setattr(improve, "_train", fake_train)
+    monkeypatch.setattr(improve, "_roll_out", lambda args, policy, folder, minutes, seed: {"data": f"{folder}.h5"})
+    monkeypatch.setattr(improve, "_refit", fake_refit)
+    out = tmp_path / "r"
+    assert main(_argv(out, 2)) == 130
+    assert "--resume continues" in capsys.readouterr().err
+    assert json.loads((out / "improve.json").read_text())["rounds"] == []  # the state exists: --resume finds it
+    assert main([*_argv(out, 2), "--resume"]) == 0 and calls == {"train": 3, "refit": 2}
+    capsys.readouterr()
+    assert main([*_argv(out, 1), "--resume"]) == 0  # shows one round, keeps the second
+    assert len(json.loads(capsys.readouterr().out.strip().splitlines()[-1])["rounds"]) == 1
+    assert len(json.loads((out / "improve.json").read_text())["rounds"]) == 2
+    assert main([*_argv(out, 2), "--resume"]) == 0 and calls == {"train": 3, "refit": 2}  # nothing redone
+
+
 def test_improve_refuses_bad_settings_before_any_work(tmp_path, capsys):
     base = _argv(tmp_path / "x", 1)
     assert main([*base, "--target_minutes", "0"]) == 2 and "--target_minutes" in capsys.readouterr().err

@@ -200,7 +200,8 @@ def run_state(path: Path, settings: dict, resume: bool, fresh: dict, defaults: d
             raise CLIError(f"'{path}' exists; add --resume to continue that run, or give a new --out_dir")
         return {"settings": settings, **fresh}
     if not path.is_file():
-        raise CLIError(f"--resume given but '{path}' does not exist")
+        raise CLIError(f"--resume given but '{path}' does not exist; give the --out_dir and --name of the stopped "
+                       "run, or start without --resume")
     state = read_json("--resume", path, "give a new --out_dir")
     if not isinstance(state, dict) or not isinstance(state.get("settings"), dict):
         raise CLIError(f"--resume: '{path}' holds no run state of this command; give a new --out_dir")

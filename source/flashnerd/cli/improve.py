@@ -225,6 +225,7 @@ def run(args: argparse.Namespace) -> dict:
     state = run_state(table_path, settings, args.resume, {"model_0": model0, "rounds": []}, defaults=SETTING_DEFAULTS,
                       upgrade=upgrade_state)
     save = lambda: write_json(table_path, state)  # noqa: E731  after every stage: --resume starts there
+    save()  # now, so a run stopped in its first stage (round 0's PPO) resumes too
     starts = args.policy or [None]
     minutes = args.target_minutes / len(starts)
 
@@ -250,17 +251,17 @@ def run(args: argparse.Namespace) -> dict:
             data = [*args.data, *(x["data"] for done in state["rounds"][:r + 1] for x in done["lineages"])]
             row.update(_refit(args, row["model"], data, out / f"round_{r}" / "model.safetensors"))
             save()
-    state["rounds"] = state["rounds"][:args.rounds]
-    save()
-    plot_improve(state, out / f"{args.name}.png")
+    # a resume with fewer --rounds shows the first ones and keeps the rest: a later resume with more finds them done
+    shown = {**state, "rounds": state["rounds"][:args.rounds]}
+    plot_improve(shown, out / f"{args.name}.png")
     summary = lambda x: {"return_target": x["eval"]["target"]["mean_return"],  # noqa: E731
                          "falls_target": x["eval"]["target"]["fall_rate"],
                          "return_model": x["eval"]["model"]["mean_return"],
                          **({"success_target": x["eval"]["target"]["success_rate"]}
                             if "success_rate" in x["eval"]["target"] else {})}
     print(json.dumps({"rounds": [{"round": row["round"], "lineages": [summary(x) for x in row["lineages"]]}
-                                 for row in state["rounds"]]}))
-    return state
+                                 for row in shown["rounds"]]}))
+    return shown
 
 
 def _train(args: argparse.Namespace, model: str, start: str | None, folder: Path, seed: int) -> dict:

@@ -194,6 +194,7 @@ def run(args: argparse.Namespace) -> dict:
         ranges = str(out / f"{robot.variant.ranges_only().name}.yaml")
         robot.variant.ranges_only().write(ranges)
         variant_robot(env_cfg.robot, ranges)  # compiled now: a range the nominal robot cannot take fails before work
+    study.save()  # now, so a run stopped in its first stage (the safe baseline's PPO) resumes too
     study.evaluate_reused()  # a nominal baseline taken from a run of another variant, in this robot
 
     # baselines train --baseline_iterations (default: rounds x iterations, the last round's PPO on models); the
