@@ -456,6 +456,10 @@ RESUME_CASES = {
     "rng_content": (lambda c: c.update(rng=torch.zeros_like(c["rng"])), "random-generator state is not one torch"),
     "normalizer_keys": (lambda c: c.update(input_normalizer={"foo": torch.zeros(3)}),
                         "weights or normalizers do not fit"),
+    "fit_config_text": (lambda c: c.update(fit_config="x"), "field 'fit_config' is not a dict"),
+    "data_list": (lambda c: c.update(data=[1]), "field 'data' is not a dict"),
+    "init_number": (lambda c: c["fit_config"].update(init=7), "init '' (the stopped fit: 7)"),
+    "other_seed": (lambda c: c["fit_config"].update(seed=3), "seed 0 (the stopped fit: 3)"),
 }
 
 

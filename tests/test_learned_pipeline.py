@@ -184,9 +184,30 @@ def test_fit_init_starts_from_a_checkpoint_on_other_data(tiny, tiny_ckpt, tmp_pa
     assert torch.allclose(fitter.y_norm.denormalize(fitter.yn_va), raw_y, atol=1e-4)
     assert all(torch.equal(a, ckpt["state_dict"][k]) for k, a in fitter.model.state_dict().items())
     assert fitter.step == 0 and fitter.fit(tmp_path / "init.safetensors", progress=False)["steps"] == 2
-    both = ["fit", "--data", str(other), "--out", str(tmp_path / "init.safetensors"), "--init", str(tiny_ckpt),
-            "--resume"]
-    assert main(both) == 2 and "give one of them" in capsys.readouterr().err
+
+
+def test_fit_resume_continues_an_adaptation_and_refuses_other_settings_or_data(tiny, tiny_ckpt, tmp_path, capsys):
+    """--resume compares every setting and the data with the stopped fit's; only how long it runs may change. A fit
+    started with --init resumes with it (its learning rate and patience are --init's)."""
+    _, path, _ = tiny
+    out = tmp_path / "adapted.safetensors"
+    argv = ["fit", "--data", str(path), "--out", str(out), "--init", str(tiny_ckpt), "--batch_size", "8",
+            "--ar_batch_size", "4", "--contact_head_steps", "0"]
+    assert main([*argv, "--max_steps", "2"]) == 0
+    capsys.readouterr()
+    copy = tmp_path / "copy.h5"
+    shutil.copy(path, copy)
+    for change, named in ((["--seed", "1"], "seed 1 (the stopped fit: 0)"), (["--lr", "0.001"], "lr 0.001"),
+                          (["--data", str(copy)], "data"), (["--batch_size", "16"], "batch_size 16")):
+        assert main([*argv, "--max_steps", "4", "--resume", *change]) == 2
+        err = capsys.readouterr().err.strip()
+        assert named in err and "give the same ones" in err and len(err.splitlines()) == 1, err
+    without_init = [a for a in argv if a not in ("--init", str(tiny_ckpt))]
+    assert main([*without_init, "--max_steps", "4", "--resume"]) == 2
+    err = capsys.readouterr().err
+    assert "init ''" in err and "lr 0.001 (the stopped fit: 0.0003)" in err and "patience 0" in err
+    assert main([*argv, "--max_steps", "4", "--resume"]) == 0  # the same settings, two more steps
+    assert read_checkpoint(out)["step"] == 4
 
 
 def test_evaluate_model_and_bench_model_cli(tiny, tiny_ckpt, capsys):
@@ -508,6 +529,26 @@ def test_ctrl_c_during_fit_saves_a_resumable_checkpoint(tiny, tmp_path):
     fitter = Fitter(path, cfg)
     fitter.resume(out)
     assert fitter.fit(out, progress=False)["steps"] == ckpt["step"] + 2
+
+
+def test_ctrl_c_under_patience_keeps_the_best_step_in_out(tiny, tmp_path, monkeypatch):
+    """Under early stopping `out` holds the best validated step; Ctrl-C after it must not write later weights over
+    it (a resume continues from the best)."""
+    _, path, _ = tiny
+    cfg = dataclasses.replace(FitConfig(), max_steps=6, batch_size=8, ar_batch_size=4, window=8, eval_every=2,
+                              patience=5, contact_head_steps=0)
+    fitter, out = Fitter(path, cfg), tmp_path / "patient.safetensors"
+    take_step = fitter._train_step
+
+    def stopped_at_step_3(writer) -> None:
+        if fitter.step == 3:
+            raise KeyboardInterrupt
+        take_step(writer)
+
+    monkeypatch.setattr(fitter, "_train_step", stopped_at_step_3)
+    with pytest.raises(KeyboardInterrupt):
+        fitter.fit(out, progress=False)
+    assert fitter.step == 3 and read_checkpoint(out)["step"] in (0, 2)  # a validated step, not the third
 
 
 def test_interrupted_record_resumes_to_the_uninterrupted_dataset(anymal, tmp_path):

@@ -145,16 +145,15 @@ def run(args: argparse.Namespace) -> dict:
                               contact_head_steps=args.contact_head_steps)
     check_fit_config(cfg)
     out = Path(args.out)
-    if args.init and args.resume:
-        raise CLIError("--init starts a new fit from a checkpoint, --resume continues one; give one of them")
     if args.resume and not out.is_file():
-        raise CLIError(f"--resume given but '{out}' does not exist")
+        raise CLIError(f"--resume given but '{out}' does not exist; give the --out of the stopped fit, or start "
+                       "without --resume")
     if args.init and not Path(args.init).is_file():
         raise CLIError(f"--init '{args.init}' does not exist; give a checkpoint written by `flashnerd fit`")
     info, device = init_distributed(args.device)  # under torchrun: one process group, one device per rank
     try:
         fitter = Fitter(args.data, cfg, device=device, dist=info)
-        if args.resume:
+        if args.resume:  # with --init too: an adaptation from it, stopped (the checkpoint says which)
             fitter.resume(out)
         elif args.init:
             fitter.init_from(args.init)

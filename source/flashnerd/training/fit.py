@@ -97,6 +97,27 @@ class FitConfig:
     contact_head_steps: int = 1000
 
 
+# what a resumed fit may set otherwise than the stopped one: how long it runs and the contact head fitted after it
+RESUME_MAY_CHANGE = frozenset({"max_steps", "time_budget_s", "contact_head_steps"})
+PATH_FIELDS = frozenset({"data", "init", "mix_data"})  # compared as resolved paths: `./d.h5` is `d.h5`
+
+
+def _same_fit_setting(key: str, ours, theirs) -> bool:
+    """Whether a setting of a resumed fit is the stopped fit's (lists and tuples alike, paths resolved)."""
+    def spell(value) -> list[str]:
+        return [str(Path(p).resolve()) if p else "" for p in ([value] if isinstance(value, str) else value)]
+
+    if key in PATH_FIELDS:
+        try:
+            return spell(ours) == spell(theirs)
+        except (TypeError, OSError, ValueError):  # an edited checkpoint's value that is no path
+            return False
+    if isinstance(ours, (list, tuple)) and isinstance(theirs, (list, tuple)):
+        return list(ours) == list(theirs)
+    return type(ours) is type(theirs) and ours == theirs or (
+        isinstance(ours, float) and isinstance(theirs, int) and not isinstance(theirs, bool) and ours == theirs)
+
+
 def check_fit_config(cfg: FitConfig) -> None:
     """One-line error for a setting no fit can run with, before any data is read."""
     if cfg.model not in MODEL_KINDS:
@@ -329,9 +350,11 @@ class Fitter:
             if interrupt.requested:
                 raise KeyboardInterrupt
         except KeyboardInterrupt:
-            # Ctrl-C: keep every finished step; `flashnerd fit ... --resume` continues from here.
+            # Ctrl-C: keep every finished step; `flashnerd fit ... --resume` continues from here. Under patience
+            # `out` holds the best step, which a resume continues from: the steps after it are not worth its loss
             bar.close()
-            self.save(out)
+            if not c.patience:
+                self.save(out)
             raise
         bar.close()
         if self.history[-1]["step"] != self.step:  # stopped by the time budget between validations
@@ -518,9 +541,24 @@ class Fitter:
             raise CheckpointError(f"checkpoint '{path}' is corrupt: its random-generator state is not one torch can "
                                   f"restore ({str(err).strip()[:80]}); start a new fit, or from its weights with "
                                   f"--init {path}") from err
+        self._check_same_fit(path, ckpt)
         load_optimizer_state(self.opt, ckpt["optimizer"], f"checkpoint '{path}'")
         self.step, self.train_seconds, self.history = step, seconds, history
         self.gen.set_state(rng)
+
+    def _check_same_fit(self, path: str | Path, ckpt: dict) -> None:
+        """One-line error unless this fitter continues the stopped fit `ckpt` with its settings and data: only how
+        long it runs (steps, time budget) and the contact head fitted after it may change. A setting the checkpoint
+        lacks (it predates it) is read as its default."""
+        stored, data = ckpt.get("fit_config", {}), ckpt.get("data", {})  # dicts: read_checkpoint checks them
+        ours = {**asdict(self.cfg), "data": self.data_path.split(", "), "transitions": self.transitions}
+        theirs = {**asdict(FitConfig()), **stored, "data": str(data.get("path", "")).split(", "),
+                  "transitions": data.get("transitions")}
+        changed = [k for k in ours if k not in RESUME_MAY_CHANGE and not _same_fit_setting(k, ours[k], theirs[k])]
+        if changed:
+            said = ", ".join(f"{k} {ours[k]!r} (the stopped fit: {theirs[k]!r})" for k in changed)
+            raise CheckpointError(f"--resume with other settings or data than the stopped fit in '{path}': {said}; "
+                                  "give the same ones, or a new --out")
 
     def init_from(self, path: str | Path) -> None:
         """Start from another fit's weights and normalizers (a model refitted on more data, e.g. rollouts its own
