@@ -334,6 +334,44 @@ def test_policy_driven_recording_replays_and_drops_interrupted_trajectories(trai
         load_datasets([out, other])
 
 
+def test_a_policy_recording_resumes_only_with_its_task_policy_noise_and_backend(trained_run, tmp_path, capsys,
+                                                                              monkeypatch):
+    """An unfinished policy-driven recording names its task, the policy file's digest, the action noise, the
+    overrides and the backend; a resume with another of them is a one-line error, and the dataset carries them."""
+    from flashnerd.cli.common import checkpoint_sha256
+    from flashnerd.data.record import PolicySource, partial_path
+
+    out, policy = tmp_path / "p.h5", trained_run / "model_1.pt"
+    argv = ["record", "--task", TASK, "--checkpoint", str(policy), "--num_worlds", "4", "--steps", "40",
+            "--traj_len", "20", "--seed", "2", "--out", str(out)]
+    start, starts = PolicySource.start_trajectory, []
+
+    def stopped_at_the_second_batch(self) -> None:
+        starts.append(self)
+        if len(starts) == 2:
+            raise KeyboardInterrupt
+        start(self)
+
+    monkeypatch.setattr(PolicySource, "start_trajectory", stopped_at_the_second_batch)
+    assert main(argv) == 130 and partial_path(out).is_dir()
+    monkeypatch.setattr(PolicySource, "start_trajectory", start)
+    other_policy = tmp_path / "other.pt"
+    shutil.copy(policy, other_policy)
+    other_policy.write_bytes(other_policy.read_bytes() + b"\0")  # another file's digest, the same policy loads
+    capsys.readouterr()
+    for change, named in ((["--action_noise", "0.1"], "action_noise"), (["--checkpoint", str(other_policy)],
+                                                                          "policy_sha256"),
+                          (["agent.policy.init_noise_std=0.5"], "overrides")):
+        changed = [*argv, "--resume", *change]
+        assert main(changed) == 2
+        err = capsys.readouterr().err.strip()
+        assert f"other settings: {named}=" in err and len(err.splitlines()) == 1, err
+    assert main([*argv, "--resume"]) == 0 and not partial_path(out).exists()
+    attrs = load_dataset(out, get_robot("anymal_c")).attrs
+    assert (attrs["task"], attrs["policy_sha256"], attrs["action_noise"], attrs["backend"], attrs["overrides"]) == (
+        TASK, checkpoint_sha256(str(policy)), 0.3, "mujoco", "[]")
+
+
 def test_train_killed_mid_run_resumes_to_the_requested_iteration_count(tmp_path):
     """SIGKILL (no handler runs) after a few saved iterations; --resume ends at --max_iterations in all."""
     import random

@@ -18,6 +18,7 @@ from flashnerd.cli.common import (
     check_device,
     check_positive,
     check_writable,
+    checkpoint_sha256,
     refuse_unless,
     uninterrupted_cfg,
 )
@@ -100,7 +101,10 @@ def policy_source(args: argparse.Namespace, gen: torch.Generator) -> PolicySourc
         actions = policy(wrapped.to_tensordict(obs))  # (N, na)
         return actions.clamp(-clip, clip) if clip is not None else actions
 
-    return PolicySource(wrapped.unwrapped, act, args.action_noise, gen)
+    # HDF5 attributes as well as the resume check: plain strings
+    identity = {"task": args.task, "policy_sha256": checkpoint_sha256(path) or "",
+                "overrides": json.dumps(list(args.overrides))}
+    return PolicySource(wrapped.unwrapped, act, args.action_noise, gen, identity)
 
 
 def record_policy(task: str, variant: str | None, policy: str, num_worlds: int, steps: int, traj_len: int,

@@ -103,6 +103,7 @@ class ExplorationSource:
         ctrl_range = torch.as_tensor(actuator_ctrl_limits(self.dyn.scene), dtype=torch.float32)  # (nu, 2)
         self.controller = ExplorationController(robot, num_worlds, gen, ctrl_range)
         self.n, self.gen = num_worlds, gen
+        self.identity = {"backend": backend}  # what the data depends on besides the robot and the recording's shape
 
     def start_trajectory(self) -> None:
         qpos, qvel = _sample_initial_state(self.dyn, self.n, self.gen)
@@ -127,14 +128,17 @@ class PolicySource:
     """A policy drives a task env (analytical backend, no interval pushes) with per-world action noise.
 
     Each world draws its noise std uniformly from [0, action_noise] at every trajectory start, so the data holds
-    clean gaits and perturbed ones. `policy` maps the env's observation dict to actions (N, na).
+    clean gaits and perturbed ones. `policy` maps the env's observation dict to actions (N, na); `identity` names
+    what the data depend on besides the robot and the recording's shape (task, the policy's digest, overrides), which
+    a resumed recording must repeat.
     """
 
     kind = "policy"
     continuous = True  # worlds walk on from one trajectory into the next
 
-    def __init__(self, env, policy, action_noise: float, gen: torch.Generator) -> None:
+    def __init__(self, env, policy, action_noise: float, gen: torch.Generator, identity: dict | None = None) -> None:
         self.env, self.policy, self.action_noise, self.gen = env, policy, action_noise, gen
+        self.identity = {**(identity or {}), "action_noise": action_noise, "backend": env.cfg.dynamics}
         env.keep_final_state = True  # the state a fall ended in, before the reset: the step into it is data
         self.terrain = env.cfg.terrain
         self.dyn, self.n = env.dyn, env.num_envs
@@ -169,7 +173,8 @@ class PolicySource:
 
 
 def _chunk_seed(seed: int, chunk: int) -> int:
-    """Each trajectory batch draws from its own stream, so a resumed recording repeats the uninterrupted one."""
+    """Each trajectory batch draws from its own stream, so a resumed exploration recording repeats the uninterrupted
+    one (a policy-driven one starts its worlds afresh: their walk across batches is not kept)."""
     return (seed * 1_000_003 + chunk * 7_919) % (2**63)
 
 
@@ -208,7 +213,8 @@ def record(robot: RobotSpec, num_worlds: int, steps: int, out: str | Path, traj_
     nq, nv, nu, nb, npb = dyn.nq, dyn.nv, dyn.nu, len(robot.all_contact_bodies), probes.num_probes
     identity = {"robot": robot.name, "model_hash": robot.model_hash(), "num_worlds": num_worlds, "steps": steps,
                 "traj_len": traj_len, "seed": seed, "source": source.kind, "terrain": source.terrain,
-                "variant": json.dumps(robot.variant.describe(), sort_keys=True) if robot.variant else ""}
+                "variant": json.dumps(robot.variant.describe(), sort_keys=True) if robot.variant else "",
+                **getattr(source, "identity", {})}
     attrs = {**dataset_attrs(robot, nq, nv, nu), **identity, "state_layout": json.dumps(rep.layout()),
              "contact_bodies": json.dumps(list(robot.all_contact_bodies))}
     widths = {"qpos": (traj_len + 1, nq), "qvel": (traj_len + 1, nv), "ctrl": (traj_len, nu),
@@ -337,6 +343,10 @@ def _chunk_files(parts: Path) -> list[Path]:
     return sorted(parts.glob("chunk_*.h5"))
 
 
+CORE_IDENTITY = frozenset({"robot", "model_hash", "num_worlds", "steps", "traj_len", "seed", "source", "terrain",
+                           "variant"})  # in every unfinished recording's settings.json
+
+
 def _fresh_parts(parts: Path, identity: dict) -> int:
     """Start a recording in an empty `parts` folder that names its settings; returns 0 batches done."""
     shutil.rmtree(parts, ignore_errors=True)
@@ -354,7 +364,8 @@ def _resume_parts(parts: Path, identity: dict) -> int:
     except (OSError, ValueError, RecursionError) as err:
         raise ValueError(f"unfinished recording '{parts}' has no readable settings.json; delete it and record "
                          "again") from err
-    differ = [k for k, v in identity.items() if saved.get(k) != v]
+    # the source's own settings are compared where the file has them (an older recording's lacks them)
+    differ = [k for k, v in identity.items() if saved.get(k) != v and (k in saved or k in CORE_IDENTITY)]
     if differ:
         shown = ", ".join(f"{k}={saved.get(k)!r} (now {identity[k]!r})" for k in differ)
         raise ValueError(f"unfinished recording '{parts}' was made with other settings: {shown}; rerun with those "
