@@ -168,3 +168,35 @@ def test_seeded_envs_are_deterministic():
         rollouts.append(obs["policy"].clone())
         e.close()
     assert torch.equal(rollouts[0], rollouts[1])
+
+
+def test_a_term_in_both_groups_is_computed_once_and_each_group_adds_its_own_noise(env):
+    """The policy and critic groups share the joint-velocity term's raw value (one call per step); only the policy
+    group's copy carries its noise (half-width 1.5), the critic's is the term itself."""
+    calls = []
+
+    def counted_joint_vel(e):
+        calls.append(1)
+        return mdp.joint_vel_rel(e)
+
+    for group in env.cfg.observations.values():
+        group.terms["joint_vel"].func = counted_joint_vel
+    _set_state(env)
+    obs = env.compute_observations()
+    assert len(calls) == 1
+    cols = _term_columns(env, "joint_vel")
+    raw = mdp.joint_vel_rel(env)  # (N, nj)
+    assert torch.equal(obs["critic"][:, cols], raw)
+    noise = obs["policy"][:, cols] - raw
+    assert 0 < noise.abs().max() <= 1.5 + 1e-5
+
+
+def _term_columns(env, name: str) -> slice:
+    """The columns of term `name` in the policy group (the same in the critic's)."""
+    start = 0
+    for term_name, term in env.cfg.observations["policy"].terms.items():
+        width = term.func(env, **term.params).shape[1]
+        if term_name == name:
+            return slice(start, start + width)
+        start += width
+    raise KeyError(name)

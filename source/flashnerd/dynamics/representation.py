@@ -49,7 +49,9 @@ class StateRepresentation:
         self.input_dim = self.state_dim + 2 * len(self.periodic) + self.nu + contact_dim
         self.target_dim = (12 if floating_base else 0) + 2 * num_joints
         self._ctrl_idx = torch.tensor([self.q0 + j for j in self.actuated])  # (nu,) qpos address of each actuator
+        self._vel_idx = self._ctrl_idx - self.q0 + self.v0  # (nu,) qvel address of each actuator
         self._periodic_idx = torch.tensor(self.periodic, dtype=torch.long)  # (np,) joint index
+        self._on_device: dict[tuple[str, torch.device], torch.Tensor] = {}  # the indices above, copied once per device
 
     @classmethod
     def for_robot(cls, robot, model, contact_dim: int = 0) -> StateRepresentation:
@@ -87,13 +89,20 @@ class StateRepresentation:
         """Joint velocities (..., nj) of qvel (..., nv)."""
         return qvel[..., self.v0:]
 
+    def _index(self, name: str, device: torch.device) -> torch.Tensor:
+        """The index tensor `name` on `device`, copied there once (a per-step copy to a GPU would wait on it)."""
+        key = (name, device)
+        if key not in self._on_device:
+            self._on_device[key] = getattr(self, name).to(device)
+        return self._on_device[key]
+
     def actuated_pos(self, qpos: torch.Tensor) -> torch.Tensor:
         """Positions (..., nu) of the actuated joints, in actuator order."""
-        return qpos[..., self._ctrl_idx.to(qpos.device)]
+        return qpos[..., self._index("_ctrl_idx", qpos.device)]
 
     def actuated_vel(self, qvel: torch.Tensor) -> torch.Tensor:
         """Velocities (..., nu) of the actuated joints, in actuator order."""
-        return qvel[..., self._ctrl_idx.to(qvel.device) - self.q0 + self.v0]
+        return qvel[..., self._index("_vel_idx", qvel.device)]
 
     def state_features(self, qpos: torch.Tensor, qvel: torch.Tensor) -> torch.Tensor:
         """Robot-centric state (..., state_dim) from qpos (..., nq) and qvel (..., nv)."""
@@ -116,8 +125,9 @@ class StateRepresentation:
         """One frame's model input (..., input_dim); ctrl are joint position targets (..., nu)."""
         parts = [self.state_features(qpos, qvel)]
         if self.periodic:
-            angle = self.joint_pos(qpos)[..., self._periodic_idx.to(qpos.device)]  # (..., np)
-            start = self.root_dim + self._periodic_idx.to(qpos.device)
+            periodic = self._index("_periodic_idx", qpos.device)  # (np,)
+            angle = self.joint_pos(qpos)[..., periodic]  # (..., np)
+            start = self.root_dim + periodic
             parts[0] = parts[0].index_fill(-1, start, 0.0)  # the raw angle is replaced by its sin and cos
             parts.append(torch.cat((torch.sin(angle), torch.cos(angle)), dim=-1))  # (..., 2 np)
         parts.append(ctrl - self.actuated_pos(qpos))  # (..., nu)

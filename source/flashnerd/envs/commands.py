@@ -43,11 +43,11 @@ class VelocityCommand:
         """Advance timers by dt, resample expired worlds, and turn heading targets into yaw-rate commands."""
         self.time_left -= dt
         self.resample(torch.nonzero(self.time_left <= 0.0).flatten())
-        if self.cfg.heading_command:
-            ids = torch.nonzero(self.is_heading_env).flatten()
-            err = wrap_to_pi(self.heading_target[ids] - heading[ids])  # (k,)
+        if self.cfg.heading_command:  # over every world, kept where it has a heading target (no host sync)
+            err = wrap_to_pi(self.heading_target - heading)  # (N,)
             lo, hi = self.cfg.ang_vel_z
-            self.command[ids, 2] = torch.clamp(self.cfg.heading_control_stiffness * err, lo, hi)
+            yaw_rate = torch.clamp(self.cfg.heading_control_stiffness * err, lo, hi)  # (N,)
+            self.command[:, 2] = torch.where(self.is_heading_env, yaw_rate, self.command[:, 2])
         self.command[self.is_standing_env] = 0.0
 
 

@@ -15,7 +15,10 @@ from flashnerd.dynamics import REFERENCE_BACKEND
 
 @dataclass
 class ObsTerm:
-    """One observation term: `func(env, **params) -> (N, d)`, plus uniform noise of half-width `noise`, then scale."""
+    """One observation term: `func(env, **params) -> (N, d)`, plus uniform noise of half-width `noise`, then scale.
+
+    `func` reads the env and changes nothing: a term with the same function and parameters in several groups is
+    computed once per step and shared (the returned tensor is not modified in place)."""
 
     func: Callable[..., torch.Tensor]
     params: dict[str, Any] = field(default_factory=dict)

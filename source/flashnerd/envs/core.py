@@ -99,6 +99,7 @@ class FlashNeRDEnv(gym.Env):
         self.cfg = cfg
         self.render_mode = render_mode
         self.device = _resolve_device(cfg.device)
+        self._down = torch.tensor([0.0, 0.0, -1.0], device=self.device)  # (3,) gravity's direction in the world
         if self.device.type == "cpu":  # every step allocates MB-sized tensors: keep their pages (utils/allocator.py)
             retain_freed_memory()
         self.num_envs = cfg.num_envs
@@ -356,7 +357,7 @@ class FlashNeRDEnv(gym.Env):
         quat = s.root_quat_w  # (N, 4)
         self.root_lin_vel_b = quat_apply_inverse(quat, s.root_lin_vel_w)  # (N, 3)
         self.root_ang_vel_b = s.root_ang_vel_b  # (N, 3)
-        gravity = torch.tensor([0.0, 0.0, -1.0], device=self.device).expand_as(self.root_lin_vel_b)
+        gravity = self._down.expand_as(self.root_lin_vel_b)  # (N, 3)
         self.projected_gravity_b = quat_apply_inverse(quat, gravity)  # (N, 3)
         self.heading = yaw_from_quat(quat)  # (N,)
 
@@ -386,12 +387,18 @@ class FlashNeRDEnv(gym.Env):
         return reward
 
     def compute_observations(self) -> dict[str, torch.Tensor]:
-        """Evaluate every observation group: {group: (N, D)}."""
-        out = {}
+        """Evaluate every observation group: {group: (N, D)}. A term in several groups (the policy's and the
+        critic's) is computed once; each group adds its own noise, clip and scale to it."""
+        out, computed = {}, {}
         for group_name, group in self.cfg.observations.items():
             parts = []
             for term in group.terms.values():
-                x = term.func(self, **term.params)  # (N, d)
+                key = _term_key(term)
+                x = computed.get(key) if key is not None else None
+                if x is None:
+                    x = term.func(self, **term.params)  # (N, d)
+                    if key is not None:
+                        computed[key] = x
                 if group.enable_corruption and term.noise > 0.0:
                     x = x + (2.0 * torch.rand(x.shape, device=self.device, generator=self.rng) - 1.0) * term.noise
                 if term.clip is not None:
@@ -482,3 +489,14 @@ def _resolve_device(device: str) -> torch.device:
     if dev.type not in ("cpu", "cuda"):
         raise ValueError(f"unsupported device '{device}'; use cpu or cuda[:index]")
     return dev
+
+
+def _term_key(term) -> tuple | None:
+    """What identifies an observation term's raw value within one step (its function and parameters), or None where
+    a parameter cannot be hashed (the term is then computed in each group)."""
+    key = (term.func, tuple(sorted(term.params.items())))
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
