@@ -163,6 +163,17 @@ def test_improve_stopped_in_its_first_stage_resumes_and_fewer_rounds_keep_the_la
     assert len(json.loads(capsys.readouterr().out.strip().splitlines()[-1])["rounds"]) == 1
     assert len(json.loads((out / "improve.json").read_text())["rounds"]) == 2
     assert main([*_argv(out, 2), "--resume"]) == 0 and calls == {"train": 3, "refit": 2}  # nothing redone
+    # a lineage's start policy replaced by another file under the same name: refused before any stage
+    capsys.readouterr()
+    policy = tmp_path / "start.pt"
+    policy.write_bytes(b"a")
+    argv = [*_argv(tmp_path / "p", 1), "--policy", str(policy)]
+    assert main(argv) == 0
+    policy.write_bytes(b"b")
+    assert main([*argv, "--resume"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"'{policy}' is not the file this run started from" in err and len(err.splitlines()) == 1, err
+    assert calls["train"] == 4
 
 
 def test_improve_refuses_bad_settings_before_any_work(tmp_path, capsys):

@@ -224,6 +224,22 @@ def run_state(path: Path, settings: dict, resume: bool, fresh: dict, defaults: d
     return state
 
 
+def check_same_inputs(state: dict, paths: Sequence[str]) -> None:
+    """The digest of every input file a multi-stage run reads (a model, datasets, policies), kept in its state as
+    `inputs_sha256` when the run starts; a resumed run must find the same files, or its later stages would act on
+    other inputs under the stopped run's names: a one-line error. A state from before the field gets it now."""
+    digests = {str(Path(p).resolve()): checkpoint_sha256(p) for p in paths}
+    kept = state.setdefault("inputs_sha256", digests)
+    if not isinstance(kept, dict):
+        raise CLIError("--resume: the run's inputs_sha256 is not the mapping this command writes (edited or damaged); "
+                       "give a new --out_dir")
+    for path, digest in digests.items():
+        if path in kept and kept[path] != digest:
+            raise CLIError(f"--resume: '{path}' is not the file this run started from (sha256 "
+                           f"{str(kept[path])[:12]}..., now {str(digest)[:12]}...); put that file back, or give a new "
+                           "--out_dir")
+
+
 def checkpoints_by_kind(text: str, backends: Sequence[str]) -> dict[str, str]:
     """--dynamics_checkpoint "kind=path[,kind=path]" as {kind: path}; a malformed value, or a kind that is not among
     `backends` (the checkpoint would go unused) or takes no checkpoint, is a one-line error."""
