@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import TYPE_CHECKING
 
@@ -235,6 +236,17 @@ def non_finite_state(env: FlashNeRDEnv) -> torch.Tensor:
 # the live state through the dynamics backend.
 
 
+def _bounds(env: FlashNeRDEnv, ranges) -> torch.Tensor:
+    """(R, 2) tensor of (low, high) ranges on the env's device, made once per distinct ranges and device: events run
+    at every reset, where a tensor built from Python numbers would be a host-to-device copy each time."""
+    return _bounds_on(tuple((float(lo), float(hi)) for lo, hi in ranges), str(env.device))
+
+
+@functools.lru_cache(maxsize=256)
+def _bounds_on(ranges: tuple[tuple[float, float], ...], device: str) -> torch.Tensor:
+    return torch.tensor(ranges, device=device)  # read only: shared by every call with these ranges
+
+
 def _uniform(env: FlashNeRDEnv, shape: tuple[int, ...], bounds: torch.Tensor) -> torch.Tensor:
     lo, hi = bounds[:, 0], bounds[:, 1]
     return lo + (hi - lo) * torch.rand(shape, device=env.device, generator=env.rng)
@@ -246,8 +258,8 @@ def reset_root_state_uniform(
 ) -> None:
     """Offset the default base pose and set base velocities uniformly within the given ranges."""
     keys = ("x", "y", "z", "roll", "pitch", "yaw")
-    pose_b = torch.tensor([pose_range.get(k, (0.0, 0.0)) for k in keys], device=env.device)  # (6, 2)
-    vel_b = torch.tensor([velocity_range.get(k, (0.0, 0.0)) for k in keys], device=env.device)  # (6, 2)
+    pose_b = _bounds(env, [pose_range.get(k, (0.0, 0.0)) for k in keys])  # (6, 2)
+    vel_b = _bounds(env, [velocity_range.get(k, (0.0, 0.0)) for k in keys])  # (6, 2)
     k = len(env_ids)
     d_pose = _uniform(env, (k, 6), pose_b)  # (k, 6)
     qpos[:, 0:3] += d_pose[:, 0:3]
@@ -264,9 +276,9 @@ def reset_joints_by_scale(
     the joints' ranges as Isaac Lab's event keeps them (passive joints keep their values)."""
     nj = env.robot.num_joints
     k = len(env_ids)
-    scale = _uniform(env, (k, nj), torch.tensor([position_range] * nj, device=env.device))  # (k, nj)
+    scale = _uniform(env, (k, nj), _bounds(env, [position_range] * nj))  # (k, nj)
     qpos[:, env._actuated_qpos] = torch.clamp(env.default_joint_pos * scale, env._joint_low, env._joint_high)
-    vscale = _uniform(env, (k, nj), torch.tensor([velocity_range] * nj, device=env.device))  # (k, nj)
+    vscale = _uniform(env, (k, nj), _bounds(env, [velocity_range] * nj))  # (k, nj)
     qvel[:, env._actuated_qvel] *= vscale
 
 
@@ -275,7 +287,7 @@ def push_by_setting_velocity(
 ) -> None:
     """Add a random base velocity (a push) to `env_ids`."""
     keys = ("x", "y", "z", "roll", "pitch", "yaw")
-    bounds = torch.tensor([velocity_range.get(k, (0.0, 0.0)) for k in keys], device=env.device)  # (6, 2)
+    bounds = _bounds(env, [velocity_range.get(k, (0.0, 0.0)) for k in keys])  # (6, 2)
     qvel = env.state.qvel[env_ids].clone()  # (k, nv)
     qvel[:, 0:6] += _uniform(env, (len(env_ids), 6), bounds)
     env.dyn.set_qvel(env_ids, qvel)
@@ -290,7 +302,7 @@ def reset_object_pose_uniform(
     if orientation not in ("random", "yaw", "spawn"):
         raise ValueError(f"unknown object orientation '{orientation}'; choose random, yaw or spawn")
     k = len(env_ids)
-    bounds = torch.tensor([position_range] * 3, device=env.device)  # (3, 2)
+    bounds = _bounds(env, [position_range] * 3)  # (3, 2)
     pose = torch.zeros(k, 7, device=env.device)
     pose[:, 0:3] = env.goal.position[env_ids] + _uniform(env, (k, 3), bounds)
     pose[:, 3] = 1.0
@@ -309,5 +321,5 @@ def reset_joints_uniform(
 ) -> None:
     """Offset the actuated joints from their default positions uniformly, within their ranges (a "reset" event)."""
     k, cols = len(env_ids), env._actuated_qpos
-    offset = _uniform(env, (k, len(cols)), torch.tensor([position_range] * len(cols), device=env.device))
+    offset = _uniform(env, (k, len(cols)), _bounds(env, [position_range] * len(cols)))
     qpos[:, cols] = torch.maximum(torch.minimum(env.default_joint_pos + offset, env._target_high), env._target_low)
