@@ -341,4 +341,4 @@ def test_a_reality_gap_run_stopped_in_its_first_ppo_resumes(tmp_path, capsys, mo
     assert state["baselines"] == {} and state["budgets"] == []
     capsys.readouterr()
     assert main([*argv, "--resume"]) == 130  # past the state check, into the same PPO stage again
-    assert "--resume continues" in capsys.readouterr().err
+    assert "with --resume continues it" in capsys.readouterr().err

@@ -200,3 +200,14 @@ def _term_columns(env, name: str) -> slice:
             return slice(start, start + width)
         start += width
     raise KeyError(name)
+
+
+def test_observation_terms_share_by_function_and_parameter_values_of_their_own_type():
+    """Lists (a YAML file's, an override's) and tuples of the same values are one term; 1 and 1.0 are not."""
+    from flashnerd.envs import ObsTerm
+    from flashnerd.envs.core import _term_key
+
+    scan = lambda size: ObsTerm(mdp.joint_pos_rel, params={"size": size})  # noqa: E731
+    assert _term_key(scan([1.6, 1.0])) == _term_key(scan((1.6, 1.0))) is not None
+    assert _term_key(scan((1, 1))) != _term_key(scan((1.0, 1.0)))
+    assert _term_key(ObsTerm(mdp.joint_pos_rel)) != _term_key(ObsTerm(mdp.joint_vel_rel))

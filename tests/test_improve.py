@@ -142,7 +142,7 @@ def test_improve_stopped_in_its_first_stage_resumes_and_fewer_rounds_keep_the_la
 
     def fake_train(args, model, start, folder, seed):
         calls["train"] += 1
-        if calls["train"] == 1:
+        if calls["train"] <= 2:
             raise KeyboardInterrupt  # stopped during round 0's PPO, before any stage finished
         return {"policy": str(folder / "policy.pt"), "eval": fake_eval}
 
@@ -155,14 +155,16 @@ def test_improve_stopped_in_its_first_stage_resumes_and_fewer_rounds_keep_the_la
     monkeypatch.setattr(improve, "_refit", fake_refit)
     out = tmp_path / "r"
     assert main(_argv(out, 2)) == 130
-    assert "--resume continues" in capsys.readouterr().err
+    assert "with --resume continues it" in capsys.readouterr().err
     assert json.loads((out / "improve.json").read_text())["rounds"] == []  # the state exists: --resume finds it
-    assert main([*_argv(out, 2), "--resume"]) == 0 and calls == {"train": 3, "refit": 2}
+    assert main(_argv(out, 2)) == 130  # no stage finished: a new run may start over it (e.g. with other settings)
+    assert main([*_argv(out, 2), "--resume"]) == 0 and calls == {"train": 4, "refit": 2}
+    assert main(_argv(out, 2)) == 2 and "add --resume" in capsys.readouterr().err  # stages done: kept
     capsys.readouterr()
     assert main([*_argv(out, 1), "--resume"]) == 0  # shows one round, keeps the second
     assert len(json.loads(capsys.readouterr().out.strip().splitlines()[-1])["rounds"]) == 1
     assert len(json.loads((out / "improve.json").read_text())["rounds"]) == 2
-    assert main([*_argv(out, 2), "--resume"]) == 0 and calls == {"train": 3, "refit": 2}  # nothing redone
+    assert main([*_argv(out, 2), "--resume"]) == 0 and calls == {"train": 4, "refit": 2}  # nothing redone
     # a lineage's start policy replaced by another file under the same name: refused before any stage
     capsys.readouterr()
     policy = tmp_path / "start.pt"
@@ -173,7 +175,7 @@ def test_improve_stopped_in_its_first_stage_resumes_and_fewer_rounds_keep_the_la
     assert main([*argv, "--resume"]) == 2
     err = capsys.readouterr().err.strip()
     assert f"'{policy}' is not the file this run started from" in err and len(err.splitlines()) == 1, err
-    assert calls["train"] == 4
+    assert calls["train"] == 5
 
 
 def test_improve_refuses_bad_settings_before_any_work(tmp_path, capsys):

@@ -208,6 +208,14 @@ def test_fit_resume_continues_an_adaptation_and_refuses_other_settings_or_data(t
     assert "init ''" in err and "lr 0.001 (the stopped fit: 0.0003)" in err and "patience 0" in err
     assert main([*argv, "--max_steps", "4", "--resume"]) == 0  # the same settings, two more steps
     assert read_checkpoint(out)["step"] == 4
+    # an adaptation written by improve or reality-gap (no --mix_data) resumes with fit's own defaults
+    from flashnerd.cli.fit import adapt_model
+
+    refit = tmp_path / "refit.safetensors"
+    fitter, _ = adapt_model(path, tiny_ckpt, refit, time_budget_s=0.2, seed=0, device="cpu", contact_head_steps=0)
+    steps = str(read_checkpoint(refit)["step"] + 2)
+    assert main(["fit", "--data", str(path), "--out", str(refit), "--init", str(tiny_ckpt), "--resume",
+                 "--max_steps", steps, "--contact_head_steps", "0"]) == 0, capsys.readouterr().err
 
 
 def test_evaluate_model_and_bench_model_cli(tiny, tiny_ckpt, capsys):

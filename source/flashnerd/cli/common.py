@@ -194,9 +194,11 @@ def run_state(path: Path, settings: dict, resume: bool, fresh: dict, defaults: d
     `settings` for a new run, or the stopped run's state with --resume. A new run over an existing file, a missing or
     unreadable file to resume, or a resume with other settings is a one-line error; a setting the stopped run's file
     lacks (it predates it) is read as `defaults` gives it, and `upgrade` brings a file of an older layout to the
-    current one before the settings are compared."""
+    current one before the settings are compared. A new run may replace the file of a run that finished no stage
+    (every list and mapping of `fresh` still empty in it: it failed or was stopped in its first stage), so a first
+    stage that failed on its settings can be run again with others."""
     if not resume:
-        if path.exists():
+        if path.exists() and not _no_stage_done(path, fresh):
             raise CLIError(f"'{path}' exists; add --resume to continue that run, or give a new --out_dir")
         return {"settings": settings, **fresh}
     if not path.is_file():
@@ -224,20 +226,33 @@ def run_state(path: Path, settings: dict, resume: bool, fresh: dict, defaults: d
     return state
 
 
-def check_same_inputs(state: dict, paths: Sequence[str]) -> None:
-    """The digest of every input file a multi-stage run reads (a model, datasets, policies), kept in its state as
-    `inputs_sha256` when the run starts; a resumed run must find the same files, or its later stages would act on
+def _no_stage_done(path: Path, fresh: dict) -> bool:
+    """Whether the run state in `path` is readable and still holds every list and mapping of `fresh` empty."""
+    try:
+        state = json.loads(path.read_text())
+    except (OSError, ValueError, RecursionError):
+        return False
+    return isinstance(state, dict) and all(
+        isinstance(state.get(k), type(v)) and not state[k] for k, v in fresh.items() if isinstance(v, (dict, list)))
+
+
+def check_same_inputs(state: dict, inputs: dict[str, list[str]]) -> None:
+    """The digest of every input file a multi-stage run reads ({role: [paths]}: a model, datasets, policies), kept in
+    its state as `inputs_sha256` ({role: [digests]}, by role and position, so a path that now resolves elsewhere is
+    still compared) when the run starts; a resumed run must find the same files, or its later stages would act on
     other inputs under the stopped run's names: a one-line error. A state from before the field gets it now."""
-    digests = {str(Path(p).resolve()): checkpoint_sha256(p) for p in paths}
+    digests = {role: [checkpoint_sha256(p) for p in paths] for role, paths in inputs.items()}
     kept = state.setdefault("inputs_sha256", digests)
-    if not isinstance(kept, dict):
-        raise CLIError("--resume: the run's inputs_sha256 is not the mapping this command writes (edited or damaged); "
-                       "give a new --out_dir")
-    for path, digest in digests.items():
-        if path in kept and kept[path] != digest:
-            raise CLIError(f"--resume: '{path}' is not the file this run started from (sha256 "
-                           f"{str(kept[path])[:12]}..., now {str(digest)[:12]}...); put that file back, or give a new "
-                           "--out_dir")
+    if not (isinstance(kept, dict) and all(isinstance(kept.get(r), list) and len(kept[r]) == len(d)
+                                           for r, d in digests.items())):
+        raise CLIError("--resume: the run's inputs_sha256 is not what this command writes for these inputs (edited "
+                       "or damaged); give a new --out_dir")
+    for role, paths in inputs.items():
+        for path, was, now in zip(paths, kept[role], digests[role]):
+            if was != now:
+                raise CLIError(f"--resume: '{path}' is not the file this run started from as its {role} (sha256 "
+                               f"{str(was)[:12]}..., now {str(now)[:12]}...); put that file back, or give a new "
+                               "--out_dir")
 
 
 def checkpoints_by_kind(text: str, backends: Sequence[str]) -> dict[str, str]:

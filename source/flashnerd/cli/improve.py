@@ -225,7 +225,7 @@ def run(args: argparse.Namespace) -> dict:
     settings = {k: v for k, v in vars(args).items() if k not in ("func", "resume", "rounds", "debug", "command")}
     state = run_state(table_path, settings, args.resume, {"model_0": model0, "rounds": []}, defaults=SETTING_DEFAULTS,
                       upgrade=upgrade_state)
-    check_same_inputs(state, [model0, *args.data, *args.policy])
+    check_same_inputs(state, {"model_0": [model0], "data": list(args.data), "policy": list(args.policy)})
     save = lambda: write_json(table_path, state)  # noqa: E731  after every stage: --resume starts there
     save()  # now, so a run stopped in its first stage (round 0's PPO) resumes too
     starts = args.policy or [None]

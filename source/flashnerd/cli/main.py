@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
               + (f" with {worlds} worlds; lower --num_envs/--num_worlds" if worlds else ""), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        hint = "; --resume continues from what it saved (see --help)" if hasattr(args, "resume") else ""
+        hint = "; where it saved work, the same command with --resume continues it" if hasattr(args, "resume") else ""
         print(f"flashnerd {args.command}: interrupted{hint}", file=sys.stderr)
         return 130
     return 0

@@ -93,7 +93,8 @@ class StateRepresentation:
         """The index tensor `name` on `device`, copied there once (a per-step copy to a GPU would wait on it)."""
         key = (name, device)
         if key not in self._on_device:
-            self._on_device[key] = getattr(self, name).to(device)
+            with torch.inference_mode(False):  # a normal tensor, whatever mode the first call ran in
+                self._on_device[key] = getattr(self, name).to(device)
         return self._on_device[key]
 
     def actuated_pos(self, qpos: torch.Tensor) -> torch.Tensor:

@@ -99,7 +99,8 @@ class FlashNeRDEnv(gym.Env):
         self.cfg = cfg
         self.render_mode = render_mode
         self.device = _resolve_device(cfg.device)
-        self._down = torch.tensor([0.0, 0.0, -1.0], device=self.device)  # (3,) gravity's direction in the world
+        with torch.inference_mode(False):  # a normal tensor, also for an env made inside inference mode
+            self._down = torch.tensor([0.0, 0.0, -1.0], device=self.device)  # (3,) gravity's direction in the world
         if self.device.type == "cpu":  # every step allocates MB-sized tensors: keep their pages (utils/allocator.py)
             retain_freed_memory()
         self.num_envs = cfg.num_envs
@@ -492,11 +493,21 @@ def _resolve_device(device: str) -> torch.device:
 
 
 def _term_key(term) -> tuple | None:
-    """What identifies an observation term's raw value within one step (its function and parameters), or None where
-    a parameter cannot be hashed (the term is then computed in each group)."""
-    key = (term.func, tuple(sorted(term.params.items())))
+    """What identifies an observation term's raw value within one step (its function and parameters, lists as from a
+    YAML file or an override alike with tuples, each value with its type: 1 and 1.0 are other parameters), or None
+    where a parameter cannot be hashed (the term is then computed in each group)."""
+    key = (term.func, _frozen(term.params))
     try:
         hash(key)
     except TypeError:
         return None
     return key
+
+
+def _frozen(value):
+    """`value` as a hashable tree: sequences as tuples, mappings as sorted item tuples, leaves with their type."""
+    if isinstance(value, (list, tuple)):
+        return ("seq", tuple(_frozen(v) for v in value))
+    if isinstance(value, dict):
+        return ("map", tuple(sorted((str(k), _frozen(v)) for k, v in value.items())))
+    return (type(value), value)

@@ -244,7 +244,8 @@ def _bounds(env: FlashNeRDEnv, ranges) -> torch.Tensor:
 
 @functools.lru_cache(maxsize=256)
 def _bounds_on(ranges: tuple[tuple[float, float], ...], device: str) -> torch.Tensor:
-    return torch.tensor(ranges, device=device)  # read only: shared by every call with these ranges
+    with torch.inference_mode(False):  # a normal tensor, whatever mode the first call ran in
+        return torch.tensor(ranges, device=device)  # read only: shared by every call with these ranges
 
 
 def _uniform(env: FlashNeRDEnv, shape: tuple[int, ...], bounds: torch.Tensor) -> torch.Tensor:

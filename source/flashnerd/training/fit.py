@@ -554,7 +554,9 @@ class Fitter:
         ours = {**asdict(self.cfg), "data": self.data_path.split(", "), "transitions": self.transitions}
         theirs = {**asdict(FitConfig()), **stored, "data": str(data.get("path", "")).split(", "),
                   "transitions": data.get("transitions")}
-        changed = [k for k in ours if k not in RESUME_MAY_CHANGE and not _same_fit_setting(k, ours[k], theirs[k])]
+        unused = {"mix"} if not ours["mix_data"] and not theirs["mix_data"] else set()  # no data to mix: no share
+        changed = [k for k in ours if k not in RESUME_MAY_CHANGE | unused
+                   and not _same_fit_setting(k, ours[k], theirs[k])]
         if changed:
             said = ", ".join(f"{k} {ours[k]!r} (the stopped fit: {theirs[k]!r})" for k in changed)
             raise CheckpointError(f"--resume with other settings or data than the stopped fit in '{path}': {said}; "
