@@ -229,8 +229,8 @@ def run_state(path: Path, settings: dict, resume: bool, fresh: dict, defaults: d
 def _no_stage_done(path: Path, fresh: dict) -> bool:
     """Whether the run state in `path` is readable and still holds every list and mapping of `fresh` empty."""
     try:
-        state = json.loads(path.read_text())
-    except (OSError, ValueError, RecursionError):
+        state = read_json("--resume", path, "")
+    except CLIError:  # unreadable: kept, and refused as before
         return False
     return isinstance(state, dict) and all(
         isinstance(state.get(k), type(v)) and not state[k] for k, v in fresh.items() if isinstance(v, (dict, list)))
