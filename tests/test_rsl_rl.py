@@ -355,6 +355,10 @@ def test_a_policy_recording_resumes_only_with_its_task_policy_noise_and_backend(
     monkeypatch.setattr(PolicySource, "start_trajectory", stopped_at_the_second_batch)
     assert main(argv) == 130 and partial_path(out).is_dir()
     monkeypatch.setattr(PolicySource, "start_trajectory", start)
+    capsys.readouterr()
+    assert main(argv) == 2 and len(list(partial_path(out).glob("chunk_*.h5"))) == 1  # afresh would delete it
+    err = capsys.readouterr().err.strip()
+    assert "add --resume" in err and len(err.splitlines()) == 1, err
     other_policy = tmp_path / "other.pt"
     shutil.copy(policy, other_policy)
     other_policy.write_bytes(other_policy.read_bytes() + b"\0")  # another file's digest, the same policy loads

@@ -27,7 +27,7 @@ from flashnerd.cli.policy import load_policy, resolve_checkpoint
 from flashnerd.data.dataset import robot_layout
 from flashnerd.data.logs import OUT_SUFFIXES as LOG_SUFFIXES
 from flashnerd.data.logs import dataset_to_log
-from flashnerd.data.record import PolicySource, merge_recordings, record
+from flashnerd.data.record import PolicySource, merge_recordings, partial_path, record
 from flashnerd.dynamics import REFERENCE_BACKEND, backend_names
 from flashnerd.envs.memory import check_dynamics_memory, check_env_memory
 from flashnerd.envs.registry import task_cfgs
@@ -156,6 +156,9 @@ def run(args: argparse.Namespace) -> dict:
     if args.format == "logs":  # record the dataset next to the log, then write the log from it
         log_out, args.out = args.out, str(Path(args.out).with_name(Path(args.out).name + ".record.h5"))
     try:
+        if not args.resume:
+            _refuse_stopped_recording([_part_path(args.out, r) for r in range(info.world_size)] if info.enabled
+                                      else [args.out])
         shard = argparse.Namespace(**{**vars(args), "device": device})
         if info.enabled:  # this rank's worlds, its own seed and its own part file
             shard.num_worlds = args.num_worlds // info.world_size + (info.rank < args.num_worlds % info.world_size)
@@ -178,6 +181,15 @@ def run(args: argparse.Namespace) -> dict:
     if info.is_main:
         print(json.dumps(result))
     return result
+
+
+def _refuse_stopped_recording(outs: Sequence[str | Path]) -> None:
+    """A recording started afresh would delete the batches a stopped one kept: refuse, naming --resume."""
+    for out in outs:
+        parts = partial_path(out)
+        if done := len(list(parts.glob("chunk_*.h5"))):
+            raise CLIError(f"'{parts}' holds {done} complete batch(es) of a stopped recording of '{out}'; add --resume "
+                           "to continue it, or delete that folder to record afresh")
 
 
 def _part_path(out: str, rank: int) -> Path:
