@@ -104,6 +104,59 @@ def test_torch_kinematics_matches_mujoco_on_every_robot_both_paths(name):
         assert np.allclose(np.abs(np.sum(quat[i].numpy() * d.xquat, axis=1)), 1.0, atol=1e-5), name
 
 
+REF_JOINTS_XML = """
+<mujoco>
+  <compiler angle="degree"/>
+  <worldbody>
+    <body name="base" pos="0 0 0.5">
+      <freejoint/>
+      <geom type="box" size="0.2 0.1 0.05"/>
+      <body name="thigh" pos="0.2 0 0">
+        <joint name="hip" type="hinge" axis="0 1 0" ref="60" pos="0 0 0.02"/>
+        <geom type="capsule" fromto="0 0 0 0 0 -0.2" size="0.02"/>
+        <body name="shin" pos="0 0 -0.2" euler="0 30 0">
+          <joint name="knee" type="hinge" axis="0 -1 0" ref="-45"/>
+          <geom type="capsule" fromto="0 0 0 0 0 -0.2" size="0.02"/>
+          <body name="piston" pos="0 0 -0.2">
+            <joint name="slider" type="slide" axis="0 0 1" ref="0.05"/>
+            <geom type="sphere" size="0.03"/>
+          </body>
+        </body>
+      </body>
+      <body name="wrist" pos="-0.2 0 0">
+        <joint name="yaw" type="hinge" axis="0 0 1" ref="20"/>
+        <joint name="roll" type="hinge" axis="1 0 0" ref="-10"/>
+        <geom type="sphere" size="0.03" pos="0 0.1 0"/>
+      </body>
+    </body>
+  </worldbody>
+</mujoco>
+"""
+
+
+@pytest.mark.parametrize("two_joint_body", [False, True])
+def test_torch_kinematics_turns_joints_by_their_displacement_from_ref(two_joint_body):
+    """A joint with `ref` (qpos0 != 0) moves its body by qpos - qpos0, as mj_kinematics does, on the batched levels
+    and on the body-by-body path (a body with two joints takes that one)."""
+    xml = REF_JOINTS_XML if two_joint_body else REF_JOINTS_XML.replace(
+        '<joint name="roll" type="hinge" axis="1 0 0" ref="-10"/>', "")
+    m = mujoco.MjModel.from_xml_string(xml)
+    assert np.abs(m.qpos0[7:]).min() > 0.01  # every hinge and slide has a ref
+    kin = TorchKinematics(m)
+    assert (kin.levels is None) == two_joint_body
+    d = mujoco.MjData(m)
+    rng = np.random.default_rng(3)
+    qpos = np.tile(m.qpos0, (6, 1)) + rng.uniform(-0.8, 0.8, size=(6, m.nq))
+    qpos[0] = m.qpos0  # the reference pose itself
+    qpos[:, 3:7] /= np.linalg.norm(qpos[:, 3:7], axis=1, keepdims=True)
+    pos, quat = kin.forward(torch.tensor(qpos, dtype=torch.float32))
+    for i in range(6):
+        d.qpos[:] = qpos[i]
+        mujoco.mj_kinematics(m, d)
+        assert np.allclose(pos[i].numpy(), d.xpos, atol=2e-5)
+        assert np.allclose(np.abs(np.sum(quat[i].numpy() * d.xquat, axis=1)), 1.0, atol=1e-5)
+
+
 def test_probe_distances_match_mujoco_geometry(anymal):
     m = build_scene(anymal)
     d = mujoco.MjData(m)

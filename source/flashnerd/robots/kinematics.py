@@ -64,12 +64,14 @@ class TorchKinematics:
         self.parent = model.body_parentid.tolist()
         self.body_pos = torch.tensor(model.body_pos, **f)  # (nbody, 3)
         self.body_quat = torch.tensor(model.body_quat, **f)  # (nbody, 4)
-        self.joints: list[list[tuple[int, int, torch.Tensor, torch.Tensor]]] = []
+        # a hinge or slide joint turns or moves its body by qpos - qpos0 (its `ref`), as mj_kinematics does
+        self.joints: list[list[tuple[int, int, torch.Tensor, torch.Tensor, float]]] = []
         for b in range(model.nbody):
             js = []
             for j in range(model.body_jntadr[b], model.body_jntadr[b] + model.body_jntnum[b]):
-                js.append((int(model.jnt_type[j]), int(model.jnt_qposadr[j]),
-                           torch.tensor(model.jnt_axis[j], **f), torch.tensor(model.jnt_pos[j], **f)))
+                adr = int(model.jnt_qposadr[j])
+                js.append((int(model.jnt_type[j]), adr, torch.tensor(model.jnt_axis[j], **f),
+                           torch.tensor(model.jnt_pos[j], **f), float(model.qpos0[adr])))
             self.joints.append(js)
         self.levels = self._levels()
         if compile:  # a few fused loops instead of ~100 small ops (launch-bound on a CPU); shared by same-shaped calls
@@ -92,7 +94,7 @@ class TorchKinematics:
             if other or any(len(self.joints[b]) > 1 for b in bodies) or (free and (d > 1 or len(free) > 1)):
                 return None
             kind = [self.joints[b][0][0] if self.joints[b] else -1 for b in bodies]
-            joint = [self.joints[b][0] if self.joints[b] else (-1, 0, torch.zeros(3, **f), torch.zeros(3, **f))
+            joint = [self.joints[b][0] if self.joints[b] else (-1, 0, torch.zeros(3, **f), torch.zeros(3, **f), 0.0)
                      for b in bodies]
             axis = torch.stack([j[2] for j in joint])  # (k, 3)
             skew = torch.zeros(len(bodies), 3, 3, **f)  # (k, 3, 3) cross-product matrix of each axis
@@ -102,6 +104,7 @@ class TorchKinematics:
             levels.append({
                 "bodies": bodies, "parent": torch.tensor([place[self.parent[b]] for b in bodies], device=self.device),
                 "adr": torch.tensor([j[1] for j in joint], device=self.device),
+                "ref": torch.tensor([0.0 if k == free_t else j[4] for k, j in zip(kind, joint)], **f),  # (k,)
                 "pos": self.body_pos[bodies], "rot": rot,
                 # a hinge's rotation is I + sin(a) K + (1 - cos(a)) K^2 (Rodrigues, K = skew(axis)); folding the body
                 # rotation and the anchor jpos into these constants leaves one matrix product per depth
@@ -139,7 +142,7 @@ class TorchKinematics:
         all_pos, all_rot = [pos], [rot]
         for lv in self.levels:
             p_par, r_par = pos[:, lv["parent"]], rot[:, lv["parent"]]  # (N, k, 3), (N, k, 3, 3)
-            value = qpos[:, lv["adr"]]  # (N, k) joint coordinate (masked for bodies without that joint type)
+            value = qpos[:, lv["adr"]] - lv["ref"]  # (N, k) joint displacement (masked by joint type below)
             angle = value * lv["is_hinge"]  # (N, k)
             sin, vers = torch.sin(angle)[..., None], (1 - torch.cos(angle))[..., None]  # (N, k, 1)
             # child frame in the parent frame: body rotation, then the hinge about its anchor, or the slide
@@ -167,16 +170,16 @@ class TorchKinematics:
             p_par, q_par = pos[self.parent[b]], quat[self.parent[b]]
             p = p_par + quat_apply(q_par, self.body_pos[b].expand(n, 3))  # (N, 3)
             q = quat_mul(q_par, self.body_quat[b].expand(n, 4))  # (N, 4)
-            for jtype, adr, axis, jpos in self.joints[b]:
+            for jtype, adr, axis, jpos, ref in self.joints[b]:
                 if jtype == mujoco.mjtJoint.mjJNT_FREE:
                     p = qpos[:, adr:adr + 3]
                     q = qpos[:, adr + 3:adr + 7] / torch.linalg.norm(qpos[:, adr + 3:adr + 7], dim=-1, keepdim=True)
                 elif jtype == mujoco.mjtJoint.mjJNT_HINGE:
                     anchor = p + quat_apply(q, jpos.expand(n, 3))  # (N, 3) joint anchor stays fixed
-                    q = quat_mul(q, _axis_angle_quat(axis, qpos[:, adr]))
+                    q = quat_mul(q, _axis_angle_quat(axis, qpos[:, adr] - ref))
                     p = anchor - quat_apply(q, jpos.expand(n, 3))
                 elif jtype == mujoco.mjtJoint.mjJNT_SLIDE:
-                    p = p + quat_apply(q, axis.expand(n, 3)) * qpos[:, adr:adr + 1]
+                    p = p + quat_apply(q, axis.expand(n, 3)) * (qpos[:, adr:adr + 1] - ref)
                 else:
                     raise ValueError("TorchKinematics supports free, hinge and slide joints only")
             pos.append(p)
