@@ -535,6 +535,33 @@ def test_a_floor_in_the_users_mjcf_and_site_only_leaf_bodies_are_handled(tmp_pat
     assert planes == ["floor"]  # one floor, the scene's
 
 
+def test_the_ground_collides_with_the_robot_as_the_floor_of_its_mjcf_did(tmp_path, hound_dir):
+    """A robot whose collision geoms use bit 2, standing in its MJCF on a floor of bit 2, stands on the scene's floor,
+    boxes and heightfield (they take its floor's bits); without that floor (MuJoCo's default bits 1 would meet none
+    of its geoms) it is refused in one line instead of falling through the ground."""
+    xml = (hound_dir / "hound.xml").read_text().replace('model="hound"', 'model="bits"')
+    xml = xml.replace('group="3" contype="0" conaffinity="1"', 'group="3" contype="2" conaffinity="2"')
+    shutil.copytree(hound_dir / "meshes", tmp_path / "b" / "meshes")
+    floor = '<worldbody><geom name="their_floor" type="plane" size="5 5 0.1" contype="2" conaffinity="2"/>'
+    robot = get_robot(str(_write_spec(tmp_path / "b", "mjcf: robot.xml\n", xml.replace("<worldbody>", floor))))
+    assert robot.probes and robot.contact_bodies["feet"] == ("FL_calf", "FR_calf", "RL_calf", "RR_calf")
+    for terrain in ("flat", "platforms", "rough"):
+        model = build_scene(robot, terrain)
+        ground = [g for g in range(model.ngeom) if model.geom_bodyid[g] == 0 and model.geom_contype[g]]
+        assert len(ground) > (terrain != "flat")
+        assert all((model.geom_contype[g], model.geom_conaffinity[g]) == (2, 2) for g in ground), terrain
+    model = build_scene(robot)
+    data = mujoco.MjData(model)
+    data.qpos[:model.nq] = default_qpos(robot, model)
+    data.ctrl[:] = robot.default_joint_pos
+    for _ in range(round(1.0 / model.opt.timestep)):
+        mujoco.mj_step(model, data)
+    assert data.qpos[2] > 0.5 * robot.init_base_height  # standing, not falling through the floor
+    shutil.copytree(hound_dir / "meshes", tmp_path / "c" / "meshes")
+    with pytest.raises(RobotFileError, match=r"collision geoms collides with the ground \(contype 1, conaffinity 1"):
+        get_robot(str(_write_spec(tmp_path / "c", "mjcf: robot.xml\n", xml.replace('model="bits"', 'model="bare"'))))
+
+
 def test_a_dataset_naming_a_hostile_spec_path_is_a_one_line_error(tmp_path):
     from flashnerd.robots import robot_of_record
 

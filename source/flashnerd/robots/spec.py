@@ -11,6 +11,7 @@ from pathlib import Path
 from flashnerd.robots.variant import RobotVariant
 
 ASSET_DIR = Path(__file__).parent / "assets"
+DEFAULT_FLOOR_BITS = (1, 1)  # contype, conaffinity of the ground where a robot's MJCF brings no floor of its own
 _INCLUDE = re.compile(rb"<(?:include|model)\s[^>]*?file\s*=\s*[\"']([^\"']+)[\"']")  # <include>, <asset><model>
 _COMMENT = re.compile(rb"<!--.*?-->", re.S)
 

@@ -1,6 +1,7 @@
 """A robot from its own MJCF: a YAML spec file that needs only `mjcf:`, the rest derived from the compiled model.
 
-    mjcf: my_quadruped.xml             # required: the robot alone (no floor), relative to this file
+    mjcf: my_quadruped.xml             # required: the robot (a floor plane in it gives the ground its collision
+                                       # bits, contype/conaffinity; default 1/1), relative to this file
     name: my_quadruped                 # default: the MJCF's model name, other than letters, digits, _ and - as _
     keyframe: home                     # default pose from this keyframe when the MJCF has it
     default_joint_pos: {".*_knee": -1.2}   # joint-name regex -> angle, or one list in actuator order
@@ -47,7 +48,7 @@ import mujoco
 import numpy as np
 import yaml
 
-from flashnerd.robots.spec import Probe, RobotSpec
+from flashnerd.robots.spec import DEFAULT_FLOOR_BITS, Probe, RobotSpec
 from flashnerd.robots.variant import number_in_range
 from flashnerd.utils.host_memory import fits_in_memory
 from flashnerd.utils.name_patterns import NamePatternError, name_matches
@@ -277,10 +278,21 @@ def _default_pose(data: dict, model: mujoco.MjModel, joints: tuple[str, ...],
     return qpos, from_key, from_key and np.array_equal(qpos, model.key_qpos[names.index(key)])
 
 
-def _collision_geoms(model: mujoco.MjModel) -> list[int]:
-    """The robot's geoms that collide (contype or conaffinity nonzero), on bodies other than the world."""
+def floor_bits(model: mujoco.MjModel) -> tuple[int, int]:
+    """(contype, conaffinity) of the ground a scene of this MJCF stands on: those of its own floor (the first plane on
+    its world body, which the scene replaces), MuJoCo's default (1, 1) where it has none (sim/scene.py)."""
+    for g in range(model.ngeom):
+        if model.geom_bodyid[g] == 0 and int(model.geom_type[g]) == int(mujoco.mjtGeom.mjGEOM_PLANE):
+            return int(model.geom_contype[g]), int(model.geom_conaffinity[g])
+    return DEFAULT_FLOOR_BITS
+
+
+def _collision_geoms(model: mujoco.MjModel, ground: bool = False) -> list[int]:
+    """The robot's geoms that collide (contype or conaffinity nonzero), on bodies other than the world; with `ground`
+    only those that collide with the ground (MuJoCo's rule on their bits and `floor_bits`)."""
+    contype, conaffinity = floor_bits(model) if ground else (-1, -1)
     return [g for g in range(model.ngeom) if model.geom_bodyid[g] != 0
-            and (model.geom_contype[g] != 0 or model.geom_conaffinity[g] != 0)]
+            and (model.geom_contype[g] & conaffinity or model.geom_conaffinity[g] & contype)]
 
 
 def _rotation(quat: np.ndarray) -> np.ndarray:
@@ -340,8 +352,16 @@ def geom_probes(model: mujoco.MjModel, g: int, unsupported: str = "error") -> li
 
 
 def collision_probes(model: mujoco.MjModel, unsupported: str = "error") -> tuple[Probe, ...]:
-    """Contact probes of every collision geom of the robot (see `geom_probes`), in geom order."""
-    return tuple(p for g in _collision_geoms(model) for p in geom_probes(model, g, unsupported))
+    """Contact probes of every collision geom of the robot that collides with the ground (see `geom_probes`), in geom
+    order; a robot whose collision geoms all miss the ground is a one-line error."""
+    geoms = _collision_geoms(model, ground=True)
+    if not geoms and _collision_geoms(model):
+        contype, conaffinity = floor_bits(model)
+        raise RobotFileError(f"none of the robot's collision geoms collides with the ground (contype {contype}, "
+                             f"conaffinity {conaffinity}: the MJCF's own floor's, or MuJoCo's default 1 without one); "
+                             "give the feet contype/conaffinity bits that meet the floor's, or a floor plane whose "
+                             "bits meet theirs")
+    return tuple(p for g in geoms for p in geom_probes(model, g, unsupported))
 
 
 def _listed_probes(where: str, value: Any, bodies: list[str]) -> tuple[Probe, ...]:
@@ -445,7 +465,7 @@ def _standing_feet(model: mujoco.MjModel, qpos: np.ndarray) -> tuple[str, ...]:
     mujoco.mj_kinematics(model, data)
     low: dict[int, float] = {}  # body -> height of its lowest collision point
     top = -math.inf  # height of the robot's highest collision point
-    for g in _collision_geoms(model):
+    for g in _collision_geoms(model, ground=True):  # a geom that passes through the floor stands on nothing
         for p in geom_probes(model, g, "bounding_box"):  # a box reaches at least as far as an unsupported geom
             b = model.body(p.body).id
             rot = data.xmat[b].reshape(3, 3)

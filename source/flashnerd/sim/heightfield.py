@@ -26,6 +26,7 @@ import mujoco
 import numpy as np
 import torch
 
+from flashnerd.robots.spec import DEFAULT_FLOOR_BITS
 from flashnerd.sim.naming import unused_name
 
 TILE = 6.0  # m: side of one sub-terrain (Isaac Lab: 8)
@@ -148,9 +149,9 @@ def tile_centers(field: HeightField, levels: int = LEVELS, types: int = len(TYPE
     return np.stack(np.meshgrid(x, y), axis=-1)  # (levels, types, 2)
 
 
-def add_heightfield(spec: mujoco.MjSpec, field: HeightField) -> None:
-    """Add `field` to `spec` as one hfield asset and geom (colliding like the floor), named `HFIELD_NAME` unless the
-    robot took that name."""
+def add_heightfield(spec: mujoco.MjSpec, field: HeightField, bits: tuple[int, int] = DEFAULT_FLOOR_BITS) -> None:
+    """Add `field` to `spec` as one hfield asset and geom (colliding like the floor: contype and conaffinity `bits`),
+    named `HFIELD_NAME` unless the robot took that name."""
     nrow, ncol = field.heights.shape
     top = float(field.heights.max())
     hx, hy = field.half_size
@@ -158,7 +159,7 @@ def add_heightfield(spec: mujoco.MjSpec, field: HeightField) -> None:
                             nrow=nrow, ncol=ncol, userdata=(field.heights / max(top, 1e-6)).ravel().tolist())
     cx, cy = field.center
     spec.worldbody.add_geom(name=unused_name(spec.geoms, HFIELD_NAME), type=mujoco.mjtGeom.mjGEOM_HFIELD,
-                            hfieldname=asset.name, pos=[cx, cy, 0.0], contype=1, conaffinity=1, condim=3,
+                            hfieldname=asset.name, pos=[cx, cy, 0.0], contype=bits[0], conaffinity=bits[1], condim=3,
                             friction=[1.0, 0.005, 0.0001],
                             rgba=[0.5, 0.47, 0.42, 1.0])
 

@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from flashnerd.robots import RobotSpec, get_robot
+from flashnerd.robots.spec import DEFAULT_FLOOR_BITS
 from flashnerd.robots.spec_file import actuator_force_limits
 from flashnerd.robots.variant import load_variant
 from flashnerd.sim.actuation import actuation_for
@@ -43,8 +44,11 @@ def build_scene_spec(robot: RobotSpec, terrain: str = "flat", objects: tuple[str
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise ValueError(f"robot MJCF {robot.mjcf_path} failed to load: {first}") from err
     spec.option.timestep = robot.sim_dt
-    # a robot's MJCF may bring its own floor (a user's often does); the scene adds the one every backend agrees on
-    for geom in [g for g in spec.worldbody.geoms if g.type == mujoco.mjtGeom.mjGEOM_PLANE]:
+    # a robot's MJCF may bring its own floor (a user's often does); the scene adds the one every backend agrees on,
+    # colliding as the MJCF's floor did (its contype/conaffinity; the robot's collision bits were chosen to meet it)
+    planes = [g for g in spec.worldbody.geoms if g.type == mujoco.mjtGeom.mjGEOM_PLANE]
+    bits = (planes[0].contype, planes[0].conaffinity) if planes else DEFAULT_FLOOR_BITS
+    for geom in planes:
         spec.delete(geom)
     fold_joint_force_limits(spec)
     add_robot_sensors(spec, robot)
@@ -62,9 +66,9 @@ def build_scene_spec(robot: RobotSpec, terrain: str = "flat", objects: tuple[str
                              type=mujoco.mjtLightType.mjLIGHT_DIRECTIONAL)
     spec.worldbody.add_geom(
         name=unused_name(spec.geoms, "floor"), type=mujoco.mjtGeom.mjGEOM_PLANE, size=[0, 0, 0.05],
-        material=mat.name, contype=1, conaffinity=1, condim=3, friction=[1.0, 0.005, 0.0001],
+        material=mat.name, contype=bits[0], conaffinity=bits[1], condim=3, friction=[1.0, 0.005, 0.0001],
     )
-    add_terrain(spec, terrain)
+    add_terrain(spec, terrain, bits)
     if "cube" in objects:
         add_cube(spec, robot.object_spawn, mass=cube_mass)
     return spec

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import mujoco
 import numpy as np
 
+from flashnerd.robots.spec import DEFAULT_FLOOR_BITS
 from flashnerd.sim.heightfield import PLATFORM, TILE, HeightField, add_heightfield, rough_heightfield, tile_centers
 from flashnerd.sim.naming import unused_name
 
@@ -87,16 +88,17 @@ def terrain_heightfield(name: str) -> HeightField | None:
     return rough_heightfield() if name == "rough" else None
 
 
-def add_terrain(spec: mujoco.MjSpec, name: str) -> None:
+def add_terrain(spec: mujoco.MjSpec, name: str, bits: tuple[int, int] = DEFAULT_FLOOR_BITS) -> None:
     """Add terrain `name` to `spec`'s world body: its boxes (geoms `terrain_<i>`, or the next free name) or its
-    heightfield, colliding like the floor."""
+    heightfield, colliding like the floor (its contype and conaffinity `bits`)."""
     field = terrain_heightfield(name)
     if field is not None:
-        add_heightfield(spec, field)
+        add_heightfield(spec, field, bits)
     for i, box in enumerate(terrain_boxes(name)):
         spec.worldbody.add_geom(
             name=unused_name(spec.geoms, f"terrain_{i}"), type=mujoco.mjtGeom.mjGEOM_BOX, pos=list(box.center),
-            quat=list(box.quat), size=list(box.half), contype=1, conaffinity=1, condim=3, friction=[1.0, 0.005, 0.0001],
+            quat=list(box.quat), size=list(box.half), contype=bits[0], conaffinity=bits[1], condim=3,
+            friction=[1.0, 0.005, 0.0001],
             rgba=[0.55, 0.5, 0.45, 1.0],
         )
 
