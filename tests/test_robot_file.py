@@ -19,7 +19,7 @@ import torch
 
 import flashnerd.robots as robots
 from flashnerd.cli.main import main
-from flashnerd.contacts import ContactRowDetector
+from flashnerd.contacts import ContactRowDetector, contact_features
 from flashnerd.data.dataset import load_dataset
 from flashnerd.dynamics import make_dynamics
 from flashnerd.envs import DoneTerm, mdp
@@ -560,6 +560,32 @@ def test_the_ground_collides_with_the_robot_as_the_floor_of_its_mjcf_did(tmp_pat
     shutil.copytree(hound_dir / "meshes", tmp_path / "c" / "meshes")
     with pytest.raises(RobotFileError, match=r"collision geoms collides with the ground \(contype 1, conaffinity 1"):
         get_robot(str(_write_spec(tmp_path / "c", "mjcf: robot.xml\n", xml.replace('model="bits"', 'model="bare"'))))
+
+
+@pytest.mark.parametrize("name", ["lynx", "tortoise"])
+def test_quadrupeds_authored_unlike_the_hound_stand_and_their_probes_touch_where_mujocos_feet_do(name):
+    """Two more quadrupeds from outside the package, written the other ways MJCFs are (tests/assets/<name>: lynx has
+    <general> actuators grouped by joint kind, torque limits as actuatorfrcrange, foot bodies, a collision head and
+    geoms of contype 2; tortoise is a scene file including the robot, in degrees, with knee joints whose ref is 60
+    degrees, no force limits and its keyframe home yawed). Each stands in MuJoCo on its feet alone, and the learned
+    backends' probes of its feet touch the ground exactly when MuJoCo's feet carry it."""
+    robot = get_robot(str(Path(__file__).parent / "assets" / name / f"{name}.yaml"))
+    dyn = make_dynamics("mujoco", robot, num_worlds=2)
+    ctrl = torch.tensor(robot.default_joint_pos).repeat(2, 1)  # (2, nu)
+    for _ in range(round(1.5 / robot.control_dt)):
+        dyn.step(ctrl)
+    state = dyn.state()
+    feet = [robot.all_contact_bodies.index(b) for b in robot.contact_bodies["feet"]]
+    weight = mujoco.mj_getTotalmass(build_scene(robot)) * 9.81
+    assert len(feet) == 4 and (state.qpos[:, 2] > 0.6 * robot.init_base_height).all()
+    torch.testing.assert_close(state.contact_force[:, feet].sum(1), torch.full((2,), weight), rtol=0.02, atol=0.0)
+    assert (state.contact_force[:, [0]] == 0).all()  # the base group touches nothing
+    probes = contact_features(robot, build_scene(robot))
+    _, distance = probes.features_and_distance(state.qpos, state.qvel)  # (2, P)
+    for body in robot.contact_bodies["feet"]:
+        on_foot = [i for i, p in enumerate(robot.probes) if p.body == body]
+        assert distance[:, on_foot].amin(dim=1).abs().max() < 3e-3, body  # MuJoCo's feet sink about a millimetre
+    dyn.close()
 
 
 def test_a_dataset_naming_a_hostile_spec_path_is_a_one_line_error(tmp_path):
