@@ -14,18 +14,23 @@ OUT=${3:-logs/improve_anymal}
 TASK=FlashNeRD-Velocity-Flat-Anymal-C-v0
 DATA=data/improve
 mkdir -p "$DATA" "$OUT"
-flashnerd record --robot anymal_c --num_worlds 256 --steps 1000 --traj_len 100 --seed 33 --out $DATA/explore_s33.h5
+resume() {  # --resume where a stopped recording left its partial output ($1), so it continues instead of starting over
+  if [[ -e $1 ]]; then echo --resume; fi
+}
+flashnerd record --robot anymal_c --num_worlds 256 --steps 1000 --traj_len 100 --seed 33 \
+  --out $DATA/explore_s33.h5 $(resume "$DATA/explore_s33.h5.parts")
 flashnerd record --task $TASK --checkpoint "$NOMINAL" --action_noise 0.3 --num_worlds 256 --steps 1000 --traj_len 100 \
-  --seed 53 --out $DATA/policy_nominal_s53.h5
+  --seed 53 --out $DATA/policy_nominal_s53.h5 $(resume "$DATA/policy_nominal_s53.h5.parts")
 flashnerd record --task $TASK --checkpoint "$RANDOMIZED" --action_noise 0.3 --num_worlds 128 --steps 1000 \
-  --traj_len 100 --seed 54 --out $DATA/policy_randomized_s54.h5
+  --traj_len 100 --seed 54 --out $DATA/policy_randomized_s54.h5 $(resume "$DATA/policy_randomized_s54.h5.parts")
 RESUME=()
 [[ -f $OUT/improve.json ]] && RESUME=(--resume)
 flashnerd improve --task $TASK --rounds 1 \
   --data $DATA/explore_s33.h5 $DATA/policy_nominal_s53.h5 $DATA/policy_randomized_s54.h5 \
   --target_minutes 85.4 --target_worlds 256 --traj_len 100 --action_noise 0.3 --fit_budget 900 --patience 0 \
   --contact_head_steps 3000 --seed 42 --out_dir "$OUT" --name improve "${RESUME[@]}"
-flashnerd record --robot anymal_c --num_worlds 64 --steps 200 --traj_len 200 --seed 31 --out $DATA/explore_eval_s31.h5
+flashnerd record --robot anymal_c --num_worlds 64 --steps 200 --traj_len 200 --seed 31 \
+  --out $DATA/explore_eval_s31.h5 $(resume "$DATA/explore_eval_s31.h5.parts")
 for MODEL in start new; do
   CKPT=checkpoints/anymal_c/flashnerd.safetensors
   [[ $MODEL == new ]] && CKPT=$OUT/round_0/model.safetensors

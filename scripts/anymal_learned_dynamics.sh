@@ -11,18 +11,23 @@ TASK=FlashNeRD-Velocity-Flat-Anymal-C-v0
 OUT=logs/learned_v2
 DATA=data/v2
 mkdir -p "$OUT" "$DATA/ckpt"
-flashnerd record --robot anymal_c --num_worlds 256 --steps 1000 --traj_len 100 --seed 0 --out $DATA/explore.h5
-flashnerd record --robot anymal_c --num_worlds 64 --steps 200 --traj_len 200 --seed 1 --out $DATA/explore_eval.h5
+resume() {  # --resume where a stopped recording left its partial output ($1), so it continues instead of starting over
+  if [[ -e $1 ]]; then echo --resume; fi
+}
+flashnerd record --robot anymal_c --num_worlds 256 --steps 1000 --traj_len 100 --seed 0 \
+  --out $DATA/explore.h5 $(resume "$DATA/explore.h5.parts")
+flashnerd record --robot anymal_c --num_worlds 64 --steps 200 --traj_len 200 --seed 1 \
+  --out $DATA/explore_eval.h5 $(resume "$DATA/explore_eval.h5.parts")
 SETS=($DATA/explore.h5)
 SEED=10
 NOISE=0.5
 WORLDS=256
 for CKPT in "$@"; do
   flashnerd record --task $TASK --checkpoint "$CKPT" --action_noise $NOISE --num_worlds $WORLDS --steps 1000 \
-    --traj_len 100 --seed $SEED --out $DATA/policy_$SEED.h5
+    --traj_len 100 --seed $SEED --out $DATA/policy_$SEED.h5 $(resume "$DATA/policy_$SEED.h5.parts")
   if [[ $SEED == 10 ]]; then  # held-out policy data from the first policy, another seed
     flashnerd record --task $TASK --checkpoint "$CKPT" --action_noise 0.3 --num_worlds 64 --steps 200 \
-      --traj_len 200 --seed 21 --out $DATA/policy_eval.h5
+      --traj_len 200 --seed 21 --out $DATA/policy_eval.h5 $(resume "$DATA/policy_eval.h5.parts")
   fi
   SETS+=($DATA/policy_$SEED.h5)
   SEED=$((SEED + 1)); NOISE=0.3; WORLDS=128

@@ -37,8 +37,11 @@ pretrained() {  # the pretrained policy of seed $1 (trained in MuJoCo when no fi
   fi
   echo "$found"
 }
+resume() {  # --resume where a stopped recording left its partial output ($1), so it continues instead of starting over
+  if [[ -e $1 ]]; then echo --resume; fi
+}
 [[ -f $OUT/explore.h5 ]] || flashnerd record --robot microduck --num_worlds 256 --steps 1000 --traj_len 100 --seed 0 \
-  --out "$OUT/explore.h5"
+  --out "$OUT/explore.h5" $(resume "$OUT/explore.h5.parts")
 rolls() {  # whether the pretrained run of policy $1 rolled in at least MIN_SUCCESS of its MuJoCo evaluation episodes
   local eval_json
   eval_json="$(dirname "$1")/eval.json"
@@ -58,9 +61,9 @@ for S in $DATA_SEEDS; do
   fi
   STARTS+=("$P")
   [[ -f $OUT/policy_s$S.h5 ]] || flashnerd record --task $T --checkpoint "$P" --action_noise 0.5 --num_worlds 256 \
-    --steps 1000 --traj_len 100 --seed 1$S --out "$OUT/policy_s$S.h5"
+    --steps 1000 --traj_len 100 --seed 1$S --out "$OUT/policy_s$S.h5" $(resume "$OUT/policy_s$S.h5.parts")
   [[ -f $OUT/rolls_s$S.h5 ]] || flashnerd record --task $T --checkpoint "$P" --action_noise 0.5 --num_worlds 2048 \
-    --steps 100 --traj_len 100 --seed 2$S --out "$OUT/rolls_s$S.h5"
+    --steps 100 --traj_len 100 --seed 2$S --out "$OUT/rolls_s$S.h5" $(resume "$OUT/rolls_s$S.h5.parts")
   KEEP+=("$OUT/policy_s$S.h5" "$OUT/rolls_s$S.h5")
 done
 [[ ${#STARTS[@]} -gt 0 ]] || { echo "no data seed rolls; pretrain others (DATA_SEEDS)" >&2; exit 1; }

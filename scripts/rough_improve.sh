@@ -19,15 +19,18 @@ EPISODES=${EPISODES:-32}
 FIT=${FIT:-600}
 TARGET=${TARGET:-85.4}
 mkdir -p "$OUT"
+resume() {  # --resume where a stopped recording left its partial output ($1), so it continues instead of starting over
+  if [[ -e $1 ]]; then echo --resume; fi
+}
 for SEED in 40 42; do
   FILE=$OUT/explore_s$SEED.h5
   [[ $SEED == 40 ]] && FILE=$OUT/explore.h5
   [[ -f $FILE ]] || flashnerd record --robot anymal_c --terrain rough --num_worlds "$WORLDS" --steps "$STEPS" \
-    --traj_len 100 --seed $SEED --out "$FILE"
+    --traj_len 100 --seed $SEED --out "$FILE" $(resume "$FILE.parts")
 done
 RESUME=()
 [[ -f $LOGS/improve.json ]] && RESUME=(--resume)
 flashnerd improve --task FlashNeRD-Velocity-Rough-Anymal-C-v0 --rounds "$ROUNDS" --iterations "$ITERATIONS" \
-  --num_envs "$ENVS" --data "$OUT/explore.h5" "$OUT/explore_s42.h5" --target_minutes "$TARGET" --target_worlds "$WORLDS" \
-  --traj_len 100 --action_noise 0.3 --fit_budget "$FIT" --patience 0 --contact_head_steps 3000 \
+  --num_envs "$ENVS" --data "$OUT/explore.h5" "$OUT/explore_s42.h5" --target_minutes "$TARGET" \
+  --target_worlds "$WORLDS" --traj_len 100 --action_noise 0.3 --fit_budget "$FIT" --patience 0 --contact_head_steps 3000 \
   --eval_episodes "$EPISODES" --seed 42 --out_dir "$LOGS" --name improve "${RESUME[@]}"

@@ -11,10 +11,13 @@ STEPS=${STEPS:-1000}
 EVAL_WORLDS=${EVAL_WORLDS:-64}
 OUT=${OUT:-data/rough}
 mkdir -p "$OUT"
+resume() {  # --resume where a stopped recording left its partial output ($1), so it continues instead of starting over
+  if [[ -e $1 ]]; then echo --resume; fi
+}
 [[ -f $OUT/explore.h5 ]] || flashnerd record --robot anymal_c --terrain rough --num_worlds "$WORLDS" --steps "$STEPS" \
-  --traj_len 100 --seed 40 --out "$OUT/explore.h5"
+  --traj_len 100 --seed 40 --out "$OUT/explore.h5" $(resume "$OUT/explore.h5.parts")
 [[ -f $OUT/explore_eval.h5 ]] || flashnerd record --robot anymal_c --terrain rough --num_worlds "$EVAL_WORLDS" \
-  --steps 200 --traj_len 200 --seed 41 --out "$OUT/explore_eval.h5"
+  --steps 200 --traj_len 200 --seed 41 --out "$OUT/explore_eval.h5" $(resume "$OUT/explore_eval.h5.parts")
 for MODEL in flashnerd nerd; do
   CONTACTS=probes
   [[ $MODEL == flashnerd ]] && CONTACTS=rows

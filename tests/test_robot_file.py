@@ -28,7 +28,7 @@ from flashnerd.models.checkpoint import read_checkpoint
 from flashnerd.robots import RobotFileError, get_robot
 from flashnerd.robots.spec_file import actuator_force_limits, collision_probes
 from flashnerd.robots.variant import load_variant
-from flashnerd.sim.scene import build_scene, default_qpos
+from flashnerd.sim.scene import add_cube, build_scene, build_scene_spec, default_qpos
 
 HOUND = Path(__file__).parent / "assets" / "hound"
 TASK = "FlashNeRD-Velocity-Flat-Anymal-C-v0"
@@ -557,6 +557,15 @@ def test_the_ground_collides_with_the_robot_as_the_floor_of_its_mjcf_did(tmp_pat
     for _ in range(round(1.0 / model.opt.timestep)):
         mujoco.mj_step(model, data)
     assert data.qpos[2] > 0.5 * robot.init_base_height  # standing, not falling through the floor
+    spec = build_scene_spec(robot)
+    floor = next(g for g in spec.worldbody.geoms if g.type == mujoco.mjtGeom.mjGEOM_PLANE)
+    floor.contype, floor.conaffinity = 4, 4  # bits the cube's own (1 and 2, for hands) do not meet
+    add_cube(spec, (1.0, 0.0, 0.5), floor_bits=(4, 4))  # a manipulated object lands on any floor
+    model = spec.compile()
+    data = mujoco.MjData(model)
+    for _ in range(round(1.0 / model.opt.timestep)):
+        mujoco.mj_step(model, data)
+    assert abs(data.body("cube").xpos[2] - 0.065 / 2) < 2e-3
     shutil.copytree(hound_dir / "meshes", tmp_path / "c" / "meshes")
     with pytest.raises(RobotFileError, match=r"collision geoms collides with the ground \(contype 1, conaffinity 1"):
         get_robot(str(_write_spec(tmp_path / "c", "mjcf: robot.xml\n", xml.replace('model="bits"', 'model="bare"'))))

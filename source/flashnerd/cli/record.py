@@ -159,6 +159,8 @@ def run(args: argparse.Namespace) -> dict:
         if not args.resume:
             _refuse_stopped_recording([_part_path(args.out, r) for r in range(info.world_size)] if info.enabled
                                       else [args.out])
+            if info.enabled:  # every rank has looked before any writes its first batch
+                barrier()
         shard = argparse.Namespace(**{**vars(args), "device": device})
         if info.enabled:  # this rank's worlds, its own seed and its own part file
             shard.num_worlds = args.num_worlds // info.world_size + (info.rank < args.num_worlds % info.world_size)

@@ -70,7 +70,7 @@ def build_scene_spec(robot: RobotSpec, terrain: str = "flat", objects: tuple[str
     )
     add_terrain(spec, terrain, bits)
     if "cube" in objects:
-        add_cube(spec, robot.object_spawn, mass=cube_mass)
+        add_cube(spec, robot.object_spawn, mass=cube_mass, floor_bits=bits)
     return spec
 
 
@@ -164,13 +164,16 @@ def variant_robot(name: str, path: str | None, check: bool = True) -> RobotSpec:
     return robot
 
 
-def add_cube(spec: mujoco.MjSpec, pos, size: float = CUBE_SIZE, mass: float = CUBE_MASS) -> None:
-    """A free cube (edge `size`, `mass`) at `pos`; contype/conaffinity 3 collide with the floor (bit 1) and with a
-    hand whose geoms use bit 2. Its body, joint and geom are named `cube` unless the robot took that name."""
+def add_cube(spec: mujoco.MjSpec, pos, size: float = CUBE_SIZE, mass: float = CUBE_MASS,
+             floor_bits: tuple[int, int] = DEFAULT_FLOOR_BITS) -> None:
+    """A free cube (edge `size`, `mass`) at `pos`; contype/conaffinity 3 collide with a hand whose geoms use bit 1 or
+    2, and with the floor of contype/conaffinity `floor_bits`. Its body, joint and geom are named `cube` unless the
+    robot took that name."""
+    contype, conaffinity = 3 | floor_bits[1], 3 | floor_bits[0]
     body = spec.worldbody.add_body(name=unused_name(spec.bodies, "cube"), pos=list(pos))
     body.add_freejoint(name=unused_name(spec.joints, "cube"))
     body.add_geom(name=unused_name(spec.geoms, "cube"), type=mujoco.mjtGeom.mjGEOM_BOX, size=[size / 2] * 3,
-                  mass=mass, contype=3, conaffinity=3, condim=3, friction=[1.0, 0.005, 0.0001],
+                  mass=mass, contype=contype, conaffinity=conaffinity, condim=3, friction=[1.0, 0.005, 0.0001],
                   rgba=[0.85, 0.55, 0.15, 1.0])
 
 
