@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from flashnerd.contacts import ProbeFeatures
+from flashnerd.dynamics.learned import _cast_floats
 from flashnerd.dynamics.representation import StateRepresentation, quat_to_rotvec, rotvec_to_quat
 from flashnerd.models.normalizer import Normalizer
 from flashnerd.robots.kinematics import TorchKinematics
@@ -150,11 +151,14 @@ def test_torch_kinematics_turns_joints_by_their_displacement_from_ref(two_joint_
     qpos[0] = m.qpos0  # the reference pose itself
     qpos[:, 3:7] /= np.linalg.norm(qpos[:, 3:7], axis=1, keepdims=True)
     pos, quat = kin.forward(torch.tensor(qpos, dtype=torch.float32))
+    _cast_floats(kin, torch.float64, set())  # as a learned backend's to_dtype casts it (finite-difference checks)
+    pos64, _ = kin.forward(torch.tensor(qpos, dtype=torch.float64))
     for i in range(6):
         d.qpos[:] = qpos[i]
         mujoco.mj_kinematics(m, d)
         assert np.allclose(pos[i].numpy(), d.xpos, atol=2e-5)
         assert np.allclose(np.abs(np.sum(quat[i].numpy() * d.xquat, axis=1)), 1.0, atol=1e-5)
+        assert np.allclose(pos64[i].numpy(), d.xpos, atol=1e-9)
 
 
 def test_probe_distances_match_mujoco_geometry(anymal):

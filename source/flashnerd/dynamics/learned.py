@@ -380,9 +380,25 @@ def _cast_floats(obj, dtype: torch.dtype, seen: set[int]) -> None:
         return
     seen.add(id(obj))
     for name, value in vars(obj).items():
-        if isinstance(value, torch.Tensor) and value.is_floating_point():
-            setattr(obj, name, value.to(dtype))
-        elif isinstance(value, torch.nn.Module):
-            value.to(dtype)
-        elif hasattr(value, "__dict__") and type(value).__module__.startswith("flashnerd"):
-            _cast_floats(value, dtype, seen)
+        cast = _cast_value(value, dtype, seen)
+        if cast is not value:
+            setattr(obj, name, cast)
+
+
+def _cast_value(value, dtype: torch.dtype, seen: set[int]):
+    """`value` with its floating tensors in `dtype`: a tensor cast, a module or flashnerd object cast in place, the
+    lists, tuples and dicts that hold them (e.g. the kinematics' per-body joint constants) rebuilt; anything else is
+    returned as it is."""
+    if isinstance(value, torch.Tensor):
+        return value.to(dtype) if value.is_floating_point() else value
+    if isinstance(value, torch.nn.Module):
+        return value.to(dtype)
+    if isinstance(value, (list, tuple)) and not hasattr(value, "_fields"):  # a named tuple keeps its own form
+        items = [_cast_value(v, dtype, seen) for v in value]
+        return type(value)(items) if any(a is not b for a, b in zip(items, value)) else value
+    if isinstance(value, dict):
+        items = {k: _cast_value(v, dtype, seen) for k, v in value.items()}
+        return items if any(items[k] is not v for k, v in value.items()) else value
+    if hasattr(value, "__dict__") and type(value).__module__.startswith("flashnerd"):
+        _cast_floats(value, dtype, seen)
+    return value
