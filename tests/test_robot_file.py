@@ -597,6 +597,16 @@ def test_quadrupeds_authored_unlike_the_hound_stand_and_their_probes_touch_where
     dyn.close()
 
 
+def test_contact_rows_take_the_world_boxes_that_collide_and_not_visual_ones(tmp_path, hound_dir):
+    xml = (hound_dir / "hound.xml").read_text().replace('model="hound"', 'model="boxed"')
+    boxes = ('<worldbody><geom name="marker" type="box" size="0.3 0.3 0.01" pos="2 0 0.01" contype="0" '
+             'conaffinity="0"/><geom name="step" type="box" size="0.3 0.3 0.05" pos="-2 0 0.05"/>')
+    shutil.copytree(hound_dir / "meshes", tmp_path / "x" / "meshes")
+    robot = get_robot(str(_write_spec(tmp_path / "x", "mjcf: robot.xml\n", xml.replace("<worldbody>", boxes))))
+    detector = ContactRowDetector(robot, build_scene(robot))
+    torch.testing.assert_close(detector.box_center, torch.tensor([[-2.0, 0.0, 0.05]]))  # the step, not the marker
+
+
 def test_a_dataset_naming_a_hostile_spec_path_is_a_one_line_error(tmp_path):
     from flashnerd.robots import robot_of_record
 

@@ -75,8 +75,9 @@ class ContactRowDetector:
         self.kin = TorchKinematics(model, dev)  # compiled below as part of the sphere motion
         bodies = list(dict.fromkeys(p.body for p in robot.probes))
         self.body_onehot = torch.eye(len(bodies), **f)[[bodies.index(p.body) for p in robot.probes]]  # (P, nb)
-        world_boxes = [g for g in range(model.ngeom) if model.geom_bodyid[g] == 0
-                       and model.geom_type[g] == mujoco.mjtGeom.mjGEOM_BOX]
+        world_boxes = [g for g in range(model.ngeom) if model.geom_bodyid[g] == 0  # visual boxes collide with nothing
+                       and model.geom_type[g] == mujoco.mjtGeom.mjGEOM_BOX
+                       and (model.geom_contype[g] or model.geom_conaffinity[g])]
         self.box_center = torch.tensor(model.geom_pos[world_boxes], **f).reshape(-1, 3)  # (B, 3)
         rot = torch.zeros(len(world_boxes), 9, dtype=torch.float64)
         for i, g in enumerate(world_boxes):
