@@ -350,6 +350,15 @@ def test_a_robot_without_what_the_task_needs_is_refused(hound_dir):
      "actuator 'FL_hip' is not a position actuator"),
     ("mjcf: robot.xml\n", ("<freejoint", "<joint type='ball'/><freejoint"), "failed to load"),
     ("mjcf: robot.xml\n", ("<worldbody>", "<worldbody><<"), r"failed to load: XML parse error 15: .* Line number=\d+"),
+    # bodies beside the robot: a static rig before it, a crate or a body holding a floor after it
+    ("mjcf: robot.xml\n", ("<worldbody>", '<worldbody><body name="rig" pos="0 0 2"><camera name="cam"/></body>'),
+     "the first body is 'rig' and free joints move 'base'; .* move static bodies"),
+    ("mjcf: robot.xml\n", ("</worldbody>", '<body name="crate" pos="2 0 0.1"><geom type="box" size="0.1 0.1 0.1"/>'
+                                           '</body></worldbody>'), "body 'crate' beside the robot .* has collision"),
+    ("mjcf: robot.xml\n", ("</worldbody>", '<body name="ground"><geom type="plane" size="5 5 0.1"/></body>'
+                                           '</worldbody>'), "body 'ground' beside the robot"),
+    # a servo's ctrlrange copied from its joint's range in degrees, however small
+    ("mjcf: robot.xml\n", ('<compiler angle="radian"', '<compiler angle="degree"'), None),
     ("- just\n- a list\n", None, "must be a YAML mapping with an 'mjcf' key"),
     ("mjcf: robot.xml\ninit_joint_noise: [0.1, 0.2]\n", None, "lists 2 values for the 12 joint positions of qpos"),
     ("mjcf: robot.xml\nobject_spawn: [0.0, 0.0]\n", None, r"object_spawn must be \[x, y, z\]"),
@@ -366,6 +375,13 @@ def test_bad_spec_files_are_one_line_errors(tmp_path, hound_dir, text, xml_edit,
     xml = (hound_dir / "hound.xml").read_text().replace('model="hound"', 'model="other"')
     if xml_edit is not None:
         xml = xml.replace(*xml_edit)
+    if match is None:  # in degrees, the abduction joints' range and their ctrlrange both "-5 5": 5 rad, not 5 degrees
+        xml = re.sub(r'range="(-?[\d.]+) (-?[\d.]+)"/><position ctrlrange',
+                     lambda m: f'range="{math.degrees(float(m[1])):.4f} {math.degrees(float(m[2])):.4f}"/><position '
+                               'ctrlrange', xml)  # every joint in degrees, its ctrlrange kept in radians
+        xml = xml.replace('<joint axis="1 0 0" range="-45.8366 45.8366"/><position ctrlrange="-0.8 0.8"/>',
+                          '<joint axis="1 0 0" range="-5 5"/><position ctrlrange="-5 5"/>')
+        match = r"ctrlrange \[-5, 5\] on a joint whose range is \[-0.08727, 0.08727\] rad: degrees\?"
     shutil.copytree(hound_dir / "meshes", tmp_path / "r" / "meshes")
     spec = _write_spec(tmp_path / "r", text, xml)
     with pytest.raises(RobotFileError, match=match) as err:
@@ -411,6 +427,16 @@ def test_a_ctrlrange_written_in_degrees_is_refused_and_one_in_radians_is_kept(tm
                                              r"0\.8\] rad: degrees\?.*write it in radians") as err:
         get_robot(str(spec))
     assert "\n" not in str(err.value)
+
+
+def test_an_ellipsoid_of_equal_axes_is_its_sphere(tmp_path, hound_dir):
+    xml = (hound_dir / "hound.xml").read_text().replace('model="hound"', 'model="ell"')
+    xml = xml.replace('<geom name="FL" class="foot" pos="0 0 -0.2"/>',
+                      '<geom name="FL" class="foot" type="ellipsoid" size="0.022 0.022 0.022" pos="0 0 -0.2"/>')
+    shutil.copytree(hound_dir / "meshes", tmp_path / "e" / "meshes")
+    robot = get_robot(str(_write_spec(tmp_path / "e", "mjcf: robot.xml\n", xml)))  # no unsupported_geoms needed
+    hound = get_robot(str(hound_dir / "hound.yaml"))
+    assert robot.probes == hound.probes
 
 
 def test_unsupported_geoms_take_their_bounding_box_when_asked(tmp_path, hound_dir):
@@ -527,12 +553,14 @@ def test_a_floor_in_the_users_mjcf_and_site_only_leaf_bodies_are_handled(tmp_pat
     xml = xml.replace('<geom name="FL" class="foot" pos="0 0 -0.2"/>',
                       '<geom name="FL" class="foot" pos="0 0 -0.2"/><body name="FL_tip" pos="0 0 -0.2"><site/></body>')
     xml = xml.replace("<worldbody>", '<worldbody><geom name="their_floor" type="plane" size="5 5 0.1"/>')
+    xml = xml.replace("<keyframe>", '<contact><pair geom1="their_floor" geom2="FL" friction="0.7 0.7"/></contact>'
+                                    "<keyframe>")  # the scene's floor keeps the name a pair gives it
     shutil.copytree(hound_dir / "meshes", tmp_path / "t" / "meshes")
     robot = get_robot(str(_write_spec(tmp_path / "t", "mjcf: robot.xml\n", xml)))
     assert robot.contact_bodies["feet"] == ("FL_calf", "FR_calf", "RL_calf", "RR_calf")  # the tip has no geometry
     model = build_scene(robot)
     planes = [model.geom(g).name for g in range(model.ngeom) if model.geom_type[g] == mujoco.mjtGeom.mjGEOM_PLANE]
-    assert planes == ["floor"]  # one floor, the scene's
+    assert planes == ["their_floor"]  # one floor, the scene's, under the name the MJCF gave its own
 
 
 def test_the_ground_collides_with_the_robot_as_the_floor_of_its_mjcf_did(tmp_path, hound_dir):

@@ -227,7 +227,9 @@ def _check_ctrlrange_units(model: mujoco.MjModel, degree: bool, where: str) -> N
                 and int(model.jnt_type[j]) == int(mujoco.mjtJoint.mjJNT_HINGE)):
             continue
         ctrl, (lo, hi) = model.actuator_ctrlrange[a], model.jnt_range[j]  # (2,), rad
-        if np.abs(ctrl).max() > 2 * math.pi >= max(abs(lo), abs(hi)):
+        in_degrees = np.degrees([lo, hi])  # the joint's range as the MJCF wrote it
+        copied = np.allclose(ctrl, in_degrees, rtol=0.0, atol=1e-3) and not np.allclose(ctrl, [lo, hi], atol=1e-3)
+        if copied or np.abs(ctrl).max() > 2 * math.pi >= max(abs(lo), abs(hi)):
             raise RobotFileError(f"{where}: actuator '{model.actuator(a).name or f'#{a}'}' has ctrlrange "
                                  f"[{ctrl[0]:g}, {ctrl[1]:g}] on a joint whose range is [{lo:.4g}, {hi:.4g}] rad: "
                                  f"degrees? MuJoCo does not convert ctrlrange under angle=\"degree\"; write it in "
@@ -239,8 +241,12 @@ def _floating(model: mujoco.MjModel, where: str) -> bool:
     if not free:
         return False
     if free != [0] or int(model.jnt_bodyid[0]) != 1:
-        raise RobotFileError(f"{where}: only the robot's first body may have a free joint (the floating base); the "
-                             "MJCF holds the robot alone, without free objects or static bodies before it")
+        first = model.body(1).name or "#1"
+        moving = ", ".join(f"'{model.body(int(model.jnt_bodyid[j])).name or int(model.jnt_bodyid[j])}'" for j in free)
+        raise RobotFileError(f"{where}: only the robot's first body may have a free joint (the floating base), but "
+                             f"the first body is '{first}' and free joints move {moving}; the MJCF holds the robot "
+                             "alone: move static bodies (a camera rig, a prop) after the robot or onto the worldbody, "
+                             "and remove free objects")
     return True
 
 
@@ -291,8 +297,19 @@ def _collision_geoms(model: mujoco.MjModel, ground: bool = False) -> list[int]:
     """The robot's geoms that collide (contype or conaffinity nonzero), on bodies other than the world; with `ground`
     only those that collide with the ground (MuJoCo's rule on their bits and `floor_bits`)."""
     contype, conaffinity = floor_bits(model) if ground else (-1, -1)
-    return [g for g in range(model.ngeom) if model.geom_bodyid[g] != 0
+    return [g for g in range(model.ngeom) if model.body_rootid[model.geom_bodyid[g]] == 1  # the robot's tree
             and (model.geom_contype[g] & conaffinity or model.geom_conaffinity[g] & contype)]
+
+
+def _check_one_robot(model: mujoco.MjModel, where: str) -> None:
+    """One-line error for colliding geometry on bodies beside the robot's tree (a crate, a body holding a floor):
+    the learned backends see the robot and the ground only."""
+    for g in range(model.ngeom):
+        b = int(model.geom_bodyid[g])
+        if b != 0 and model.body_rootid[b] != 1 and (model.geom_contype[g] or model.geom_conaffinity[g]):
+            raise RobotFileError(f"{where}: body '{model.body(b).name or b}' beside the robot (the tree of its first "
+                                 f"body '{model.body(1).name or 1}') has collision geometry; the MJCF holds the robot "
+                                 "alone: put static geometry on the worldbody itself, or remove the body")
 
 
 def _rotation(quat: np.ndarray) -> np.ndarray:
@@ -334,8 +351,8 @@ def geom_probes(model: mujoco.MjModel, g: int, unsupported: str = "error") -> li
     if kind == int(_GEOM.mjGEOM_CAPSULE):  # the segment along the geom's z axis
         return [Probe(body, in_body(np.array([0.0, 0.0, size[1]])), float(size[0]),
                       to=in_body(np.array([0.0, 0.0, -size[1]])))]
-    if kind == int(_GEOM.mjGEOM_SPHERE):
-        local = [(np.zeros(3), float(size[0]))]
+    if kind == int(_GEOM.mjGEOM_SPHERE) or (kind == int(_GEOM.mjGEOM_ELLIPSOID) and np.ptp(size[:3]) == 0):
+        local = [(np.zeros(3), float(size[0]))]  # an ellipsoid of three equal axes is that sphere
     elif kind == int(_GEOM.mjGEOM_BOX):
         local = [(c, 0.0) for c in signs * size[:3]]
     elif unsupported == "bounding_box":
@@ -345,8 +362,8 @@ def geom_probes(model: mujoco.MjModel, g: int, unsupported: str = "error") -> li
         local = []
     else:
         kind_name = mujoco.mjtGeom(kind).name.removeprefix("mjGEOM_").lower()
-        label = model.geom(g).name or f"#{g} of body '{body}'"
-        raise RobotFileError(f"collision geom '{label}' is a {kind_name}, which contact rows do not take exactly; set "
+        label = f"'{model.geom(g).name}'" if model.geom(g).name else f"#{g} of body '{body}'"
+        raise RobotFileError(f"collision geom {label} is a {kind_name}, which contact rows do not take exactly; set "
                              "'unsupported_geoms: bounding_box' (its bounding-box corners) or 'skip', or list probes")
     return [Probe(body, in_body(c), r) for c, r in local]
 
@@ -521,6 +538,7 @@ def parse_robot_file(data: Any, path: Path) -> RobotSpec:
     joints = _joints(model, where)
     _check_ctrlrange_units(model, degree, where)
     floating = _floating(model, where)
+    _check_one_robot(model, where)
     qpos, from_key, as_keyframe = _default_pose(data, model, joints, where)
     groups = _contact_groups(data, model, floating, qpos, where)
     undesired = data.get("undesired_contacts", [])

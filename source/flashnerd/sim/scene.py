@@ -48,13 +48,11 @@ def build_scene_spec(robot: RobotSpec, terrain: str = "flat", objects: tuple[str
     # colliding as the MJCF's floor did (its contype/conaffinity; the robot's collision bits were chosen to meet it)
     planes = [g for g in spec.worldbody.geoms if g.type == mujoco.mjtGeom.mjGEOM_PLANE]
     bits = (planes[0].contype, planes[0].conaffinity) if planes else DEFAULT_FLOOR_BITS
+    floor_name = planes[0].name if planes and planes[0].name else ""  # a <pair> or <exclude> may name it
     for geom in planes:
         spec.delete(geom)
-    fold_joint_force_limits(spec)
-    add_robot_sensors(spec, robot)
-    if robot.variant is not None:  # before terrain and objects, so its regexes see the robot alone
-        apply_variant(spec, robot.variant)
-    # a user's MJCF may already name its own texture "grid" or light "sun" (scene files often do): take free names
+    # the scene's floor takes the deleted plane's place (and name) before the compiles below, which resolve what
+    # names it; a user's MJCF may already name its own texture "grid" or light "sun" (scene files often do): free names
     tex = spec.add_texture(
         name=unused_name(spec.textures, "grid"), type=mujoco.mjtTexture.mjTEXTURE_2D,
         builtin=mujoco.mjtBuiltin.mjBUILTIN_CHECKER, rgb1=[0.22, 0.27, 0.32], rgb2=[0.15, 0.19, 0.23], width=256,
@@ -65,9 +63,13 @@ def build_scene_spec(robot: RobotSpec, terrain: str = "flat", objects: tuple[str
     spec.worldbody.add_light(name=unused_name(spec.lights, "sun"), pos=[0, 0, 4], dir=[0, 0, -1],
                              type=mujoco.mjtLightType.mjLIGHT_DIRECTIONAL)
     spec.worldbody.add_geom(
-        name=unused_name(spec.geoms, "floor"), type=mujoco.mjtGeom.mjGEOM_PLANE, size=[0, 0, 0.05],
+        name=floor_name or unused_name(spec.geoms, "floor"), type=mujoco.mjtGeom.mjGEOM_PLANE, size=[0, 0, 0.05],
         material=mat.name, contype=bits[0], conaffinity=bits[1], condim=3, friction=[1.0, 0.005, 0.0001],
     )
+    fold_joint_force_limits(spec)
+    add_robot_sensors(spec, robot)
+    if robot.variant is not None:  # before terrain and objects, so its regexes see the robot alone
+        apply_variant(spec, robot.variant)
     add_terrain(spec, terrain, bits)
     if "cube" in objects:
         add_cube(spec, robot.object_spawn, mass=cube_mass, floor_bits=bits)
