@@ -30,7 +30,7 @@ default pose: on each leg, the body with the lowest collision geometry, where it
 probes whose distance to a plane or a box is exactly the geom's (contacts/rows.py): a sphere and a capsule are
 themselves (a capsule probe is a segment and a radius), a box is its eight corners (radius 0; exact against a plane);
 a geom on an unnamed body welded to its parent rides on the nearest named ancestor.
-Cylinders, ellipsoids and meshes have no such form: `unsupported_geoms` names what happens (`bounding_box`: the
+Cylinders, ellipsoids (other than one of three equal axes, a sphere) and meshes have no such form: `unsupported_geoms` names what happens (`bounding_box`: the
 corners of the geom's bounding box, which reach at least as far as the geom; `skip`: no spheres).
 The backends add the sensors they need (contact per contact body, torque per actuator) through `MjSpec` when the
 MJCF lacks them (sim/scene.py). The file is read with `utils.strict_yaml` (a safe loader: it runs no code).
