@@ -22,18 +22,19 @@
     object_spawn: [0.0, 0.0, 0.5]      # where a manipulated object (the cube) starts, world frame (default: none)
 
 Derived from the compiled model: the joints (the actuated ones, in actuator order; every actuator must be a position
-actuator on one hinge or slide joint, as the tasks send joint targets), a floating or fixed base (a free joint on
-the first body), the PD gains and torque limit (reported; the per-actuator values stay in the MJCF), the contact
-groups `base` (the floating body, unless a group of the file holds it) and `feet` (what the robot stands on in its
-default pose: on each leg, the body with the lowest collision geometry, where it reaches near the ground; see
-`_standing_feet`) unless given, and the contact probes. Collision geoms (contype or conaffinity nonzero) become
-probes whose distance to a plane or a box is exactly the geom's (contacts/rows.py): a sphere and a capsule are
-themselves (a capsule probe is a segment and a radius), a box is its eight corners (radius 0; exact against a plane);
-a geom on an unnamed body welded to its parent rides on the nearest named ancestor.
-Cylinders, ellipsoids (other than one of three equal axes, a sphere) and meshes have no such form: `unsupported_geoms` names what happens (`bounding_box`: the
-corners of the geom's bounding box, which reach at least as far as the geom; `skip`: no spheres).
-The backends add the sensors they need (contact per contact body, torque per actuator) through `MjSpec` when the
-MJCF lacks them (sim/scene.py). The file is read with `utils.strict_yaml` (a safe loader: it runs no code).
+actuator on one hinge or slide joint, as the tasks send joint targets), a floating or fixed base (a free joint on the
+first body), the PD gains and torque limit (reported; the per-actuator values stay in the MJCF), the contact groups
+`base` (the floating body, unless a group of the file holds it) and `feet` (what the robot stands on in its default
+pose: on each leg, the body with the lowest collision geometry, where it reaches near the ground; see `_standing_feet`)
+unless given, and the contact probes. Collision geoms (contype or conaffinity nonzero) that meet the ground's bits
+(`floor_bits`) become probes whose distance to a plane or a box is exactly the geom's (contacts/rows.py): a sphere and a
+capsule are themselves (a capsule probe is a segment and a radius), a box is its eight corners (radius 0; exact against
+a plane); a geom on an unnamed body welded to its parent rides on the nearest named ancestor.
+Cylinders, ellipsoids (other than one of three equal axes, a sphere) and meshes have no such form: `unsupported_geoms`
+names what happens (`bounding_box`: the corners of the geom's bounding box, which reach at least as far as the geom;
+`skip`: no spheres). The backends add the sensors they need (contact per contact body, torque per actuator) through
+`MjSpec` when the MJCF lacks them (sim/scene.py). The file is read with `utils.strict_yaml` (a safe loader: it runs no
+code).
 """
 
 from __future__ import annotations
