@@ -949,7 +949,8 @@ def test_feet_on_legs_that_hang_from_one_jointed_waist_are_each_kept(tmp_path):
     (('<geom name="FL" class="foot" pos="0 0 -0.2"/>', '<body pos="0 0 -0.2"><geom name="FL" class="foot"/></body>'),
      "sits on an unnamed body welded to 'FL_calf' .* whose contact sensor would not see it"),
     (("</worldbody>", '<body pos="2 0 0.1"><geom type="box" size="0.1 0.1 0.1"/></body></worldbody>'),
-     "is on an unnamed body fixed to the world; the MJCF holds the robot alone"),
+     r"unnamed body #14 beside the robot \(the tree of its first body 'base'\) has collision geometry; the MJCF "
+     "holds the robot alone"),
 ])
 def test_collision_geometry_on_unnamed_bodies_that_cannot_be_placed_is_a_one_line_error(tmp_path, hound_dir, edit,
                                                                                         match):

@@ -308,7 +308,8 @@ def _check_one_robot(model: mujoco.MjModel, where: str) -> None:
     for g in range(model.ngeom):
         b = int(model.geom_bodyid[g])
         if b != 0 and model.body_rootid[b] != 1 and (model.geom_contype[g] or model.geom_conaffinity[g]):
-            raise RobotFileError(f"{where}: body '{model.body(b).name or b}' beside the robot (the tree of its first "
+            name = f"body '{model.body(b).name}'" if model.body(b).name else f"unnamed body #{b}"
+            raise RobotFileError(f"{where}: {name} beside the robot (the tree of its first "
                                  f"body '{model.body(1).name or 1}') has collision geometry; the MJCF holds the robot "
                                  "alone: put static geometry on the worldbody itself, or remove the body")
 
