@@ -27,7 +27,7 @@ from flashnerd.cli.policy import load_policy, resolve_checkpoint
 from flashnerd.data.dataset import robot_layout
 from flashnerd.data.logs import OUT_SUFFIXES as LOG_SUFFIXES
 from flashnerd.data.logs import dataset_to_log
-from flashnerd.data.record import PolicySource, merge_recordings, partial_path, record
+from flashnerd.data.record import PolicySource, merge_recordings, partial_path, record, stopped_batches
 from flashnerd.dynamics import REFERENCE_BACKEND, backend_names
 from flashnerd.envs.memory import check_dynamics_memory, check_env_memory
 from flashnerd.envs.registry import task_cfgs
@@ -188,10 +188,9 @@ def run(args: argparse.Namespace) -> dict:
 def _refuse_stopped_recording(outs: Sequence[str | Path]) -> None:
     """A recording started afresh would delete the batches a stopped one kept: refuse, naming --resume."""
     for out in outs:
-        parts = partial_path(out)
-        if done := len(list(parts.glob("chunk_*.h5"))):
-            raise CLIError(f"'{parts}' holds {done} complete batch(es) of a stopped recording of '{out}'; add --resume "
-                           "to continue it, or delete that folder to record afresh")
+        if done := stopped_batches(out):
+            raise CLIError(f"'{partial_path(out)}' holds {done} complete batch(es) of a stopped recording of '{out}'; "
+                           "add --resume to continue it, or delete that folder to record afresh")
 
 
 def _part_path(out: str, rank: int) -> Path:

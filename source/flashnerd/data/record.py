@@ -343,6 +343,11 @@ def _chunk_files(parts: Path) -> list[Path]:
     return sorted(parts.glob("chunk_*.h5"))
 
 
+def stopped_batches(out: str | Path) -> int:
+    """Complete batches a stopped recording of `out` keeps in `partial_path(out)` (0 where there is none)."""
+    return len(_chunk_files(partial_path(out)))
+
+
 CORE_IDENTITY = frozenset({"robot", "model_hash", "num_worlds", "steps", "traj_len", "seed", "source", "terrain",
                            "variant"})  # in every unfinished recording's settings.json
 
