@@ -342,10 +342,7 @@ def geom_probes(model: mujoco.MjModel, g: int, unsupported: str = "error") -> li
         pos, rot = model.body_pos[c] + _rotation(model.body_quat[c]) @ pos, _rotation(model.body_quat[c]) @ rot
         b = int(model.body_parentid[c])
     body = model.body(b).name
-    if not body and model.body_jntnum[b] == 0:
-        raise RobotFileError(f"collision geom #{g} is on an unnamed body fixed to the world; the MJCF holds the robot "
-                             "alone (remove it)")
-    if not body:
+    if not body:  # bodies beside the robot's tree were refused before (`_check_one_robot`)
         raise RobotFileError(f"collision geom #{g} is on an unnamed body that moves on a joint of its own; name the "
                              "body in the MJCF")
     signs = np.array([[sx, sy, sz] for sx in (1, -1) for sy in (1, -1) for sz in (1, -1)], dtype=float)  # (8, 3)
