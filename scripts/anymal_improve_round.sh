@@ -14,9 +14,7 @@ OUT=${3:-logs/improve_anymal}
 TASK=FlashNeRD-Velocity-Flat-Anymal-C-v0
 DATA=data/improve
 mkdir -p "$DATA" "$OUT"
-resume() {  # --resume where a stopped recording left its partial output ($1), so it continues instead of starting over
-  if [[ -e $1 ]]; then echo --resume; fi
-}
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"  # resume
 flashnerd record --robot anymal_c --num_worlds 256 --steps 1000 --traj_len 100 --seed 33 \
   --out $DATA/explore_s33.h5 $(resume "$DATA/explore_s33.h5.parts")
 flashnerd record --task $TASK --checkpoint "$NOMINAL" --action_noise 0.3 --num_worlds 256 --steps 1000 --traj_len 100 \

@@ -11,9 +11,7 @@ TASK=FlashNeRD-Velocity-Flat-Anymal-C-v0
 OUT=logs/learned_v2
 DATA=data/v2
 mkdir -p "$OUT" "$DATA/ckpt"
-resume() {  # --resume where a stopped recording left its partial output ($1), so it continues instead of starting over
-  if [[ -e $1 ]]; then echo --resume; fi
-}
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"  # resume
 flashnerd record --robot anymal_c --num_worlds 256 --steps 1000 --traj_len 100 --seed 0 \
   --out $DATA/explore.h5 $(resume "$DATA/explore.h5.parts")
 flashnerd record --robot anymal_c --num_worlds 64 --steps 200 --traj_len 200 --seed 1 \

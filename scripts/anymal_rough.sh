@@ -19,9 +19,7 @@ EPISODES=${EPISODES:-32}
 SHIPPED=${SHIPPED:-checkpoints/anymal_c/flashnerd_rough.safetensors}
 [[ -f $OUT/flashnerd_rows.safetensors ]] || OUT=$OUT WORLDS=$WORLDS STEPS=$STEPS scripts/rough_models.sh 600
 # more exploration of the field (another seed), then the 600 s model fitted further on both sets
-resume() {  # --resume where a stopped recording left its partial output ($1), so it continues instead of starting over
-  if [[ -e $1 ]]; then echo --resume; fi
-}
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"  # resume
 [[ -f $OUT/explore_s42.h5 ]] || flashnerd record --robot anymal_c --terrain rough --num_worlds "$WORLDS" \
   --steps "$STEPS" --traj_len 100 --seed 42 --out "$OUT/explore_s42.h5" $(resume "$OUT/explore_s42.h5.parts")
 [[ -f $OUT/refit.safetensors ]] || flashnerd fit --init "$OUT/flashnerd_rows.safetensors" --contacts rows \

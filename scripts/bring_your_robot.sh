@@ -18,9 +18,7 @@ ENVS=${ENVS:-1024}
 EPISODES=${EPISODES:-64}
 TASK=FlashNeRD-Velocity-Flat-Anymal-C-v0
 mkdir -p "$OUT"
-resume() {  # --resume where a stopped recording left its partial output ($1), so it continues instead of starting over
-  if [[ -e $1 ]]; then echo --resume; fi
-}
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"  # resume
 [[ -f $OUT/explore.h5 ]] || flashnerd record --robot "$SPEC" --num_worlds "$WORLDS" --steps "$STEPS" --traj_len 100 \
   --seed 0 --out "$OUT/explore.h5" $(resume "$OUT/explore.h5.parts")
 [[ -f $OUT/explore_eval.h5 ]] || flashnerd record --robot "$SPEC" --num_worlds 64 --steps 200 --traj_len 200 --seed 1 \

@@ -25,9 +25,7 @@ if [[ -z ${POLICY:-} ]]; then
     POLICY=$(ls -t logs/rsl_rl/anymal_c_flat/*_ensemble_policy/model_399.pt | head -n 1)
   fi
 fi
-resume() {  # --resume where a stopped step left its partial output ($1), so it continues instead of starting over
-  if [[ -e $1 ]]; then echo --resume; fi
-}
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"  # resume
 # training data: exploration controls (seed 30); held out: exploration (seed 31) and the policy with action noise
 [[ -f $OUT/explore.h5 ]] || flashnerd record --robot anymal_c --num_worlds "$WORLDS" --steps "$STEPS" --traj_len 100 \
   --seed 30 --out "$OUT/explore.h5" $(resume "$OUT/explore.h5.parts")

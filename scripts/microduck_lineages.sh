@@ -37,9 +37,7 @@ pretrained() {  # the pretrained policy of seed $1 (trained in MuJoCo when no fi
   fi
   echo "$found"
 }
-resume() {  # --resume where a stopped recording left its partial output ($1), so it continues instead of starting over
-  if [[ -e $1 ]]; then echo --resume; fi
-}
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"  # resume
 [[ -f $OUT/explore.h5 ]] || flashnerd record --robot microduck --num_worlds 256 --steps 1000 --traj_len 100 --seed 0 \
   --out "$OUT/explore.h5" $(resume "$OUT/explore.h5.parts")
 rolls() {  # whether the pretrained run of policy $1 rolled in at least MIN_SUCCESS of its MuJoCo evaluation episodes

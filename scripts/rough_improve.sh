@@ -19,9 +19,7 @@ EPISODES=${EPISODES:-32}
 FIT=${FIT:-600}
 TARGET=${TARGET:-85.4}
 mkdir -p "$OUT"
-resume() {  # --resume where a stopped recording left its partial output ($1), so it continues instead of starting over
-  if [[ -e $1 ]]; then echo --resume; fi
-}
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"  # resume
 for SEED in 40 42; do
   FILE=$OUT/explore_s$SEED.h5
   [[ $SEED == 40 ]] && FILE=$OUT/explore.h5

@@ -11,9 +11,7 @@ STEPS=${STEPS:-1000}
 EVAL_WORLDS=${EVAL_WORLDS:-64}
 OUT=${OUT:-data/rough}
 mkdir -p "$OUT"
-resume() {  # --resume where a stopped recording left its partial output ($1), so it continues instead of starting over
-  if [[ -e $1 ]]; then echo --resume; fi
-}
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"  # resume
 [[ -f $OUT/explore.h5 ]] || flashnerd record --robot anymal_c --terrain rough --num_worlds "$WORLDS" --steps "$STEPS" \
   --traj_len 100 --seed 40 --out "$OUT/explore.h5" $(resume "$OUT/explore.h5.parts")
 [[ -f $OUT/explore_eval.h5 ]] || flashnerd record --robot anymal_c --terrain rough --num_worlds "$EVAL_WORLDS" \

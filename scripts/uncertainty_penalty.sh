@@ -22,9 +22,7 @@ K=${K:-4}
 SHARED=${SHARED:-3}
 T=FlashNeRD-Velocity-Flat-Anymal-C-v0
 mkdir -p "$OUT"
-resume() {  # --resume where a stopped recording left its partial output ($1), so it continues instead of starting over
-  if [[ -e $1 ]]; then echo --resume; fi
-}
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"  # resume
 [[ -f $OUT/explore.h5 ]] || flashnerd record --robot anymal_c --num_worlds 64 --steps 400 --seed 10 \
   --out "$OUT/explore.h5" $(resume "$OUT/explore.h5.parts")
 [[ -f $OUT/explore_eval.h5 ]] || flashnerd record --robot anymal_c --num_worlds 32 --steps 400 --traj_len 400 \
