@@ -101,10 +101,11 @@ class TorchKinematics:
             skew[:, 0, 1], skew[:, 0, 2], skew[:, 1, 2] = -axis[:, 2], axis[:, 1], -axis[:, 0]
             skew = skew - skew.transpose(1, 2)
             rot, jpos = _quat_to_mat(self.body_quat[bodies]), torch.stack([j[3] for j in joint])  # (k, 3, 3), (k, 3)
+            ref = torch.tensor([0.0 if k == free_t else j[4] for k, j in zip(kind, joint)], **f)  # (k,) qpos0
             levels.append({
                 "bodies": bodies, "parent": torch.tensor([place[self.parent[b]] for b in bodies], device=self.device),
                 "adr": torch.tensor([j[1] for j in joint], device=self.device),
-                "ref": torch.tensor([0.0 if k == free_t else j[4] for k, j in zip(kind, joint)], **f),  # (k,)
+                "ref": ref if bool(ref.any()) else None,  # most robots' are all zero: no subtraction per step
                 "pos": self.body_pos[bodies], "rot": rot,
                 # a hinge's rotation is I + sin(a) K + (1 - cos(a)) K^2 (Rodrigues, K = skew(axis)); folding the body
                 # rotation and the anchor jpos into these constants leaves one matrix product per depth
@@ -142,7 +143,9 @@ class TorchKinematics:
         all_pos, all_rot = [pos], [rot]
         for lv in self.levels:
             p_par, r_par = pos[:, lv["parent"]], rot[:, lv["parent"]]  # (N, k, 3), (N, k, 3, 3)
-            value = qpos[:, lv["adr"]] - lv["ref"]  # (N, k) joint displacement (masked by joint type below)
+            value = qpos[:, lv["adr"]]  # (N, k) joint coordinate (masked by joint type below)
+            if lv["ref"] is not None:
+                value = value - lv["ref"]  # (N, k) the displacement from qpos0
             angle = value * lv["is_hinge"]  # (N, k)
             sin, vers = torch.sin(angle)[..., None], (1 - torch.cos(angle))[..., None]  # (N, k, 1)
             # child frame in the parent frame: body rotation, then the hinge about its anchor, or the slide
