@@ -31,8 +31,9 @@ for CKPT in "$@"; do
   SEED=$((SEED + 1)); NOISE=0.3; WORLDS=128
 done
 for MODEL in flashnerd nerd; do
-  flashnerd fit --data "${SETS[@]}" --model "$MODEL" --out "$DATA/ckpt/anymal_c_$MODEL.safetensors" --max_steps 100000 \
-    --time_budget "$BUDGET" | tee "$OUT/fit_$MODEL.json"
+  CKPT=$DATA/ckpt/anymal_c_$MODEL.safetensors
+  [[ -s $OUT/fit_$MODEL.json ]] || flashnerd fit --data "${SETS[@]}" --model "$MODEL" --out "$CKPT" --max_steps 100000 \
+    --time_budget "$BUDGET" $(resume "$CKPT") | tee "$OUT/fit_$MODEL.json"
   for EVAL in explore_eval policy_eval; do
     [[ -f $DATA/$EVAL.h5 ]] || continue
     flashnerd evaluate-model --checkpoint "$DATA/ckpt/anymal_c_$MODEL.safetensors" --data $DATA/$EVAL.h5 \

@@ -17,14 +17,14 @@ STEPS=${STEPS:-1000}
 ENVS=${ENVS:-1024}
 EPISODES=${EPISODES:-32}
 SHIPPED=${SHIPPED:-checkpoints/anymal_c/flashnerd_rough.safetensors}
-[[ -f $OUT/flashnerd_rows.safetensors ]] || OUT=$OUT WORLDS=$WORLDS STEPS=$STEPS scripts/rough_models.sh 600
+[[ -s $OUT/fit_flashnerd.json ]] || OUT=$OUT WORLDS=$WORLDS STEPS=$STEPS scripts/rough_models.sh 600
 # more exploration of the field (another seed), then the 600 s model fitted further on both sets
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"  # resume
 [[ -f $OUT/explore_s42.h5 ]] || flashnerd record --robot anymal_c --terrain rough --num_worlds "$WORLDS" \
   --steps "$STEPS" --traj_len 100 --seed 42 --out "$OUT/explore_s42.h5" $(resume "$OUT/explore_s42.h5.parts")
-[[ -f $OUT/refit.safetensors ]] || flashnerd fit --init "$OUT/flashnerd_rows.safetensors" --contacts rows \
+[[ -s $OUT/refit.json ]] || flashnerd fit --init "$OUT/flashnerd_rows.safetensors" --contacts rows \
   --data "$OUT/explore.h5" "$OUT/explore_s42.h5" --time_budget "$REFIT" --max_steps 1000000 --lr 3e-4 --patience 0 \
-  --contact_head_steps 3000 --out "$OUT/refit.safetensors" | tail -n 1 > "$OUT/refit.json"
+  --contact_head_steps 3000 --out "$OUT/refit.safetensors" $(resume "$OUT/refit.safetensors") | tail -n 1 > "$OUT/refit.json"
 # held out: rough_models.sh's 64 x 200 steps of seed 41
 [[ -s $OUT/refit_eval.json ]] || flashnerd evaluate-model --checkpoint "$OUT/refit.safetensors" \
   --data "$OUT/explore_eval.h5" --horizons 1,15,100,200 | tail -n 1 > "$OUT/refit_eval.json"

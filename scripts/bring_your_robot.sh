@@ -23,8 +23,8 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"  # resume
   --seed 0 --out "$OUT/explore.h5" $(resume "$OUT/explore.h5.parts")
 [[ -f $OUT/explore_eval.h5 ]] || flashnerd record --robot "$SPEC" --num_worlds 64 --steps 200 --traj_len 200 --seed 1 \
   --out "$OUT/explore_eval.h5" $(resume "$OUT/explore_eval.h5.parts")
-[[ -f $OUT/flashnerd.safetensors ]] || flashnerd fit --data "$OUT/explore.h5" --out "$OUT/flashnerd.safetensors" \
-  --time_budget "$FIT" --max_steps 1000000 | tail -n 1 > "$OUT/fit.json"
+[[ -s $OUT/fit.json ]] || flashnerd fit --data "$OUT/explore.h5" --out "$OUT/flashnerd.safetensors" \
+  --time_budget "$FIT" --max_steps 1000000 $(resume "$OUT/flashnerd.safetensors") | tail -n 1 > "$OUT/fit.json"
 [[ -s $OUT/model_eval.json ]] || flashnerd evaluate-model --checkpoint "$OUT/flashnerd.safetensors" \
   --data "$OUT/explore_eval.h5" --horizons 1,15,100 | tail -n 1 > "$OUT/model_eval.json"
 flashnerd bench ppo --task $TASK --robot "$SPEC" --dynamics flashnerd,mujoco \

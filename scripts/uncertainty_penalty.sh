@@ -30,7 +30,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"  # resume
 STEM=$OUT/weak_k${K}_shared${SHARED}_fit${FIT}
 MODEL=$STEM.safetensors
 [[ -s $STEM.fit.json ]] || flashnerd fit --data "$OUT/explore.h5" --ensemble "$K" --ensemble_shared "$SHARED" \
-  --time_budget "$FIT" --out "$MODEL" | tail -n 1 > "$STEM.fit.json"
+  --time_budget "$FIT" --out "$MODEL" $(resume "$MODEL") | tail -n 1 > "$STEM.fit.json"
 [[ -s $STEM.eval.json ]] || flashnerd evaluate-model --checkpoint "$MODEL" --data "$OUT/explore_eval.h5" \
   --horizons 1,15,100,400 | tail -n 1 > "$STEM.eval.json"
 THRESHOLD=$(python - "$STEM.eval.json" <<'PY'

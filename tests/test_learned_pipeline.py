@@ -559,6 +559,36 @@ def test_ctrl_c_under_patience_keeps_the_best_step_in_out(tiny, tmp_path, monkey
     assert fitter.step == 3 and read_checkpoint(out)["step"] in (0, 2)  # a validated step, not the third
 
 
+def test_fit_without_resume_refuses_an_out_that_holds_a_stopped_fit(tiny, tmp_path, capsys, monkeypatch):
+    """A stopped fit's checkpoint is not written over by a fit started afresh (one line naming --resume); --resume
+    finishes it, and a finished fit is an output like any other."""
+    _, path, _ = tiny
+    out = tmp_path / "stopped.safetensors"
+    argv = ["fit", "--data", str(path), "--out", str(out), "--max_steps", "4", "--batch_size", "8",
+            "--ar_batch_size", "4", "--contact_head_steps", "0", "--log_dir", str(tmp_path / "tb")]
+    take_step = Fitter._train_step
+
+    def stopped_at_step_3(self, writer) -> None:
+        if self.step == 3:
+            raise KeyboardInterrupt
+        take_step(self, writer)
+
+    monkeypatch.setattr(Fitter, "_train_step", stopped_at_step_3)
+    assert main(argv) == 130
+    monkeypatch.undo()
+    stopped = out.read_bytes()
+    assert read_checkpoint(out)["fit_complete"] is False
+    capsys.readouterr()
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "stopped at step 3" in err and "--resume" in err and len(err.splitlines()) == 1, err
+    assert out.read_bytes() == stopped
+    assert main([*argv, "--resume"]) == 0
+    assert read_checkpoint(out)["step"] == 4 and read_checkpoint(out)["fit_complete"] is True
+    assert main([*argv, "--seed", "1"]) == 0  # a finished fit is written over
+    assert read_checkpoint(out)["fit_config"]["seed"] == 1
+
+
 def test_interrupted_record_resumes_to_the_uninterrupted_dataset(anymal, tmp_path):
     """Ctrl-C keeps every complete batch in <out>.parts/; --resume finishes it, equal to an uninterrupted recording."""
     from flashnerd.data.record import ExplorationSource

@@ -18,7 +18,7 @@ from flashnerd.cli.common import (
 )
 from flashnerd.contacts import CONTACT_MODES
 from flashnerd.models import MODEL_KINDS
-from flashnerd.models.checkpoint import export_for_inference, read_checkpoint
+from flashnerd.models.checkpoint import CheckpointError, export_for_inference, read_checkpoint
 from flashnerd.training.contact_head import add_contact_head
 from flashnerd.training.fit import FitConfig, Fitter, check_fit_config
 from flashnerd.utils.distributed import init_distributed, shutdown
@@ -148,6 +148,8 @@ def run(args: argparse.Namespace) -> dict:
     if args.resume and not out.is_file():
         raise CLIError(f"--resume given but '{out}' does not exist; give the --out of the stopped fit, or start "
                        "without --resume")
+    if not args.resume and out.is_file():
+        _refuse_stopped_fit(out)
     if args.init and not Path(args.init).is_file():
         raise CLIError(f"--init '{args.init}' does not exist; give a checkpoint written by `flashnerd fit`")
     info, device = init_distributed(args.device)  # under torchrun: one process group, one device per rank
@@ -167,6 +169,19 @@ def run(args: argparse.Namespace) -> dict:
     if info.is_main:
         print(json.dumps(result))
     return result
+
+
+def _refuse_stopped_fit(out: Path) -> None:
+    """A fit started afresh would write over the steps a stopped one kept in `out`: refuse, naming --resume. A
+    finished fit, an exported model (it cannot be resumed) or a file that is no fit's checkpoint is written over as
+    any output."""
+    try:
+        ckpt = read_checkpoint(out)
+    except CheckpointError:
+        return
+    if ckpt.get("fit_complete") is False and "optimizer" in ckpt:
+        raise CLIError(f"'{out}' holds a fit stopped at step {ckpt.get('step')}; add --resume to continue it, or "
+                       "delete it (or give another --out) to fit afresh")
 
 
 def run_export(args: argparse.Namespace) -> dict:
