@@ -78,6 +78,34 @@ def test_two_rank_record_merges_shards_with_distinct_seeds(tmp_path):
     assert not torch.equal(data.ctrl[0], data.ctrl[9])
 
 
+def test_two_rank_record_resumes_where_one_shard_finished_and_the_other_stopped(tmp_path):
+    """A stop that left rank 0's shard complete and rank 1's first batch in its .parts folder: --resume keeps the
+    one, finishes the other and merges what an uninterrupted run writes (it used to fail on the finished rank)."""
+    from flashnerd.data.record import ExplorationSource, partial_path
+
+    class StoppedSource(ExplorationSource):
+        calls = 0
+
+        def start_trajectory(self) -> None:
+            self.calls += 1
+            if self.calls == 2:  # Ctrl-C while the second batch starts
+                raise KeyboardInterrupt
+            super().start_trajectory()
+
+    args = ["record", "--num_worlds", "5", "--steps", "30", "--traj_len", "10", "--seed", "3"]
+    torchrun([*args, "--out", "whole.h5"], cwd=tmp_path)
+    robot, kw = get_robot("anymal_c"), dict(steps=30, traj_len=10, progress=False)
+    record(robot, num_worlds=3, out=tmp_path / "stopped.rank0.h5", seed=3, **kw)  # rank 0: 3 worlds, seed 3
+    with pytest.raises(KeyboardInterrupt):  # rank 1: 2 worlds, its own seed
+        record(robot, num_worlds=2, out=tmp_path / "stopped.rank1.h5", seed=3 + 100_003,
+               source=StoppedSource(robot, 2, torch.Generator()), **kw)
+    assert len(list(partial_path(tmp_path / "stopped.rank1.h5").glob("chunk_*.h5"))) == 1
+    torchrun([*args, "--out", "stopped.h5", "--resume"], cwd=tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["stopped.h5", "whole.h5"]
+    a, b = (load_dataset(tmp_path / f, robot) for f in ("whole.h5", "stopped.h5"))
+    assert torch.allclose(a.qpos, b.qpos, atol=1e-4) and torch.equal(a.ctrl, b.ctrl)
+
+
 def test_two_rank_train_writes_one_set_of_logs(tmp_path):
     proc = torchrun(["train", "--task", TASK, "--num_envs", "8", "--max_iterations", "2", "--seed", "1",
                      "--log_root", str(tmp_path), "--run_name", "ddp", "--eval_episodes", "2"], cwd=tmp_path)

@@ -27,7 +27,14 @@ from flashnerd.cli.policy import load_policy, resolve_checkpoint
 from flashnerd.data.dataset import robot_layout
 from flashnerd.data.logs import OUT_SUFFIXES as LOG_SUFFIXES
 from flashnerd.data.logs import dataset_to_log
-from flashnerd.data.record import PolicySource, merge_recordings, partial_path, record, stopped_batches
+from flashnerd.data.record import (
+    PolicySource,
+    finished_recording,
+    merge_recordings,
+    partial_path,
+    record,
+    stopped_batches,
+)
 from flashnerd.dynamics import REFERENCE_BACKEND, backend_names
 from flashnerd.envs.memory import check_dynamics_memory, check_env_memory
 from flashnerd.envs.registry import task_cfgs
@@ -166,7 +173,11 @@ def run(args: argparse.Namespace) -> dict:
             shard.num_worlds = args.num_worlds // info.world_size + (info.rank < args.num_worlds % info.world_size)
             shard.seed = args.seed + 100_003 * info.rank
             shard.out = _part_path(args.out, info.rank)
-        result = _record_one(shard)
+        expected = {"seed": shard.seed, "num_worlds": shard.num_worlds, "steps": args.steps, "traj_len": args.traj_len}
+        if info.enabled and args.resume and finished_recording(shard.out, expected):
+            result = {"out": str(shard.out)}  # this rank's shard was complete when the others stopped: merged as is
+        else:
+            result = _record_one(shard)
         if info.enabled:
             barrier()
             if info.is_main:

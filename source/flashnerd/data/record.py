@@ -348,6 +348,23 @@ def stopped_batches(out: str | Path) -> int:
     return len(_chunk_files(partial_path(out)))
 
 
+def finished_recording(out: str | Path, expected: dict) -> bool:
+    """Whether `out` is a complete recording (no `partial_path(out)` beside it) made with the `expected` settings
+    (attribute -> value); a complete one made with others is a one-line error. Under torchrun a stopped recording can
+    leave one rank's shard complete and another's unfinished: `--resume` keeps the complete one."""
+    out = Path(out)
+    if not out.is_file() or partial_path(out).exists():
+        return False
+    with h5py.File(out, "r") as f:
+        saved = {k: f.attrs.get(k) for k in expected}
+    differ = [k for k, v in expected.items() if saved[k] != v]
+    if differ:
+        shown = ", ".join(f"{k}={saved[k]!r} (now {expected[k]!r})" for k in differ)
+        raise ValueError(f"complete recording '{out}' was made with other settings: {shown}; rerun with those "
+                         "settings or delete it")
+    return True
+
+
 CORE_IDENTITY = frozenset({"robot", "model_hash", "num_worlds", "steps", "traj_len", "seed", "source", "terrain",
                            "variant"})  # in every unfinished recording's settings.json
 
