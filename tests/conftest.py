@@ -59,6 +59,23 @@ def short_episodes(monkeypatch):
     return shorten
 
 
+def stopping_source(robot, num_worlds: int, at_batch: int):
+    """An exploration source whose recording is stopped (Ctrl-C) as its batch `at_batch` (1-based) starts: the
+    recorder keeps every batch before it in `<out>.parts/`."""
+    from flashnerd.data.record import ExplorationSource
+
+    class StoppingSource(ExplorationSource):
+        calls = 0
+
+        def start_trajectory(self) -> None:
+            self.calls += 1
+            if self.calls == at_batch:
+                raise KeyboardInterrupt
+            super().start_trajectory()
+
+    return StoppingSource(robot, num_worlds, torch.Generator())
+
+
 def record_nominal_and_worn(root, nominal_worlds: int, worn_worlds: int, steps: int) -> None:
     """Exploration data of the nominal ANYmal-C (`root`/sim.h5, seed 1) and of its worn variant (`root`/worn.h5, seed
     2: kp 0.75x, torque limits 0.7x, heavier, more joint friction), in 20-step trajectories."""

@@ -12,7 +12,7 @@ from pathlib import Path
 import h5py
 import pytest
 import torch
-from conftest import TASK
+from conftest import TASK, stopping_source
 
 from flashnerd.data.dataset import load_dataset
 from flashnerd.data.record import record
@@ -81,16 +81,7 @@ def test_two_rank_record_merges_shards_with_distinct_seeds(tmp_path):
 def test_two_rank_record_resumes_where_one_shard_finished_and_the_other_stopped(tmp_path):
     """A stop that left rank 0's shard complete and rank 1's first batch in its .parts folder: --resume keeps the
     one, finishes the other and merges what an uninterrupted run writes (it used to fail on the finished rank)."""
-    from flashnerd.data.record import ExplorationSource, partial_path
-
-    class StoppedSource(ExplorationSource):
-        calls = 0
-
-        def start_trajectory(self) -> None:
-            self.calls += 1
-            if self.calls == 2:  # Ctrl-C while the second batch starts
-                raise KeyboardInterrupt
-            super().start_trajectory()
+    from flashnerd.data.record import partial_path
 
     args = ["record", "--num_worlds", "5", "--steps", "30", "--traj_len", "10", "--seed", "3"]
     torchrun([*args, "--out", "whole.h5"], cwd=tmp_path)
@@ -98,7 +89,7 @@ def test_two_rank_record_resumes_where_one_shard_finished_and_the_other_stopped(
     record(robot, num_worlds=3, out=tmp_path / "stopped.rank0.h5", seed=3, **kw)  # rank 0: 3 worlds, seed 3
     with pytest.raises(KeyboardInterrupt):  # rank 1: 2 worlds, its own seed
         record(robot, num_worlds=2, out=tmp_path / "stopped.rank1.h5", seed=3 + 100_003,
-               source=StoppedSource(robot, 2, torch.Generator()), **kw)
+               source=stopping_source(robot, 2, at_batch=2), **kw)
     assert len(list(partial_path(tmp_path / "stopped.rank1.h5").glob("chunk_*.h5"))) == 1
     torchrun([*args, "--out", "stopped.h5", "--resume"], cwd=tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["stopped.h5", "whole.h5"]

@@ -15,6 +15,7 @@ from pathlib import Path
 import h5py
 import pytest
 import torch
+from conftest import stopping_source
 from safetensors.torch import save_file
 
 from flashnerd.cli.main import main
@@ -591,24 +592,12 @@ def test_fit_without_resume_refuses_an_out_that_holds_a_stopped_fit(tiny, tmp_pa
 
 def test_interrupted_record_resumes_to_the_uninterrupted_dataset(anymal, tmp_path):
     """Ctrl-C keeps every complete batch in <out>.parts/; --resume finishes it, equal to an uninterrupted recording."""
-    from flashnerd.data.record import ExplorationSource
-
-    class InterruptedSource(ExplorationSource):
-        calls = 0
-
-        def start_trajectory(self) -> None:
-            self.calls += 1
-            if self.calls == 3:  # Ctrl-C while the third batch starts
-                raise KeyboardInterrupt
-            super().start_trajectory()
-
     kw = dict(num_worlds=6, steps=100, traj_len=20, seed=4, progress=False)
     ref = tmp_path / "ref.h5"
     record(anymal, out=ref, **kw)
     out = tmp_path / "resumed.h5"
-    gen = torch.Generator()
-    with pytest.raises(KeyboardInterrupt):
-        record(anymal, out=out, source=InterruptedSource(anymal, 6, gen), **kw)
+    with pytest.raises(KeyboardInterrupt):  # Ctrl-C while the third batch starts
+        record(anymal, out=out, source=stopping_source(anymal, 6, at_batch=3), **kw)
     parts = partial_path(out)
     assert not out.exists() and [p.name for p in sorted(parts.glob("chunk_*.h5"))] == ["chunk_000000.h5",
                                                                                        "chunk_000001.h5"]
