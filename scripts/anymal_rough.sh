@@ -24,7 +24,8 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"  # resume
   --steps "$STEPS" --traj_len 100 --seed 42 --out "$OUT/explore_s42.h5" $(resume "$OUT/explore_s42.h5.parts")
 [[ -s $OUT/refit.json ]] || flashnerd fit --init "$OUT/flashnerd_rows.safetensors" --contacts rows \
   --data "$OUT/explore.h5" "$OUT/explore_s42.h5" --time_budget "$REFIT" --max_steps 1000000 --lr 3e-4 --patience 0 \
-  --contact_head_steps 3000 --out "$OUT/refit.safetensors" $(resume "$OUT/refit.safetensors") | tail -n 1 > "$OUT/refit.json"
+  --contact_head_steps 3000 --out "$OUT/refit.safetensors" $(resume "$OUT/refit.safetensors") \
+  | tail -n 1 > "$OUT/refit.json"
 # held out: rough_models.sh's 64 x 200 steps of seed 41
 [[ -s $OUT/refit_eval.json ]] || flashnerd evaluate-model --checkpoint "$OUT/refit.safetensors" \
   --data "$OUT/explore_eval.h5" --horizons 1,15,100,200 | tail -n 1 > "$OUT/refit_eval.json"

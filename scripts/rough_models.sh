@@ -20,8 +20,8 @@ for MODEL in flashnerd nerd; do
   CONTACTS=probes
   [[ $MODEL == flashnerd ]] && CONTACTS=rows
   CKPT=$OUT/${MODEL}_$CONTACTS.safetensors
-  [[ -s $OUT/fit_$MODEL.json ]] || flashnerd fit --data "$OUT/explore.h5" --model $MODEL --contacts $CONTACTS --out "$CKPT" \
-    --max_steps 1000000 --time_budget "$BUDGET" $(resume "$CKPT") | tail -n 1 > "$OUT/fit_$MODEL.json"
+  [[ -s $OUT/fit_$MODEL.json ]] || flashnerd fit --data "$OUT/explore.h5" --model $MODEL --contacts $CONTACTS \
+    --out "$CKPT" --max_steps 1000000 --time_budget "$BUDGET" $(resume "$CKPT") | tail -n 1 > "$OUT/fit_$MODEL.json"
   [[ -s $OUT/eval_$MODEL.json ]] || flashnerd evaluate-model --checkpoint "$CKPT" --data "$OUT/explore_eval.h5" \
     --horizons 1,15,100 | tail -n 1 > "$OUT/eval_$MODEL.json"
 done

@@ -367,7 +367,7 @@ class Fitter:
         if main:
             head = self._fit_contact_head(out) if c.contact_head_steps else "none (--contact_head_steps 0)"
             actuators = self._identify_actuators(out)
-        if main:  # a fit without --resume may write over `out` from here on (a stopped one it refuses to)
+            # a fit without --resume may write over `out` from here on (a stopped one it refuses to)
             save_checkpoint(out, {**read_checkpoint(out, self.robot), "fit_complete": True})
         windows = (c.batch_size + (c.ar_batch_size if c.ar_weight > 0 else 0)) * self.step * self.members
         return {"out": str(out), "model": c.model, "ensemble": self.members, "params": num_params(self.model),
