@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import flashnerd_tasks  # noqa: F401  (registers the task ids)
+from flashnerd.data.record import ExplorationSource
 from flashnerd.dynamics import make_dynamics
 from flashnerd.robots import get_robot
 
@@ -62,7 +63,6 @@ def short_episodes(monkeypatch):
 def stopping_source(robot, num_worlds: int, at_batch: int):
     """An exploration source whose recording is stopped (Ctrl-C) as its batch `at_batch` (1-based) starts: the
     recorder keeps every batch before it in `<out>.parts/`."""
-    from flashnerd.data.record import ExplorationSource
 
     class StoppingSource(ExplorationSource):
         calls = 0

@@ -357,12 +357,16 @@ def finished_recording(out: str | Path, expected: dict) -> bool:
         return False
     with h5py.File(out, "r") as f:
         saved = {k: f.attrs.get(k) for k in expected}
-    differ = [k for k, v in expected.items() if saved[k] != v]
-    if differ:
-        shown = ", ".join(f"{k}={saved[k]!r} (now {expected[k]!r})" for k in differ)
-        raise ValueError(f"complete recording '{out}' was made with other settings: {shown}; rerun with those "
-                         "settings or delete it")
+    _refuse_other_settings(f"complete recording '{out}'", saved, expected, expected)
     return True
+
+
+def _refuse_other_settings(what: str, saved: dict, now: dict, keys) -> None:
+    """One-line error naming each of `keys` whose value in the recording's `saved` settings differs from `now`."""
+    differ = [k for k in keys if saved.get(k) != now[k]]
+    if differ:
+        shown = ", ".join(f"{k}={saved.get(k)!r} (now {now[k]!r})" for k in differ)
+        raise ValueError(f"{what} was made with other settings: {shown}; rerun with those settings or delete it")
 
 
 CORE_IDENTITY = frozenset({"robot", "model_hash", "num_worlds", "steps", "traj_len", "seed", "source", "terrain",
@@ -387,11 +391,8 @@ def _resume_parts(parts: Path, identity: dict) -> int:
         raise ValueError(f"unfinished recording '{parts}' has no readable settings.json; delete it and record "
                          "again") from err
     # the source's own settings are compared where the file has them (an older recording's lacks them)
-    differ = [k for k, v in identity.items() if saved.get(k) != v and (k in saved or k in CORE_IDENTITY)]
-    if differ:
-        shown = ", ".join(f"{k}={saved.get(k)!r} (now {identity[k]!r})" for k in differ)
-        raise ValueError(f"unfinished recording '{parts}' was made with other settings: {shown}; rerun with those "
-                         "settings or delete it")
+    _refuse_other_settings(f"unfinished recording '{parts}'", saved, identity,
+                           [k for k in identity if k in saved or k in CORE_IDENTITY])
     for stale in parts.glob("*.tmp"):  # a batch that was being written when the process died
         stale.unlink()
     files = _chunk_files(parts)
