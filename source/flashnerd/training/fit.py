@@ -365,10 +365,13 @@ class Fitter:
             writer.close()
         head = actuators = None
         if main:
-            head = self._fit_contact_head(out) if c.contact_head_steps else "none (--contact_head_steps 0)"
-            actuators = self._identify_actuators(out)
-            # a fit without --resume may write over `out` from here on (a stopped one it refuses to)
-            save_checkpoint(out, {**read_checkpoint(out, self.robot), "fit_complete": True})
+            ckpt = read_checkpoint(out, self.robot)  # the step `out` keeps: under --patience the best, not the last
+            head = self._fit_contact_head(ckpt) if c.contact_head_steps else "none (--contact_head_steps 0)"
+            actuators = self._identify_actuators()
+            # one write of what was fitted after the steps; a fit without --resume may write over `out` from here on
+            # (a stopped one it refuses to)
+            save_checkpoint(out, {**ckpt, **({"contact_head": self.contact_head} if self.contact_head else {}),
+                                  **({"actuators": self.actuators} if self.actuators else {}), "fit_complete": True})
         windows = (c.batch_size + (c.ar_batch_size if c.ar_weight > 0 else 0)) * self.step * self.members
         return {"out": str(out), "model": c.model, "ensemble": self.members, "params": num_params(self.model),
                 "steps": self.step,
@@ -380,9 +383,10 @@ class Fitter:
                    if c.patience else {}),
                 "contact_head": head, "actuators": actuators}
 
-    def _identify_actuators(self, out: str | Path) -> dict | str:
-        """Identify the robot's actuators from --data's measured torques (`training/actuators.py`) into the checkpoint
-        `out`; returns the card (held-out torque NRMSE of the nominal and the identified actuators), or why none."""
+    def _identify_actuators(self) -> dict | str:
+        """Identify the robot's actuators from --data's measured torques (`training/actuators.py`) into
+        `self.actuators`; returns the card (held-out torque NRMSE of the nominal and the identified actuators), or why
+        none."""
         kept = " (those of the starting checkpoint are kept)" if self.actuators else ""
         if self.own_train.torque is None:
             return f"none identified (the data hold no measured torque){kept}"
@@ -395,31 +399,28 @@ class Fitter:
         if not card["identified"]:
             return f"none identified (no joint's fitted law predicts its held-out torque better){kept}"
         self.actuators = {**gains, "card": {**card, "data": self.data_path.split(", ")}}
-        save_checkpoint(out, {**read_checkpoint(out, self.robot), "actuators": self.actuators})
         return card
 
-    def _fit_contact_head(self, out: str | Path) -> dict | str:
-        """Fit the contact head on the data's labels and write it into the checkpoint `out`; returns the head's
-        held-out balanced accuracy per contact group, or why there is none."""
+    def _fit_contact_head(self, ckpt: dict) -> dict | str:
+        """Fit the contact head on the data's labels (from the head of the checkpoint `ckpt`, where it has one) into
+        `self.contact_head`; returns the head's held-out balanced accuracy per contact group, or why there is none."""
         c = self.cfg
         kept = " (the head of the starting checkpoint is kept)" if self.contact_head else ""
         if not self.robot.all_contact_bodies:
             return f"none (robot '{self.robot.name}' has no contact bodies)"
         if self.train_cpu.touching is None:
             return f"none fitted (the data hold no contact labels){kept}"
-        ckpt = read_checkpoint(out, self.robot)
         init = contact_head_from_checkpoint(ckpt, self.robot.all_contact_bodies)
         try:
             head, card = fit_contact_head(self.train_cpu, self.val_cpu, self.robot, self.rep, self.cpu_probes,
                                           self.x_norm.cpu(), c.contact_head_steps, seed=c.seed, init=init,
                                           device=self.device)
-        except ValueError as err:  # the model stays usable: `out` keeps what it had
+        except ValueError as err:  # the model stays usable: the checkpoint keeps what it had
             return f"none fitted ({err}){kept}"
         finally:
             self.x_norm.to(self.device)
         card["data"] = self.data_path.split(", ")
         self.contact_head = contact_head_entry(head, self.robot, card)
-        save_checkpoint(out, {**ckpt, "contact_head": self.contact_head})
         return {g: m["balanced_accuracy"] for g, m in card["held_out"]["head"].items()}
 
     def adaptation_report(self, before: str | Path, after: str | Path, horizons=(1, 15, 100)) -> dict:
