@@ -548,6 +548,17 @@ def test_a_refused_or_removed_spec_file_does_not_block_the_robot_of_that_name(tm
     assert get_robot(a).stiffness == 75.0  # C is gone: nothing to confuse A with
 
 
+def test_an_mjcf_without_a_model_name_names_the_robot_after_its_file(tmp_path, hound_dir):
+    """MuJoCo calls every model without `<mujoco model=...>` "MuJoCo Model": two such robots are two robots."""
+    xml = (hound_dir / "hound.xml").read_text().replace('<mujoco model="hound">', "<mujoco>")
+    for stem in ("terrier", "beagle"):
+        folder = tmp_path / stem
+        shutil.copytree(hound_dir / "meshes", folder / "meshes")
+        (folder / f"{stem}.xml").write_text(xml)
+        (folder / "robot.yaml").write_text(f"mjcf: {stem}.xml\n")
+        assert get_robot(str(folder / "robot.yaml")).name == stem
+
+
 def test_a_floor_in_the_users_mjcf_and_site_only_leaf_bodies_are_handled(tmp_path, hound_dir):
     xml = (hound_dir / "hound.xml").read_text().replace('model="hound"', 'model="tipped"')
     xml = xml.replace('<geom name="FL" class="foot" pos="0 0 -0.2"/>',

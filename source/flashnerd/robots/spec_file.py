@@ -3,6 +3,7 @@
     mjcf: my_quadruped.xml             # required: the robot (a floor plane in it gives the ground its collision
                                        # bits, contype/conaffinity; default 1/1), relative to this file
     name: my_quadruped                 # default: the MJCF's model name, other than letters, digits, _ and - as _
+                                       # (its file name where <mujoco> has no model attribute)
     keyframe: home                     # default pose from this keyframe when the MJCF has it
     default_joint_pos: {".*_knee": -1.2}   # joint-name regex -> angle, or one list in actuator order
     init_base_height: 0.35             # spawn height of a floating base (default: the keyframe's; from geometry
@@ -95,6 +96,9 @@ def _regex_matches(where: str, pattern: Any, names: list[str]) -> list[str]:
         raise RobotFileError(f"{where}: '{pattern}' matches no name; the model has {', '.join(names[:12])}"
                              f"{' ...' if len(names) > 12 else ''}")
     return hits
+
+
+UNNAMED_MODEL = mujoco.MjSpec().modelname  # MuJoCo's name for a model whose MJCF gives none ("MuJoCo Model")
 
 
 def _compile(mjcf: Path, where: str) -> tuple[str, mujoco.MjModel, bool]:
@@ -530,8 +534,10 @@ def parse_robot_file(data: Any, path: Path) -> RobotSpec:
     if not mjcf.is_file():
         raise RobotFileError(f"{where}: MJCF file '{mjcf}' does not exist (mjcf is relative to the spec file)")
     model_name, model, degree = _compile(mjcf, where)
-    # a derived name is made a valid one (Menagerie's scene files are "go2 scene"); a name given must be one already
-    name = data.get("name", re.sub(r"[^A-Za-z0-9_-]+", "_", model_name or mjcf.stem).strip("_") or "robot")
+    # a derived name is made a valid one (Menagerie's scene files are "go2 scene"); a name given must be one already.
+    # An MJCF whose <mujoco> has no model attribute is "MuJoCo Model" to MuJoCo: such a robot is named by its file
+    derived = mjcf.stem if model_name in ("", UNNAMED_MODEL) else model_name
+    name = data.get("name", re.sub(r"[^A-Za-z0-9_-]+", "_", derived).strip("_") or "robot")
     if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise RobotFileError(f"{where}: robot name {brief(name)} must be letters, digits, _ or - (set 'name:')")
     joints = _joints(model, where)
