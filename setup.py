@@ -49,7 +49,7 @@ setup(
         "rosbags>=0.11",  # ROS 2 bags (rosbag2, MCAP) as robot logs (data/rosbag.py)
         "safetensors>=0.4",
         "numpy>=1.26",
-        "pyyaml>=6",
+        "pyyaml>=6.0.4",  # merge keys without exponential growth (pyyaml#937)
         "regex>=2024.4",  # name patterns from files matched with a time limit (utils/name_patterns.py)
         "tqdm>=4.66",
         "matplotlib>=3.8",

@@ -171,6 +171,15 @@ def test_bench_reality_gap_runs_the_loop_a_lab_runs(tmp_path, capsys, monkeypatc
     assert "other settings than the stopped run (safe_policy)" in capsys.readouterr().err
     assert main([*argv, "--start_policy", "safe", "--resume"]) == 2
     assert "other settings than the stopped run (start_policy)" in capsys.readouterr().err
+    # a file whose finished stages do not read back as written is refused at --resume, not hours into the run
+    for damage in (lambda st: st["budgets"][0].update(minutes="5"), lambda st: st["baselines"].update(nominal=1),
+                   lambda st: st.update(held_out="x"), lambda st: st["budgets"][0]["rounds"][0].update(round=5),
+                   lambda st: st["budgets"][0]["logged"]["import"].update(minutes=float("nan"))):
+        state = json.loads(json.dumps(resumed))
+        damage(state)
+        (out / "reality_gap.json").write_text(json.dumps(state))
+        assert main([*argv, "--resume"]) == 2
+        assert "stages are not those of a `flashnerd bench reality-gap` run" in capsys.readouterr().err
 
 
 def test_bench_reality_gap_logs_with_the_randomized_policy(tmp_path, capsys, monkeypatch, short_episodes):

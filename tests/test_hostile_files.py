@@ -151,6 +151,11 @@ def _rewrite(path, out, **changes) -> None:
     ({"ensemble_shared": 65}, "field 'ensemble_shared'"),
     ({"ensemble_shared": 1}, "does not build"),  # layers shared by the members of one model
     ({"ensemble": 3, "ensemble_shared": 1}, "does not build"),  # RWM members share no layers
+    # 64 members of 5,000 blocks each were built as Python objects (minutes, many GB) before any shape was compared
+    ({"model_config": {"input_dim": 7, "output_dim": 5, "n_layer": 5000}, "ensemble": 64}, "asks for 5000 layers"),
+    ({"step": float("inf")}, "field 'step' is not a number of at least 0"),  # the suite's int() raised OverflowError
+    ({"history": [1]}, "its history is not a list of validations"),  # the suite read history[-1]["val_loss"]
+    ({"input_normalizer": {"mean": torch.zeros(9), "std": torch.zeros(9)}}, "input_normalizer.std holds values that"),
     ({"fit_config": [1, 2]}, "field 'fit_config' is not a dict"),  # `fit --init` and the suite's card read these
     ({"metrics": [0.1]}, "field 'metrics' is not a dict"),
 ])
@@ -184,6 +189,16 @@ def test_non_float_and_oddly_keyed_weights_are_refused(tmp_path):
         save_checkpoint(tmp_path / "odd.safetensors", {**ckpt, "state_dict": bad})
         with pytest.raises(ValueError, match="is not a named float tensor"):
             read_checkpoint(tmp_path / "odd.safetensors")
+
+
+def test_weights_of_a_float8_type_are_refused_in_one_line(tmp_path):
+    """float8 counts as floating point, but torch checks no float8 for finiteness: refused by its type."""
+    ckpt = read_checkpoint("checkpoints/cartpole/rwm.safetensors")
+    name = next(iter(ckpt["state_dict"]))
+    eight = {**ckpt["state_dict"], name: ckpt["state_dict"][name].to(torch.float8_e4m3fn)}
+    save_checkpoint(tmp_path / "f8.safetensors", {**ckpt, "state_dict": eight})
+    with pytest.raises(ValueError, match=f"stores state_dict.{name} as torch.float8_e4m3fn; FlashNeRD checkpoints"):
+        read_checkpoint(tmp_path / "f8.safetensors")
 
 
 def test_non_finite_weights_are_refused(tmp_path):
@@ -364,6 +379,40 @@ def test_malformed_datasets_are_refused_by_every_reader(hostile, tmp_path, capsy
         err = capsys.readouterr().err.strip()
         assert message in err and len(err.splitlines()) == 1, (argv, err)
     assert not out.exists()
+
+
+def test_a_shard_with_odd_attributes_or_arrays_is_a_one_line_error_when_resumed_or_merged(tmp_path):
+    """A torchrun recording's shard is a file in the user's folder: an attribute stored as an array, arrays of
+    another layout than the first shard's (or the file truncated) are refused in one line where --resume checks it
+    and where the shards are merged."""
+    from flashnerd.data.record import finished_recording, merge_recordings
+
+    shard = tmp_path / "r.rank0.h5"
+    record(get_robot("cartpole"), num_worlds=2, steps=8, traj_len=4, seed=3, out=shard, progress=False)
+    expected = {"seed": 3, "num_worlds": 2, "steps": 8, "traj_len": 4}
+    assert finished_recording(shard, expected)
+    with h5py.File(shard, "a") as f:
+        f.attrs["seed"] = np.array([3, 4])  # compared with an int it made numpy's "truth value is ambiguous"
+        f.attrs["num_worlds"] = np.array([2, 2])
+    with pytest.raises(ValueError, match=r"was made with other settings: seed=\[3, 4\] \(now 3\)"):
+        finished_recording(shard, expected)
+    with pytest.raises(ValueError, match=r"shard '.*r.rank0.h5' has a corrupt num_worlds attribute \(\[2, 2\]\)"):
+        merge_recordings([shard], tmp_path / "r.h5", [3])
+    assert shard.is_file() and not (tmp_path / "r.h5").exists()
+    other = tmp_path / "r.rank1.h5"  # a second shard of another layout (one control more per step)
+    record(get_robot("cartpole"), num_worlds=2, steps=8, traj_len=4, seed=4, out=other, progress=False)
+    with h5py.File(shard, "a") as f:
+        f.attrs["num_worlds"] = 2
+    with h5py.File(other, "a") as f:
+        ctrl = f["ctrl"][()]
+        del f["ctrl"]
+        f["ctrl"] = np.concatenate([ctrl, ctrl], axis=-1)
+    with pytest.raises(ValueError, match="r.rank1.h5' does not hold arrays of the layout of '.*r.rank0.h5'"):
+        merge_recordings([shard, other], tmp_path / "r.h5", [3, 4])
+    assert shard.is_file() and other.is_file() and not (tmp_path / "r.h5").exists()
+    shard.write_bytes(shard.read_bytes()[:100])
+    with pytest.raises(ValueError, match="is truncated or corrupt"):
+        finished_recording(shard, expected)
 
 
 def test_a_big_endian_dataset_reads_as_the_same_trajectories(hostile, tmp_path):

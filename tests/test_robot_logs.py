@@ -4,6 +4,8 @@ one-line errors."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -100,7 +102,7 @@ def _bad(recorded, edit):
      "x the time derivative of its position; log it in rad/s"),
     (lambda f: f.assign(**{c: np.degrees(f[c]) for c in f if c.startswith(("q_", "dq_"))}),
      "outside the joint's range"),
-    (lambda f: f.assign(q_LF_HAA="left"), "column q_LF_HAA holds str, not numbers"),
+    (lambda f: f.assign(q_LF_HAA="left"), "column q_LF_HAA holds"),  # Arrow's name of its string type
     # time in ns: resampled, each run would be 3e10 control steps (a 1e7 s span of two rows was killed for memory)
     (lambda f: f.assign(time=f["time"] * 1e9), "control steps of 0.02 s (more than 100 per row); log time in s"),
     # time in ms on a 1 kHz log is 20 control steps per row: the rate passes, and the positions move 1000x slower than
@@ -166,3 +168,86 @@ def test_logs_that_would_not_fit_in_memory_are_refused_before_they_are_read(reco
     with pytest.raises(LogError, match="control steps so far, .* more than this machine's memory holds"):
         import_logs([slow], anymal, tmp_path / "slow.h5", traj_len=30)
     assert not (tmp_path / "slow.h5").exists()
+
+
+def _with_metadata(src, dst, **metadata: bytes) -> None:
+    """`src`'s Parquet log written again as `dst` with schema metadata entries replaced."""
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(src)
+    pq.write_table(table.replace_schema_metadata({**(table.schema.metadata or {}), **metadata}), dst)
+
+
+@pytest.mark.parametrize("pandas_metadata", [
+    b"{}", b"[]", b"[" * 5000 + b"]" * 5000,  # pandas' reader raised KeyError, TypeError, RecursionError
+    b'{"columns": [{"name": null}], "index_columns": []}',  # AssertionError
+    b'{"columns": [], "index_columns": [], "attributes": {"a": [' + b"0, " * 200_000 + b'0]}}',  # copied per column
+])
+def test_the_pandas_metadata_of_a_parquet_log_is_not_followed(recorded, anymal, pandas_metadata, tmp_path):
+    """What a writer stored about its pandas frame (index, dtypes, attrs) is the file's word: the log's columns are
+    read as they are, so the import equals the clean file's."""
+    odd = tmp_path / "odd.parquet"
+    _with_metadata(recorded / "log.parquet", odd, pandas=pandas_metadata)
+    import_logs([odd], anymal, tmp_path / "odd.h5", traj_len=30)
+    import_logs([recorded / "log.parquet"], anymal, tmp_path / "clean.h5", traj_len=30)
+    odd_arrays, clean = dataset_arrays(tmp_path / "odd.h5"), dataset_arrays(tmp_path / "clean.h5")
+    assert all(np.array_equal(odd_arrays[k], clean[k]) for k in clean)
+
+
+def test_parquet_columns_that_hold_no_numbers_are_not_read_unless_the_format_names_them(recorded, anymal, tmp_path):
+    """A text or binary column of a lab's own (notes, a mode) is left unread, whatever it would decompress to; one
+    the import uses must hold numbers; two columns of one name are refused."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(recorded / "log.parquet")
+    blob = pa.array([bytes(2**16)] * table.num_rows, type=pa.binary())  # 64 kB of zeros a row, little on disk
+    pq.write_table(table.append_column("notes", blob), tmp_path / "notes.parquet", compression="zstd")
+    assert (tmp_path / "notes.parquet").stat().st_size < 10 * 2**20
+    frame, _ = read_log(tmp_path / "notes.parquet", used=["time"])
+    assert "notes" not in frame and list(frame) == table.column_names
+    text_time = table.set_column(table.column_names.index("time"), "time", pa.array(["0"] * table.num_rows))
+    pq.write_table(text_time, tmp_path / "text_time.parquet")
+    assert "time" not in read_log(tmp_path / "text_time.parquet")[0]  # a reader that uses no time
+    with pytest.raises(LogError, match="column time holds string, not numbers"):
+        import_logs([tmp_path / "text_time.parquet"], anymal, tmp_path / "t.h5", traj_len=30)
+    pq.write_table(table.append_column("time", table.column("time")), tmp_path / "twice.parquet")
+    with pytest.raises(LogError, match="has two columns named time; name each column once"):
+        read_log(tmp_path / "twice.parquet")
+
+
+def test_a_log_that_splits_into_more_pieces_than_allowed_is_refused(recorded, anymal, monkeypatch, tmp_path):
+    """Every run and segment is a frame worked on apart: a file of one-row runs (an episode number per row, or every
+    other row not finite) is refused at the bound, not imported for hours."""
+    from flashnerd.data import logs
+
+    frame, _ = read_log(recorded / "log.parquet")
+    monkeypatch.setattr(logs, "MAX_PIECES", 50)
+    write_log(tmp_path / "rows.parquet", frame.assign(episode=np.arange(len(frame))))
+    with pytest.raises(LogError, match="has more than 50 episode numbers"):
+        import_logs([tmp_path / "rows.parquet"], anymal, tmp_path / "rows.h5", traj_len=30)
+    holes = frame.astype({"q_LF_HAA": float})
+    holes.loc[holes.index[::2], "q_LF_HAA"] = np.nan
+    write_log(tmp_path / "holes.parquet", holes)
+    with pytest.raises(LogError, match="splits into more than 50 segments"):
+        import_logs([tmp_path / "holes.parquet"], anymal, tmp_path / "holes.h5", traj_len=30)
+    assert not any(tmp_path.glob("*.h5"))
+
+
+@pytest.mark.skipif(not Path("/proc/self/pagemap").is_file(), reason="needs Linux's /proc")
+def test_a_bag_folders_digest_reads_what_its_files_say_they_hold(tmp_path):
+    """A bag's storage may be a link to where the data lives: the digest reads the file it links to, and no more of
+    any file than its size (a link to /proc/self/pagemap says 0 bytes and reads ~256 GiB without end)."""
+    from flashnerd.data.logs import _digest
+
+    bag, copy = tmp_path / "bag", tmp_path / "copy"
+    for folder in (bag, copy):
+        folder.mkdir()
+        (folder / "metadata.yaml").write_text("rosbag2_bagfile_information: {}\n")
+    (tmp_path / "elsewhere.mcap").write_bytes(b"x" * 1000)
+    (bag / "bag_0.mcap").symlink_to(tmp_path / "elsewhere.mcap")
+    (copy / "bag_0.mcap").write_bytes(b"x" * 1000)
+    assert _digest(bag) == _digest(copy)
+    (bag / "extra").symlink_to("/proc/self/pagemap")
+    (copy / "extra").write_bytes(b"")
+    assert _digest(bag) == _digest(copy)

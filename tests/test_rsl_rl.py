@@ -128,6 +128,10 @@ def _moment_of_another_shape(ckpt: dict) -> None:
     state[next(iter(state))]["exp_avg"] = torch.zeros(3, 3)
 
 
+def _optimizer_state_a_list(ckpt: dict) -> None:  # torch's load_state_dict calls state.items()
+    ckpt["optimizer_state_dict"]["state"] = []
+
+
 def _nan_actor(ckpt: dict) -> None:
     weights = ckpt["actor_state_dict"]
     weights[next(k for k in weights if k.endswith("weight"))].fill_(float("nan"))
@@ -147,7 +151,10 @@ def _nan_critic(ckpt: dict) -> None:
     (_junk_optimizer, "does not fit this task's policy", True),
     (_moment_of_another_shape, "holds an optimizer exp_avg of shape (3, 3)", True),
     (_nan_critic, "holds non-finite values in critic_state_dict", True),
-], ids=["iter_text", "iter_negative", "actor_list", "nan_actor", "optimizer_junk", "moment_shape", "nan_critic"])
+    (lambda c: c.update({7: 0}), "its entries are not all named by text", False),
+    (_optimizer_state_a_list, "does not fit this task's policy ('list' object has no attribute 'items')", True),
+], ids=["iter_text", "iter_negative", "actor_list", "nan_actor", "optimizer_junk", "moment_shape", "nan_critic",
+        "int_key", "optimizer_state_list"])
 def test_a_crafted_policy_checkpoint_is_one_line_error(trained_run, edit, message, resumed, tmp_path, capsys):
     """Read with weights_only=True, a policy checkpoint runs no code; one whose plain fields, weights or optimizer
     state were edited is refused in one line too, before an evaluation (what acting reads) or a resumed run

@@ -343,17 +343,26 @@ def concat_files(parts: Sequence[str | Path], out: str | Path, attrs: dict) -> i
     """Stream the arrays of `parts` (files of `write_arrays` with the same layout), in order, into one compressed
     file `out` (temp file, then rename) with the first part's attributes updated by `attrs`; returns the number of
     trajectories. Memory stays bounded by slabs of 256 trajectories."""
-    total = 0
+    total, layout = 0, None
     with atomic_path(out) as tmp, h5py.File(tmp, "w") as f:
         for i, part in enumerate(parts):
             with h5py.File(part, "r") as src:
+                _refuse_foreign_storage(src, Path(part))
+                arrays = {k: (d.shape[1:], d.dtype) if isinstance(d, h5py.Dataset) and d.ndim else None
+                          for k, d in src.items()}
+                counts = {d.shape[0] for d in src.values() if isinstance(d, h5py.Dataset) and d.ndim}
+                if i == 0:
+                    layout = arrays
+                if arrays != layout or None in arrays.values() or len(counts) != 1:
+                    raise ValueError(f"'{part}' does not hold arrays of the layout of '{parts[0]}' (the same names, "
+                                     "widths and types, one trajectory count); record it again")
                 if i == 0:
                     f.attrs.update(dict(src.attrs))
                     for k, d in src.items():
                         chunks = (64, *(max(1, n) for n in d.shape[1:]))
                         f.create_dataset(k, shape=(0, *d.shape[1:]), maxshape=_growable(d.shape),
                                          dtype=d.dtype, chunks=chunks, compression="gzip", compression_opts=4)
-                n = next(iter(src.values())).shape[0]
+                n = counts.pop()
                 for k, d in src.items():
                     dst = f[k]
                     dst.resize(total + n, axis=0)

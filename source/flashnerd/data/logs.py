@@ -25,6 +25,8 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
+from collections.abc import Collection
 from pathlib import Path
 
 import mujoco
@@ -48,6 +50,9 @@ OUT_SUFFIXES = (*SUFFIXES, *BAG_SUFFIXES)  # what `record --format logs` writes:
 GAP_FACTOR = 1.5  # a step between rows longer than this x the control step (or the log's own step) splits a run
 MAX_UPSAMPLE = 100  # control steps per logged row a segment may be resampled to (a log at >= 1/100 the control rate)
 RESAMPLE_COPIES = 6  # float64 copies of every resampled step alive at once (interpolation, windows, the joined arrays)
+CSV_EXPANSION = 16  # bytes in memory per byte of CSV at the peak of a read: "0," is 2 bytes on disk, 8 as float64,
+# and pandas joins its chunks into a second copy; the runs and segments copy again
+MAX_PIECES = 100_000  # episodes, and segments, one log file may split into: each is a frame worked on apart
 UNIT_RATIO = (0.5, 2.0)  # a velocity column must be within these factors of the derivative of its position
 MIN_MOTION = 0.05  # rad/s or m/s RMS of the derivative below which a column is too still to check its units
 RANGE_MARGIN = 0.5  # rad (or m) a joint may sit beyond its range before the log is taken for the wrong unit
@@ -150,8 +155,9 @@ def write_log(path: str | Path, frame: pd.DataFrame, variant: str = "") -> None:
 
 # --- reading and importing --------------------------------------------------------------------------------------
 
-def read_log(path: str | Path) -> tuple[pd.DataFrame, str]:
-    """The rows of a log file and the variant JSON in its metadata ("" when none); data only, no code runs."""
+def read_log(path: str | Path, used: Collection[str] = ()) -> tuple[pd.DataFrame, str]:
+    """The rows of a log file and the variant JSON in its metadata ("" when none); data only, no code runs. Of a
+    Parquet file the columns of numbers are read, and a column named in `used` that holds none is an error."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"robot log '{path}' does not exist")
@@ -159,28 +165,50 @@ def read_log(path: str | Path) -> tuple[pd.DataFrame, str]:
         raise LogError(f"robot log '{path}' must be {' or '.join(SUFFIXES)}, got '{path.suffix}'")
     too_large = (f"robot log '{path}' is too large for this machine's memory ({{}} GiB once read); split it into "
                  "several files")
-    if not fits_in_memory(4 * path.stat().st_size):  # rows expand as they are read
-        raise LogError(too_large.format(f"{4 * path.stat().st_size / 2**30:,.1f}"))
+    expansion = CSV_EXPANSION if path.suffix == ".csv" else 4  # rows expand as they are read
+    if not fits_in_memory(expansion * path.stat().st_size):
+        raise LogError(too_large.format(f"{expansion * path.stat().st_size / 2**30:,.1f}"))
+    import pyarrow as pa
+
     try:
         if path.suffix == ".csv":
             return pd.read_csv(path), ""
         import pyarrow.parquet as pq
 
         parquet = pq.ParquetFile(path)
-        # compressed pages can hold thousands of times their size: the footer declares what they decompress to
+        columns = _numeric_columns(parquet.schema_arrow, path, set(used))
+        # compressed pages can hold thousands of times their size; numbers decompress to at most 8 bytes a row
         meta = parquet.metadata
-        declared = max(sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups)),
-                       meta.num_rows * meta.num_columns * 8)
+        declared = meta.num_rows * max(len(columns), 1) * 8
         if not fits_in_memory(4 * declared):  # the Arrow table, the pandas frame and the arrays made from them
             raise LogError(too_large.format(f"{4 * declared / 2**30:,.1f}"))
-        table = parquet.read()
-        variant = (table.schema.metadata or {}).get(META_KEY, b"").decode("utf-8", "replace")
-        return table.to_pandas(), variant
+        table = parquet.read(columns=columns)
+        variant = (parquet.schema_arrow.metadata or {}).get(META_KEY, b"").decode("utf-8", "replace")
+        # the pandas metadata a writer stored (index, dtypes, attrs) is the file's word, not data: not followed
+        return table.to_pandas(ignore_metadata=True), variant
     except LogError:
         raise
-    except (OSError, ValueError, UnicodeDecodeError) as err:
+    except (OSError, ValueError, pa.ArrowException) as err:
         first = str(err).strip().splitlines()[0][:120] if str(err).strip() else type(err).__name__
         raise LogError(f"robot log '{path}' cannot be read ({first}); write it again") from err
+
+
+def _numeric_columns(schema, path: Path, used: set[str]) -> list[str]:
+    """The columns of a Parquet log to read: those holding numbers (or booleans). A column of another type (text,
+    lists, structs, binary) is not read, so nothing it declares is decompressed; one in `used` is an error."""
+    import pyarrow as pa
+
+    seen: set[str] = set()
+    twice = next((n for n in schema.names if n in seen or seen.add(n)), None)
+    if twice is not None:
+        raise LogError(f"robot log '{path}' has two columns named {twice}; name each column once")
+    numeric = []
+    for field in schema:
+        if pa.types.is_integer(field.type) or pa.types.is_floating(field.type) or pa.types.is_boolean(field.type):
+            numeric.append(field.name)
+        elif field.name in used:
+            raise LogError(f"robot log '{path}': column {field.name} holds {str(field.type)[:60]}, not numbers")
+    return numeric
 
 
 def _checked_columns(frame: pd.DataFrame, lay: _Layout, where: str) -> None:
@@ -210,6 +238,8 @@ def _runs(frame: pd.DataFrame, where: str) -> tuple[list[pd.DataFrame], int]:
     if "episode" in frame:
         finite = np.isfinite(frame["episode"].to_numpy(dtype=float))
         dropped = int((~finite).sum())
+        if pd.unique(frame["episode"].to_numpy()[finite]).size > MAX_PIECES:  # before a frame is made for each
+            raise LogError(f"robot log '{where}' has more than {MAX_PIECES:,} episode numbers; log runs of many rows")
         runs = [g for _, g in frame[finite].groupby("episode", sort=False)]
     else:
         runs = [frame]
@@ -355,6 +385,9 @@ def import_logs(paths: list[str | Path], robot: RobotSpec, out: str | Path, traj
     sources, variants = [], set()
     step_bytes = RESAMPLE_COPIES * 8 * (lay.nq + lay.nv + 2 * lay.nu + len(lay.contacts))  # float64 per control step
     steps = 0  # control steps resampled so far, over every file: all of them are held until the dataset is written
+    # the columns the import reads: one of them that holds no numbers is an error, any other column is not read
+    used = ["time", "episode", *lay.state_columns(), *lay.target_columns(), *(f"tau_{j}" for j in lay.actuated),
+            *(f"contact_{b}" for b in lay.contacts)]
     for path in paths:
         if is_bag(path):
             try:
@@ -365,7 +398,7 @@ def import_logs(paths: list[str | Path], robot: RobotSpec, out: str | Path, traj
             for k, v in dropped_in_bag.items():
                 counts[k] = counts.get(k, 0) + v
         else:
-            frame, variant = read_log(path)
+            frame, variant = read_log(path, used)
         where = str(path)
         _checked_columns(frame, lay, where)
         if variant:
@@ -374,9 +407,14 @@ def import_logs(paths: list[str | Path], robot: RobotSpec, out: str | Path, traj
         sums: dict[str, np.ndarray] = {}
         runs, dropped = _runs(frame, where)
         counts["non_finite_rows"] += dropped
+        pieces = 0
         for run in runs:
             segments, dropped = _segments(run, lay, dt)
             counts["non_finite_rows"] += dropped
+            pieces += len(segments)
+            if pieces > MAX_PIECES:  # each is a frame worked on apart: a file of one-row runs would take hours
+                raise LogError(f"robot log '{where}' splits into more than {MAX_PIECES:,} segments (at episode "
+                               "numbers, gaps in time and rows that are not finite); log runs of many rows")
             for seg in segments:
                 _check_units(seg, lay, where, sums)
                 _check_rate(seg, dt, where)
@@ -415,10 +453,16 @@ def import_logs(paths: list[str | Path], robot: RobotSpec, out: str | Path, traj
 
 
 def _digest(path: Path) -> str:
-    """SHA-256 of a log file, read in chunks; of a bag folder, over its files' names and contents in name order."""
+    """SHA-256 of a log file, read in chunks; of a bag folder, over its files' names and contents in name order (a
+    linked storage file counts as the file it links to)."""
     if path.is_file():
+        digest = hashlib.sha256()
         with open(path, "rb") as f:
-            return hashlib.file_digest(f, "sha256").hexdigest()
+            left = os.fstat(f.fileno()).st_size  # no more than the file says it holds: /proc's say 0, read forever
+            while left > 0 and (chunk := f.read(min(left, 1 << 20))):
+                digest.update(chunk)
+                left -= len(chunk)
+        return digest.hexdigest()
     total = hashlib.sha256()
     for file in sorted(p for p in path.rglob("*") if p.is_file()):
         total.update(str(file.relative_to(path)).encode() + b"\0" + bytes.fromhex(_digest(file)))

@@ -28,7 +28,7 @@ import torch
 from tqdm import tqdm
 
 from flashnerd.contacts import contact_features
-from flashnerd.data.dataset import concat_files, dataset_attrs, sane_trajectories, write_arrays
+from flashnerd.data.dataset import concat_files, dataset_attrs, plain_attr, sane_trajectories, write_arrays
 from flashnerd.dynamics import REFERENCE_BACKEND, backend_info, check_backend, make_dynamics
 from flashnerd.dynamics.representation import StateRepresentation
 from flashnerd.robots import RobotSpec
@@ -355,8 +355,12 @@ def finished_recording(out: str | Path, expected: dict) -> bool:
     out = Path(out)
     if not out.is_file() or partial_path(out).exists():
         return False
-    with h5py.File(out, "r") as f:
-        saved = {k: f.attrs.get(k) for k in expected}
+    try:
+        with h5py.File(out, "r") as f:
+            saved = {k: plain_attr(f.attrs.get(k)) for k in expected}  # an array attribute compares as a list
+    except OSError as err:
+        raise ValueError(f"complete recording '{out}' is truncated or corrupt ({str(err).splitlines()[0][:100]}); "
+                         "delete it and record again") from err
     _refuse_other_settings(f"complete recording '{out}'", saved, expected, expected)
     return True
 
@@ -429,9 +433,15 @@ def merge_recordings(parts: list[Path], out: str | Path, seeds: list[int]) -> di
     worlds = 0
     for part in parts:
         with h5py.File(part, "r") as src:
-            for k in totals:
-                totals[k] += int(src.attrs.get(k, 0))
-            worlds += int(src.attrs["num_worlds"])
+            counts = {k: plain_attr(src.attrs.get(k, 0)) for k in totals}  # an older shard lacks fall_ending
+            counts["num_worlds"] = plain_attr(src.attrs.get("num_worlds"))
+        bad = [k for k, v in counts.items() if isinstance(v, bool) or not isinstance(v, int) or v < 0]
+        if bad:
+            raise ValueError(f"recording shard '{part}' has a corrupt {bad[0]} attribute ({counts[bad[0]]!r:.40}); "
+                             "delete it and record again")
+        for k in totals:
+            totals[k] += counts[k]
+        worlds += counts["num_worlds"]
     concat_files(parts, out, {**totals, "num_worlds": worlds, "shard_seeds": seeds})
     for part in parts:
         Path(part).unlink(missing_ok=True)

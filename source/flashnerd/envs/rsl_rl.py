@@ -93,6 +93,8 @@ def read_policy_checkpoint(path: str, map_location: str | None = None) -> dict:
     if isinstance(it, bool) or not isinstance(it, int) or it < 0:
         raise ValueError(f"policy checkpoint '{path}' is corrupt: its iteration count is {str(it)[:40]!r}, not a "
                          "whole number >= 0")
+    if not all(isinstance(key, str) for key in loaded):
+        raise ValueError(f"policy checkpoint '{path}' is corrupt: its entries are not all named by text")
     for key, value in loaded.items():
         if key.endswith("state_dict") and not isinstance(value, dict):
             raise ValueError(f"policy checkpoint '{path}' is corrupt: {key} is not a mapping")
@@ -210,7 +212,8 @@ class FlashNeRDRunner(OnPolicyRunner):
             _check_finite(loaded, "critic_state_dict", path)
         try:
             load_iteration = self.alg.load(loaded, load_cfg, strict)
-        except (RuntimeError, KeyError, ValueError, TypeError, IndexError) as err:
+        except (RuntimeError, KeyError, ValueError, TypeError, IndexError, AttributeError) as err:
+            # (AttributeError: torch's optimizer reads `state.items()` of whatever the file holds there)
             lines = [line.strip() for line in str(err).splitlines() if line.strip()] or [""]
             # torch's first line only names the module; the size mismatch or missing key comes after it
             found = (line for line in lines if line.startswith(("size mismatch", "Missing key", "Unexpected key")))

@@ -45,6 +45,8 @@ class CheckpointError(ValueError):
 
 MAX_CONFIG_INT = 1 << 16  # no model size, window or row count of a real checkpoint comes near this
 MAX_BUFFER_NUMEL = 1 << 27  # masks and tables a model builds itself (128M elements)
+WEIGHT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)  # float8 has no isfinite, no matmul
+MAX_MODEL_LAYERS = 256  # blocks per member: each is built as Python objects before any shape is compared
 MAX_SHARED_LAYERS = 64  # layers an ensemble's members share: no model comes near this many
 REQUIRED = {"kind": str, "model_config": dict, "state_dict": dict, "input_normalizer": dict,
             "target_normalizer": dict, "robot": str, "model_hash": str, "control_dt": float, "representation": dict}
@@ -192,8 +194,13 @@ def _check_fields(path: Path, ckpt: Any) -> None:
         raise CheckpointError(f"checkpoint '{path}' is corrupt: field 'ensemble_shared' is {shared!r}, not a layer "
                               f"count from 0 to {MAX_SHARED_LAYERS}")
     for key in ("step", "train_seconds"):
-        if key in ckpt and (isinstance(ckpt[key], bool) or not isinstance(ckpt[key], (int, float))):
-            raise CheckpointError(f"checkpoint '{path}' is corrupt: field '{key}' is not a number")
+        if key in ckpt and (isinstance(ckpt[key], bool) or not isinstance(ckpt[key], (int, float))
+                            or not math.isfinite(ckpt[key]) or ckpt[key] < 0):
+            raise CheckpointError(f"checkpoint '{path}' is corrupt: field '{key}' is not a number of at least 0")
+    history = ckpt.get("history", [])
+    if not all(isinstance(h, dict) and isinstance(h.get("val_loss"), (int, float)) for h in history):
+        raise CheckpointError(f"checkpoint '{path}' is corrupt: its history is not a list of validations (each with "
+                              "a val_loss)")
     if not (math.isfinite(ckpt["control_dt"]) and ckpt["control_dt"] > 0):
         raise CheckpointError(f"checkpoint '{path}' is corrupt: control_dt {ckpt['control_dt']} is not a positive "
                               "number")
@@ -208,9 +215,16 @@ def _check_fields(path: Path, ckpt: Any) -> None:
         for name, value in tensors.items():
             if not isinstance(name, str) or not isinstance(value, torch.Tensor) or not value.is_floating_point():
                 raise CheckpointError(f"checkpoint '{path}' is corrupt: {group}.{name} is not a named float tensor")
+            if value.dtype not in WEIGHT_DTYPES:
+                raise CheckpointError(f"checkpoint '{path}' stores {group}.{name} as {value.dtype}; FlashNeRD "
+                                      "checkpoints hold float16, bfloat16, float32 or float64 weights")
             if not bool(torch.isfinite(value).all()):
                 raise CheckpointError(f"checkpoint '{path}' holds non-finite values in {group}.{name}; it cannot be "
                                       "used")
+    for group in ("input_normalizer", "target_normalizer"):  # the model divides by the std: it must be positive
+        std = ckpt[group].get("std")
+        if isinstance(std, torch.Tensor) and not bool((std > 0).all()):
+            raise CheckpointError(f"checkpoint '{path}' is corrupt: {group}.std holds values that are not positive")
 
 
 def model_from_checkpoint(ckpt: dict[str, Any], device: torch.device | str = "cpu"):
@@ -224,6 +238,10 @@ def model_from_checkpoint(ckpt: dict[str, Any], device: torch.device | str = "cp
            and not (math.isfinite(v) and abs(v) <= MAX_CONFIG_INT)]
     if big:
         raise CheckpointError(f"checkpoint model config field '{big[0]}' = {cfg[big[0]]!r} is out of range")
+    layers = cfg.get("n_layer", 1)
+    if isinstance(layers, (int, float)) and layers > MAX_MODEL_LAYERS:  # every member's blocks are built first
+        raise CheckpointError(f"checkpoint model config asks for {layers:g} layers (at most {MAX_MODEL_LAYERS}); the "
+                              "file is corrupt")
     try:
         members, shared = ckpt.get("ensemble", 1), ckpt.get("ensemble_shared", 0)
         with torch.device("meta"):  # shapes only: nothing is allocated
@@ -351,7 +369,7 @@ def export_for_inference(src: str | Path, dst: str | Path, metrics: dict | None 
         slim["metrics"] = metrics
     slim.update(extra or {})
     save_checkpoint(dst, slim)
-    return {"out": str(dst), "bytes": Path(dst).stat().st_size, "kind": ckpt["kind"], "step": ckpt["step"]}
+    return {"out": str(dst), "bytes": Path(dst).stat().st_size, "kind": ckpt["kind"], "step": ckpt.get("step")}
 
 
 def load_plain_pickle(path: str | Path, what: str, map_location: str | None = "cpu") -> Any:

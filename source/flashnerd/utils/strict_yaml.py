@@ -1,6 +1,7 @@
 """YAML for the files people write by hand (robot spec files, robot variants): PyYAML's safe loader (no tags that
 build objects, so reading a file never runs code), with YAML 1.2's core rules for plain scalars (no dates, no `=`),
-and no repeated keys (merge keys `<<` work as in YAML).
+and no repeated keys (merge keys `<<` work as in YAML; PyYAML from 6.0.4 merges each mapping's pairs once, where
+mappings that merged each other repeatedly grew exponentially).
 
 PyYAML follows YAML 1.1, where `mass: 010` is 8 (octal), `1:30` is 90 (base 60), `on` is True and `5e-3` is a
 string, and a repeated key silently replaces the first. Here numbers read as written (`010` is 10, `5e-3` is 0.005,
@@ -25,6 +26,8 @@ class StrictLoader(yaml.SafeLoader):
     """`yaml.SafeLoader` with YAML 1.2 core scalars and no repeated mapping keys."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        if not isinstance(node, yaml.MappingNode):  # e.g. `!!map [a]`: the base class says what it expected
+            return super().construct_mapping(node, deep=deep)
         seen: set = set()
         for key_node, _ in node.value:
             if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *defaults`; an explicit key may override a merged one
@@ -44,12 +47,21 @@ class StrictLoader(yaml.SafeLoader):
     def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
         text = self.construct_scalar(node)
         try:
+            if len(text) > 4302:  # Python converts decimal text of at most 4300 digits; other bases alike
+                raise ValueError
             if text.startswith(("0o", "0x")):
                 return int(text[2:], 8 if text[1] == "o" else 16)
             return int(text, 10)
         except ValueError:  # an explicit !!int tag on other text, or more digits than Python converts
             raise yaml.constructor.ConstructorError(None, None, f"{brief(text)} is not a whole number of at most "
                                                     "4300 digits", node.start_mark) from None
+
+    def construct_yaml_bool(self, node: yaml.ScalarNode) -> bool:
+        text = self.construct_scalar(node)
+        if not _BOOL.fullmatch(text):  # an explicit !!bool tag on other text
+            raise yaml.constructor.ConstructorError(None, None, f"{brief(text)} is not true or false",
+                                                    node.start_mark)
+        return text.lower() == "true"
 
     def construct_yaml_float(self, node: yaml.ScalarNode) -> float:
         text = self.construct_scalar(node)
@@ -72,6 +84,7 @@ for _tag, _pattern, _first in (("bool", _BOOL, "tTfF"), ("int", _INT, "-+0123456
                                        list(_first))
 StrictLoader.add_constructor("tag:yaml.org,2002:int", StrictLoader.construct_yaml_int)
 StrictLoader.add_constructor("tag:yaml.org,2002:float", StrictLoader.construct_yaml_float)
+StrictLoader.add_constructor("tag:yaml.org,2002:bool", StrictLoader.construct_yaml_bool)
 
 
 class StrictDumper(yaml.SafeDumper):
@@ -84,7 +97,13 @@ StrictDumper.yaml_implicit_resolvers = StrictLoader.yaml_implicit_resolvers
 
 def load_yaml(text: str) -> Any:
     """The YAML document in `text`, read by `StrictLoader` (yaml.YAMLError on bad syntax, a tag, a repeated key)."""
-    return yaml.load(text, Loader=StrictLoader)  # noqa: S506 (StrictLoader is a SafeLoader)
+    try:
+        return yaml.load(text, Loader=StrictLoader)  # noqa: S506 (StrictLoader is a SafeLoader)
+    except (KeyError, AttributeError, TypeError, ValueError, IndexError, OverflowError) as err:
+        # PyYAML's constructors of the standard tags (!!timestamp, !!set, ...) fail this way on text they do not
+        # expect; a file's content is never a reason for a traceback
+        raise yaml.constructor.ConstructorError(
+            None, None, f"a value this reader cannot take ({type(err).__name__}: {brief(str(err))})") from None
 
 
 def dump_yaml_text(data: Any) -> str:
@@ -115,4 +134,7 @@ _SHORT.maxlevel, _SHORT.maxlist, _SHORT.maxdict, _SHORT.maxstring, _SHORT.maxoth
 def brief(value: Any) -> str:
     """`repr(value)` cut short: a value from a file may be huge, or a YAML alias structure that repeats itself
     exponentially, and an error message must stay one short line."""
-    return _SHORT.repr(value)
+    try:
+        return _SHORT.repr(value)
+    except ValueError:  # an int too long for Python to write in decimal
+        return "<a number of more than 4300 digits>"

@@ -180,7 +180,7 @@ def run(args: argparse.Namespace) -> dict:
         "model": args.model, "init": init, "rounds_per_budget": args.rounds, "iterations_per_round": per_round,
         "baseline_iterations": args.baseline_iterations or per_round * args.rounds,
         "eval_episodes": args.eval_episodes, "baselines": {},
-        "budgets": []}, defaults=OLD_DEFAULTS)
+        "budgets": []}, defaults=OLD_DEFAULTS, upgrade=checked_state)
     _check_same_models(state, robot.model_hash(), init, args.resume)
     if args.baselines_from:
         _reuse_baselines(state, Path(args.baselines_from), robot.model_hash())
@@ -286,6 +286,41 @@ def _reuse_baselines(state: dict, path: Path, model_hash: str) -> None:
             and Path(held_out["dataset"]).is_file()
             and all(mine.get(k) == theirs.get(k) for k in HELD_OUT_SETTINGS)):
         state["held_out"] = {**held_out, "reused_from": str(path)}
+
+
+def checked_state(state: dict) -> dict:
+    """A stopped run's state as this command wrote it, or a one-line error: every stage it finished reads back as
+    the stage wrote it (file names as text, figures as finite numbers, rounds in order), so an edited or damaged
+    file fails at --resume, not with a traceback hours into the run."""
+    text = lambda v: isinstance(v, str)  # noqa: E731
+    number = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)  # noqa: E731
+    figures = lambda e: isinstance(e, dict) and number(e.get("mean_return"))  # noqa: E731
+    logs = lambda e: (isinstance(e, dict) and text(e.get("dataset")) and number(e.get("robot_minutes"))  # noqa: E731
+                      and isinstance(e.get("import"), dict) and number(e["import"].get("minutes")))
+    policy = lambda e: (isinstance(e, dict) and text(e.get("policy")) and number(e.get("train_wall_s", 0))  # noqa: E731
+                        and ("eval_variant" not in e or figures(e["eval_variant"])))
+
+    def step_ok(r: int, step) -> bool:
+        return (isinstance(step, dict) and step.get("round") == r and text(step.get("model"))
+                and ("eval_variant" not in step or policy(step)) and ("rollouts" not in step or logs(step["rollouts"]))
+                and text(step.get("next_model", "")))
+
+    def row_ok(row) -> bool:
+        return (isinstance(row, dict) and number(row.get("minutes")) and row["minutes"] > 0
+                and isinstance(row.get("rounds"), list) and ("logged" not in row or logs(row["logged"]))
+                and text(row.get("adapted", "")) and all(step_ok(r, s) for r, s in enumerate(row["rounds"])))
+
+    ok = (all(label in BASELINES and policy(e) for label, e in state["baselines"].items())
+          and all(row_ok(row) for row in state["budgets"])
+          and ("held_out" not in state or (isinstance(state["held_out"], dict)
+                                           and text(state["held_out"].get("dataset"))))
+          and text(state.get("sim_data", ""))
+          and (isinstance(state.get("fine_tuned", {}), dict)
+               and all(policy(e) for e in state.get("fine_tuned", {}).values())))
+    if not ok:
+        raise CLIError("--resume: the run file's stages are not those of a `flashnerd bench reality-gap` run (edited "
+                       "or damaged); give a new --out_dir")
+    return state
 
 
 def _finished(entry, iterations: int) -> bool:
