@@ -251,3 +251,6 @@ def test_a_bag_folders_digest_reads_what_its_files_say_they_hold(tmp_path):
     (bag / "extra").symlink_to("/proc/self/pagemap")
     (copy / "extra").write_bytes(b"")
     assert _digest(bag) == _digest(copy)
+    from flashnerd.cli.common import checkpoint_sha256  # the same bounded read, for a file a run's JSON names
+
+    assert checkpoint_sha256("/proc/self/pagemap") == checkpoint_sha256(str(copy / "extra"))

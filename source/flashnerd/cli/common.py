@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import hashlib
 import json
 import os
 import stat
@@ -24,6 +23,7 @@ from flashnerd.envs.memory import check_env_memory
 from flashnerd.envs.registry import task_cfgs, task_spec
 from flashnerd.robots import get_robot, is_spec_path
 from flashnerd.utils.atomic import write_text_atomic
+from flashnerd.utils.digest import file_sha256
 
 
 class CLIError(ValueError):
@@ -176,14 +176,14 @@ def read_json(flag: str, path: Path, fix: str):
 
 def checkpoint_sha256(path: str | None) -> str | None:
     """Content digest of a model checkpoint (None for no path, e.g. an analytical backend's, or where no regular file
-    can be read at `path`: a JSON from someone else may name anything). Read in chunks, never whole."""
+    can be read at `path`: a JSON from someone else may name anything). Read in chunks, never past its stated size."""
     if path is None:
         return None
     try:
         with open(path, "rb") as f:
             if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):  # a FIFO or a device would block or never end
                 return None
-            return hashlib.file_digest(f, "sha256").hexdigest()
+            return file_sha256(f)
     except (OSError, ValueError):
         return None
 

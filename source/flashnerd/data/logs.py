@@ -25,7 +25,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 from collections.abc import Collection
 from pathlib import Path
 
@@ -42,6 +41,7 @@ from flashnerd.models.contact_head import CONTACT_LABEL_N
 from flashnerd.robots import RobotSpec, robot_of_record
 from flashnerd.sim.scene import build_scene, robot_columns
 from flashnerd.utils.atomic import atomic_path
+from flashnerd.utils.digest import file_sha256
 from flashnerd.utils.host_memory import fits_in_memory
 from flashnerd.utils.math import quat_apply, quat_apply_inverse
 
@@ -456,13 +456,8 @@ def _digest(path: Path) -> str:
     """SHA-256 of a log file, read in chunks; of a bag folder, over its files' names and contents in name order (a
     linked storage file counts as the file it links to)."""
     if path.is_file():
-        digest = hashlib.sha256()
         with open(path, "rb") as f:
-            left = os.fstat(f.fileno()).st_size  # no more than the file says it holds: /proc's say 0, read forever
-            while left > 0 and (chunk := f.read(min(left, 1 << 20))):
-                digest.update(chunk)
-                left -= len(chunk)
-        return digest.hexdigest()
+            return file_sha256(f)
     total = hashlib.sha256()
     for file in sorted(p for p in path.rglob("*") if p.is_file()):
         total.update(str(file.relative_to(path)).encode() + b"\0" + bytes.fromhex(_digest(file)))

@@ -288,12 +288,17 @@ def _reuse_baselines(state: dict, path: Path, model_hash: str) -> None:
         state["held_out"] = {**held_out, "reused_from": str(path)}
 
 
+def _finite(value) -> bool:
+    """Whether a value read from a run's JSON is a finite number (not a bool, not text)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def checked_state(state: dict) -> dict:
     """A stopped run's state as this command wrote it, or a one-line error: every stage it finished reads back as
     the stage wrote it (file names as text, figures as finite numbers, rounds in order), so an edited or damaged
     file fails at --resume, not with a traceback hours into the run."""
     text = lambda v: isinstance(v, str)  # noqa: E731
-    number = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)  # noqa: E731
+    number = _finite
     figures = lambda e: isinstance(e, dict) and number(e.get("mean_return"))  # noqa: E731
     logs = lambda e: (isinstance(e, dict) and text(e.get("dataset")) and number(e.get("robot_minutes"))  # noqa: E731
                       and isinstance(e.get("import"), dict) and number(e["import"].get("minutes")))
@@ -326,11 +331,10 @@ def checked_state(state: dict) -> dict:
 def _finished(entry, iterations: int) -> bool:
     """Whether `entry` reads as a finished baseline of `iterations` (what `_Study.ppo` writes): a policy file name,
     finite figures in its evaluation, the iteration count."""
-    number = lambda x: isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)  # noqa: E731
     figures = entry.get("eval_variant") if isinstance(entry, dict) else None
-    return (isinstance(entry, dict) and isinstance(entry.get("policy"), str) and number(entry.get("train_wall_s"))
+    return (isinstance(entry, dict) and isinstance(entry.get("policy"), str) and _finite(entry.get("train_wall_s"))
             and entry.get("iterations") == iterations and isinstance(figures, dict)
-            and all(number(figures.get(k)) for k in ("mean_return", "fall_rate", "lin_vel_rms", "episodes"))
+            and all(_finite(figures.get(k)) for k in ("mean_return", "fall_rate", "lin_vel_rms", "episodes"))
             and isinstance(figures.get("returns", {}), dict))
 
 
