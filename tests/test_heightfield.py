@@ -16,6 +16,7 @@ from flashnerd.contacts import ContactRowDetector
 from flashnerd.dynamics import make_dynamics
 from flashnerd.robots import get_robot
 from flashnerd.sim.heightfield import (
+    BORDER,
     LEVELS,
     PLATFORM,
     STEP_DEPTH,
@@ -57,6 +58,20 @@ def test_rough_field_rows_grow_harder_and_platforms_are_flat():
         assert pit == pytest.approx(field.base_height - steps * (0.05 + 0.13 * difficulty), abs=1e-9)
     assert rise == sorted(rise)  # harder rows climb higher
     assert field.height_at(centers[-1, down][None])[0] == pytest.approx(0.0, abs=1e-9)  # the deepest pit: the ground
+
+
+def test_the_tiles_are_ringed_by_flat_ground_a_walk_of_an_episode_wide():
+    """Isaac Lab's 20 m border: from any outer tile a robot can walk the length of an episode (20 s at 1 m/s) and
+    stay on flat ground at the tiles' edge level; the field meets the ground plane only beyond that."""
+    field = rough_heightfield()
+    centers = tile_centers(field)  # (levels, types, 2)
+    lo, hi = centers.reshape(-1, 2).min(0) - TILE / 2, centers.reshape(-1, 2).max(0) + TILE / 2  # the tiles
+    for corner in (lo, hi):
+        out = np.sign(corner - centers.reshape(-1, 2).mean(0))  # away from the tiles
+        walk = corner[None] + out[None] * np.linspace(0.05, BORDER - 0.05, 50)[:, None]  # (50, 2)
+        assert np.allclose(field.height_at(walk), field.base_height, atol=1e-9)
+    assert field.height_at((hi + BORDER + 0.5)[None])[0] == 0.0  # past the border: the ground plane
+    assert field.base_height == pytest.approx(1.08, abs=1e-9)  # the deepest pit (stairs down, level 4) on the ground
 
 
 def test_the_surface_is_mujocos(rough_scene):

@@ -33,6 +33,8 @@ TILE = 6.0  # m: side of one sub-terrain (Isaac Lab: 8)
 PLATFORM = 2.0  # m: side of the flat platform in each tile's middle (Isaac Lab's; ANYmal-C is 1 m long)
 CELL = 0.1  # m between grid points (Isaac Lab's horizontal scale)
 LEVELS = 5  # rows of difficulty
+BORDER = 20.0  # m of flat ground around the tiles, at their edges' level (Isaac Lab's border_width): a robot
+# tracking 1 m/s for a 20 s episode from an outer tile stays on the field
 TYPES = ("stairs", "stairs_down", "boxes", "noise", "slope", "slope_down")
 STEP_DEPTH = 0.3  # m: stair tread
 BOX_SIZE = 0.45  # m: side of the random boxes
@@ -48,6 +50,7 @@ class HeightField:
     x0: float
     y0: float
     base_height: float = 0.0  # the level of a tile's edge (flat ground of the field)
+    margin: float = 0.0  # m from the grid's corner (x0, y0) to the tiles: the flat border and its outer ring
 
     @property
     def half_size(self) -> tuple[float, float]:
@@ -119,9 +122,10 @@ def _tile(kind: str, difficulty: float, u: np.ndarray, v: np.ndarray, rng: np.ra
 
 
 @functools.lru_cache(maxsize=4)
-def rough_heightfield(seed: int = 0, levels: int = LEVELS, types: tuple[str, ...] = TYPES) -> HeightField:
-    """The `rough` field: `levels` rows of difficulty 0..1 by one column per type, centred on the origin (built once
-    per arguments; its heights are read-only)."""
+def rough_heightfield(seed: int = 0, levels: int = LEVELS, types: tuple[str, ...] = TYPES,
+                      border: float = BORDER) -> HeightField:
+    """The `rough` field: `levels` rows of difficulty 0..1 by one column per type inside `border` m of flat ground
+    at the tiles' edge level, centred on the origin (built once per arguments; its heights are read-only)."""
     rng = np.random.default_rng(seed)
     per_tile = round(TILE / CELL)
     nrow, ncol = levels * per_tile + 1, len(types) * per_tile + 1
@@ -133,19 +137,22 @@ def rough_heightfield(seed: int = 0, levels: int = LEVELS, types: tuple[str, ...
         for col, kind in enumerate(types):
             rs, cs = row * per_tile, col * per_tile
             heights[rs:rs + per_tile + 1, cs:cs + per_tile + 1] = _tile(kind, difficulty, u, v, rng)
+    pad = round(border / CELL) + 1 if border > 0 else 0  # + the outer ring, which slopes to the ground
+    heights = np.pad(heights, pad)  # (nrow + 2 pad, ncol + 2 pad): the border at the tiles' edge level
     base = max(0.0, -float(heights.min()))  # the deepest pit sits on the ground plane
+    nrow, ncol = heights.shape
     x0, y0 = -(ncol - 1) * CELL / 2, -(nrow - 1) * CELL / 2
     heights = heights + base
-    heights[[0, -1], :] = heights[:, [0, -1]] = 0.0  # the field rises from the ground at its border: no side walls
+    heights[[0, -1], :] = heights[:, [0, -1]] = 0.0  # the field rises from the ground at its outer edge: no walls
     heights.setflags(write=False)
-    return HeightField(heights, CELL, x0, y0, base)
+    return HeightField(heights, CELL, x0, y0, base, pad * CELL)
 
 
 def tile_centers(field: HeightField, levels: int = LEVELS, types: int = len(TYPES)) -> np.ndarray:
     """Centres (levels, types, 2) of the tiles of a `rough_heightfield` (x, y), where robots start."""
     per = TILE
-    x = field.x0 + per / 2 + per * np.arange(types)
-    y = field.y0 + per / 2 + per * np.arange(levels)
+    x = field.x0 + field.margin + per / 2 + per * np.arange(types)
+    y = field.y0 + field.margin + per / 2 + per * np.arange(levels)
     return np.stack(np.meshgrid(x, y), axis=-1)  # (levels, types, 2)
 
 
