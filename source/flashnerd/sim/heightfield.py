@@ -50,7 +50,6 @@ class HeightField:
     x0: float
     y0: float
     base_height: float = 0.0  # the level of a tile's edge (flat ground of the field)
-    margin: float = 0.0  # m from the grid's corner (x0, y0) to the tiles: the flat border and its outer ring
 
     @property
     def half_size(self) -> tuple[float, float]:
@@ -145,14 +144,15 @@ def rough_heightfield(seed: int = 0, levels: int = LEVELS, types: tuple[str, ...
     heights = heights + base
     heights[[0, -1], :] = heights[:, [0, -1]] = 0.0  # the field rises from the ground at its outer edge: no walls
     heights.setflags(write=False)
-    return HeightField(heights, CELL, x0, y0, base, pad * CELL)
+    return HeightField(heights, CELL, x0, y0, base)
 
 
 def tile_centers(field: HeightField, levels: int = LEVELS, types: int = len(TYPES)) -> np.ndarray:
-    """Centres (levels, types, 2) of the tiles of a `rough_heightfield` (x, y), where robots start."""
-    per = TILE
-    x = field.x0 + field.margin + per / 2 + per * np.arange(types)
-    y = field.y0 + field.margin + per / 2 + per * np.arange(levels)
+    """Centres (levels, types, 2) of the tiles of a `rough_heightfield` (x, y), where robots start: the tiles lie in
+    the middle of the grid whatever its border, so a field read back from a scene gives the same centres."""
+    per, (cx, cy) = TILE, field.center
+    x = cx + per * (np.arange(types) - (types - 1) / 2)
+    y = cy + per * (np.arange(levels) - (levels - 1) / 2)
     return np.stack(np.meshgrid(x, y), axis=-1)  # (levels, types, 2)
 
 
