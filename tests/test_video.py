@@ -6,11 +6,16 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import gymnasium as gym
 import numpy as np
 import pytest
+import torch
 from conftest import TASK
 
 from flashnerd.cli.main import main
+from flashnerd.cli.video import env_renderer, world_zero
+from flashnerd.robots import get_robot
+from flashnerd.viz import RobotRenderer
 
 PLAY = "FlashNeRD-Velocity-Flat-Anymal-C-Play-v0"
 
@@ -25,9 +30,6 @@ def _frames(path: Path) -> np.ndarray:
 @pytest.fixture(scope="module", autouse=True)
 def opengl():
     """Rendering needs a system OpenGL (Mesa EGL on a CPU); without one these tests cannot run at all."""
-    from flashnerd.robots import get_robot
-    from flashnerd.viz import RobotRenderer
-
     try:
         RobotRenderer(get_robot("anymal_c"), 32, 32).close()
     except RuntimeError as err:
@@ -73,3 +75,49 @@ def test_side_by_side_halves_match_for_two_analytical_sides_and_differ_for_a_lea
     assert drift > 0.0
     assert (_halves(tmp_path / "same.mp4") > 40).sum() == 0
     assert (_halves(tmp_path / "learned.mp4")[-20:] > 40).sum() >= 10
+
+
+@pytest.mark.parametrize("task", ["FlashNeRD-Velocity-Rough-Anymal-C-Play-v0", "FlashNeRD-Climb-Platform-Anymal-C-v0"])
+def test_a_video_renders_the_tasks_terrain(task):
+    """The renderer's scene is the one the task simulates: the rough field's heightfield, the platforms' boxes (a
+    video of a flat floor under a robot climbing stairs would show it floating)."""
+    env = gym.make(task, num_envs=1, dynamics="mujoco")
+    scene, renderer = env.unwrapped.dyn.scene, env_renderer(env, 32, 24)
+    try:
+        assert renderer.model.ngeom == scene.ngeom and (renderer.model.geom_type == scene.geom_type).all()
+        assert np.array_equal(renderer.model.geom_size, scene.geom_size)
+        assert renderer.model.nhfield == scene.nhfield
+        assert np.array_equal(renderer.model.hfield_data, scene.hfield_data)
+        assert renderer.render(*world_zero(env)).std() > 10.0
+    finally:
+        renderer.close()
+        env.close()
+
+
+def test_a_video_poses_the_tasks_object_each_frame():
+    """In-hand frames show the cube where the backend has it (the renderer's cube body sits at the object state),
+    and a robot-only scene refuses an object pose."""
+    env = gym.make("FlashNeRD-Reorient-Cube-Allegro-v0", num_envs=2, dynamics="mujoco")
+    env.reset(seed=3)
+    for _ in range(10):
+        env.step(torch.rand(2, 16) * 2 - 1)
+    renderer = env_renderer(env, 32, 24)
+    try:
+        qpos, pose = world_zero(env)
+        renderer.render(qpos, pose)
+        cube = renderer.model.body("cube").id
+        assert np.allclose(renderer.data.xpos[cube], pose[:3], atol=1e-6)
+        assert np.allclose(renderer.data.xquat[cube], pose[3:7], atol=1e-6)
+        hand = env.unwrapped.dyn.scene
+        assert renderer.nq_robot == hand.nq - 7
+    finally:
+        renderer.close()
+        env.close()
+    alone = RobotRenderer(get_robot("anymal_c"), 32, 24)
+    try:
+        with pytest.raises(ValueError, match="no objects"):
+            alone.render(np.zeros(alone.nq_robot), np.zeros(7))
+        with pytest.raises(ValueError, match="position coordinates"):
+            alone.render(np.zeros(alone.nq_robot + 1))
+    finally:
+        alone.close()

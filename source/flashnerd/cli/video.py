@@ -50,6 +50,20 @@ def video_defaults(args: argparse.Namespace, length: int) -> None:
         check_positive(name, getattr(args, name))
 
 
+def env_renderer(env: RslRlVecEnvWrapper, width: int, height: int) -> RobotRenderer:
+    """A renderer of `env`'s scene: its robot on its task's terrain, with its objects."""
+    task = env.unwrapped
+    return RobotRenderer(task.robot, width, height, terrain=task.cfg.terrain, objects=task.cfg.objects)
+
+
+def world_zero(env: RslRlVecEnvWrapper) -> tuple[np.ndarray, np.ndarray | None]:
+    """World 0's robot qpos (nq,) and its first object's pose (7,) (None without objects), float64 on the host."""
+    task = env.unwrapped
+    qpos = task.state.qpos[0].cpu().numpy().astype(np.float64)
+    pose = task.dyn.object_state()[0, :7].cpu().numpy().astype(np.float64) if task.cfg.objects else None
+    return qpos, pose
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("compare-video", help="render mujoco and a learned backend side by side under one policy")
     add_env_args(p, num_envs=1)
@@ -77,11 +91,14 @@ def run_compare(args: argparse.Namespace) -> dict:
     kwargs = {"checkpoint": checkpoint} if checkpoint else {}
     sim = RslRlVecEnvWrapper(make_env(args.task, cfg))
     model = RslRlVecEnvWrapper(make_env(args.task, dataclasses.replace(cfg, dynamics=learned, dynamics_kwargs=kwargs)))
-    s = sim.unwrapped.state
-    model.unwrapped.dyn.reset(torch.zeros(1, dtype=torch.long), s.qpos.clone(), s.qvel.clone())  # one start state
+    s, first = sim.unwrapped.state, torch.zeros(1, dtype=torch.long)
+    model.unwrapped.dyn.reset(first, s.qpos.clone(), s.qvel.clone())  # one start state
+    if env_cfg.objects:  # the object starts where the analytical side's does
+        obj = sim.unwrapped.dyn.object_state()
+        model.unwrapped.dyn.reset_objects(first, obj[:, :7].clone(), obj[:, 7:].clone())
 
     out = Path(args.out) if args.out else Path(path).parent / "videos" / f"compare_{learned}.mp4"
-    renderer = RobotRenderer(sim.unwrapped.robot, args.video_width, args.video_height)
+    renderer = env_renderer(sim, args.video_width, args.video_height)
     labels = (backend_info(REFERENCE_BACKEND).label, backend_info(learned).label)
     dt = sim.unwrapped.step_dt
     drift = []
@@ -91,12 +108,11 @@ def run_compare(args: argparse.Namespace) -> dict:
             actions = policy(obs)  # (1, na) from the analytical side's observation, applied to both
             obs, _, _, _ = sim.step(actions)
             model.step(actions)
-            q_sim = sim.unwrapped.state.qpos[0].cpu().numpy().astype(np.float64)
-            q_model = model.unwrapped.state.qpos[0].cpu().numpy().astype(np.float64)
+            (q_sim, o_sim), (q_model, o_model) = world_zero(sim), world_zero(model)
             drift.append(float(np.linalg.norm(q_sim[:3] - q_model[:3])))
             stamp = f"t = {(t + 1) * dt:5.2f} s"
-            video.append(side_by_side(label_frame(renderer.render(q_sim), f"{labels[0]}  {stamp}"),
-                                      label_frame(renderer.render(q_model), f"{labels[1]}  {stamp}")))
+            video.append(side_by_side(label_frame(renderer.render(q_sim, o_sim), f"{labels[0]}  {stamp}"),
+                                      label_frame(renderer.render(q_model, o_model), f"{labels[1]}  {stamp}")))
     renderer.close()
     sim.close()
     model.close()
@@ -108,7 +124,7 @@ def run_compare(args: argparse.Namespace) -> dict:
 
 def record_play_video(env, policy, out: Path, length: int, width: int, height: int) -> dict:
     """Roll `policy` for `length` steps in `env` (an RslRlVecEnvWrapper) and render world 0 to `out`."""
-    renderer = RobotRenderer(env.unwrapped.robot, width, height)
+    renderer = env_renderer(env, width, height)
     dt = env.unwrapped.step_dt
     total = torch.zeros(env.num_envs, device=env.device)
     with VideoWriter(out, fps=round(1 / dt)) as video, torch.inference_mode():
@@ -116,10 +132,10 @@ def record_play_video(env, policy, out: Path, length: int, width: int, height: i
         for t in tqdm(range(length), desc="play --video", unit="frame"):
             obs, rew, _, _ = env.step(policy(obs))
             total += rew
-            qpos = env.unwrapped.state.qpos[0].cpu().numpy().astype(np.float64)
-            video.append(label_frame(renderer.render(qpos), f"t = {(t + 1) * dt:5.2f} s"))
+            video.append(label_frame(renderer.render(*world_zero(env)), f"t = {(t + 1) * dt:5.2f} s"))
     renderer.close()
     return {"video": str(out), "frames": length, "mean_reward_sum": total.mean().item()}
 
 
-__all__ = ["CLIError", "add_parser", "add_video_args", "record_play_video", "run_compare"]
+__all__ = ["CLIError", "add_parser", "add_video_args", "env_renderer", "record_play_video", "run_compare",
+           "world_zero"]

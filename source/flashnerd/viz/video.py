@@ -20,11 +20,13 @@ from flashnerd.utils.atomic import temporary_path
 
 
 class RobotRenderer:
-    """Renders one robot state at a time with a camera that follows the base (width x height RGB, uint8)."""
+    """Renders one robot state at a time with a camera that follows the base (width x height RGB, uint8), in the
+    task's scene: its terrain (a heightfield, platforms) and its objects (the cube, posed per frame)."""
 
     def __init__(self, robot: RobotSpec, width: int = 640, height: int = 480, terrain: str = "flat",
-                 distance: float = 2.5, elevation: float = -20.0, azimuth: float = 135.0) -> None:
-        spec = build_scene_spec(robot, terrain)
+                 objects: tuple[str, ...] = (), distance: float = 2.5, elevation: float = -20.0,
+                 azimuth: float = 135.0) -> None:
+        spec = build_scene_spec(robot, terrain, tuple(objects))
         if not any(t.type == mujoco.mjtTexture.mjTEXTURE_SKYBOX for t in spec.textures):  # a user's MJCF may have one
             spec.add_texture(name=unused_name(spec.textures, "sky"), type=mujoco.mjtTexture.mjTEXTURE_SKYBOX,
                              builtin=mujoco.mjtBuiltin.mjBUILTIN_GRADIENT, rgb1=[0.55, 0.65, 0.8],
@@ -35,6 +37,8 @@ class RobotRenderer:
         self.model.vis.global_.offwidth = max(self.model.vis.global_.offwidth, width)
         self.model.vis.global_.offheight = max(self.model.vis.global_.offheight, height)
         self.data = mujoco.MjData(self.model)
+        # each object is a free body after the robot in qpos (sim/scene.py): 7 numbers, position and quaternion wxyz
+        self.nq_robot = self.model.nq - 7 * len(objects)
         self.follow_base = robot.floating_base  # a fixed-base robot is framed at a fixed point above its base
         try:
             self.renderer = mujoco.Renderer(self.model, height=height, width=width)
@@ -46,9 +50,16 @@ class RobotRenderer:
         self.camera.type = mujoco.mjtCamera.mjCAMERA_FREE
         self.camera.distance, self.camera.elevation, self.camera.azimuth = distance, elevation, azimuth
 
-    def render(self, qpos: np.ndarray) -> np.ndarray:
-        """RGB image (height, width, 3) of the robot at configuration qpos (nq,)."""
-        self.data.qpos[:] = qpos
+    def render(self, qpos: np.ndarray, object_pose: np.ndarray | None = None) -> np.ndarray:
+        """RGB image (height, width, 3) of the robot at configuration qpos (nq of the robot,), with the first object
+        at object_pose (7,): position and quaternion wxyz (where it spawns when None)."""
+        if qpos.shape != (self.nq_robot,):
+            raise ValueError(f"qpos of shape {qpos.shape}; the robot has {self.nq_robot} position coordinates")
+        self.data.qpos[:self.nq_robot] = qpos
+        if object_pose is not None:
+            if self.model.nq == self.nq_robot:
+                raise ValueError("an object pose was given, and this scene has no objects")
+            self.data.qpos[self.nq_robot:self.nq_robot + 7] = object_pose
         mujoco.mj_kinematics(self.model, self.data)
         self.camera.lookat[:] = self.data.qpos[0:3] if self.follow_base else (0.0, 0.0, 0.5)
         self.renderer.update_scene(self.data, camera=self.camera)
