@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -13,6 +15,20 @@ from flashnerd.dynamics import make_dynamics
 from flashnerd.robots import get_robot
 
 TASK = "FlashNeRD-Velocity-Flat-Anymal-C-v0"
+HOUND = Path(__file__).parent / "assets" / "hound"
+
+
+def grouped_hound(folder: Path) -> Path:
+    """The hound with each foot sphere in an unnamed body of its own welded below its calf (a user's grouping), as a
+    spec file that gives only `mjcf:`; returns the spec file's path."""
+    shutil.copytree(HOUND / "meshes", folder / "meshes")
+    xml = (HOUND / "hound.xml").read_text().replace('model="hound"', 'model="grouped"')
+    for leg in ("FL", "FR", "RL", "RR"):
+        xml = xml.replace(f'<geom name="{leg}" class="foot" pos="0 0 -0.2"/>',
+                          f'<body pos="0 0 -0.1"><geom name="{leg}" class="foot" pos="0 0 -0.1"/></body>')
+    (folder / "robot.xml").write_text(xml)
+    (folder / "robot.yaml").write_text("mjcf: robot.xml\n")
+    return folder / "robot.yaml"
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import default_ctrl
+from conftest import default_ctrl, grouped_hound
 from torch.overrides import TorchFunctionMode
 
 from flashnerd.dynamics import make_dynamics
@@ -71,6 +71,28 @@ def test_mjwarp_tracks_mujoco_for_50_steps(backends, mode):
     feet = slice(len(robot.all_contact_bodies) - 4, None)
     assert warp_dyn.state().contact_force[:, feet].sum(1).min() > 100.0
     assert warp_dyn.overflow() == {"contacts": 0, "constraints": 0}
+
+
+def test_a_subtree_contact_sensor_reads_the_same_on_mjwarp(tmp_path):
+    """Feet on unnamed bodies welded to the calves are sensed through the calves' subtrees (sim/scene.py); Warp's
+    contact matching walks the tree as MuJoCo's does: the same forces through a 5 cm drop and standing."""
+    from flashnerd.robots import get_robot
+
+    robot = get_robot(str(grouped_hound(tmp_path)))
+    warp_dyn, c_dyn = make_dynamics("mjwarp", robot, 2), make_dynamics("mujoco", robot, 2)
+    qpos = torch.as_tensor(c_dyn.default_qpos(), dtype=torch.float32).repeat(2, 1)  # (2, nq)
+    qpos[:, 2] += 0.05
+    for dyn in (warp_dyn, c_dyn):
+        dyn.reset(torch.arange(2), qpos, torch.zeros(2, c_dyn.nv))
+    worst = 0.0
+    for _ in range(50):
+        for dyn in (warp_dyn, c_dyn):
+            dyn.step(default_ctrl(robot, 2))
+        worst = max(worst, _compare(warp_dyn, c_dyn)["contact"])
+    assert worst < TOL["contact"]
+    assert c_dyn.state().contact_force[:, 1:].min() > 10.0  # each calf carries its share through its foot sphere
+    warp_dyn.close()
+    c_dyn.close()
 
 
 def test_mjwarp_reset_leaves_other_worlds_alone(backends):

@@ -16,6 +16,7 @@ import mujoco
 import numpy as np
 import pytest
 import torch
+from conftest import grouped_hound
 
 import flashnerd.robots as robots
 from flashnerd.cli.main import main
@@ -956,19 +957,54 @@ def test_feet_on_legs_that_hang_from_one_jointed_waist_are_each_kept(tmp_path):
     assert robot.contact_bodies["feet"] == ("l_foot", "r_foot")
 
 
+def test_a_foot_on_an_unnamed_body_welded_to_the_shank_is_sensed_with_it(tmp_path, hound_dir):
+    """A foot sphere in an unnamed body of its own under each calf (a user's grouping): the calf is the foot, with
+    the hound's probes, and its contact sensor reads its subtree: through a drop onto the floor it reads what
+    sensors on the sphere and on the calf's own capsule read together (found in either, forces summed), where a
+    body sensor on the calf alone would miss the sphere's contacts."""
+    grouped = get_robot(str(grouped_hound(tmp_path)))
+    hound = get_robot(str(hound_dir / "hound.yaml"))
+    assert grouped.contact_bodies["feet"] == hound.contact_bodies["feet"] == ("FL_calf", "FR_calf", "RL_calf",
+                                                                               "RR_calf")
+    assert len(grouped.probes) == len(hound.probes)
+    for a, b in zip(sorted(grouped.probes, key=repr), sorted(hound.probes, key=repr)):
+        assert a.body == b.body and np.allclose(a.pos, b.pos, atol=1e-12) and a.radius == b.radius
+    spec = build_scene_spec(grouped)
+    assert spec.sensor("FL_calf_contact").objtype == mujoco.mjtObj.mjOBJ_XBODY
+    assert build_scene(hound).sensor("FL_calf_contact").objtype == mujoco.mjtObj.mjOBJ_BODY
+    parts = {"sphere": (mujoco.mjtObj.mjOBJ_GEOM, "FL"), "capsule": (mujoco.mjtObj.mjOBJ_BODY, "FL_calf")}
+    for name, (objtype, objname) in parts.items():
+        spec.add_sensor(name=name, type=mujoco.mjtSensor.mjSENS_CONTACT, objtype=objtype, objname=objname,
+                        intprm=[3, 3, 1])
+    model = spec.compile()
+    data = mujoco.MjData(model)
+    data.qpos[:] = default_qpos(grouped, model)
+    data.qpos[2] += 0.1  # dropped from 10 cm: the feet land within the rollout
+    data.ctrl[:] = grouped.default_joint_pos
+    sphere_only = 0
+    for _ in range(300):
+        mujoco.mj_step(model, data)
+        calf, sphere, capsule = (data.sensor(n).data.copy() for n in ("FL_calf_contact", "sphere", "capsule"))
+        assert calf[0] == max(sphere[0], capsule[0])
+        assert np.allclose(calf[1:], sphere[1:] + capsule[1:], rtol=1e-9, atol=1e-9)
+        sphere_only += int(sphere[0] == 1 and capsule[0] == 0)
+    assert sphere_only > 100  # the foot stood on its sphere, which a body sensor on the calf does not see
+
+
 @pytest.mark.parametrize("edit, match", [
-    (('<geom name="FL" class="foot" pos="0 0 -0.2"/>', '<body pos="0 0 -0.2"><geom name="FL" class="foot"/></body>'),
-     "sits on an unnamed body welded to 'FL_calf' .* whose contact sensor would not see it"),
+    (('<geom class="collision" type="capsule" size="0.025" fromto="0 0 0 0 0 -0.2"/>',
+      '<body><geom class="collision" type="capsule" size="0.025" fromto="0 0 0 0 0 -0.2"/></body>'),
+     "sits on an unnamed body welded to 'FL_thigh' .* a body below 'FL_thigh' on a joint of its own collides too"),
     (("</worldbody>", '<body pos="2 0 0.1"><geom type="box" size="0.1 0.1 0.1"/></body></worldbody>'),
      r"unnamed body #14 beside the robot \(the tree of its first body 'base'\) has collision geometry; the MJCF "
      "holds the robot alone"),
 ])
 def test_collision_geometry_on_unnamed_bodies_that_cannot_be_placed_is_a_one_line_error(tmp_path, hound_dir, edit,
                                                                                         match):
-    xml = (hound_dir / "hound.xml").read_text().replace('model="hound"', 'model="hidden"').replace(*edit)
+    xml = (hound_dir / "hound.xml").read_text().replace('model="hound"', 'model="hidden"').replace(*edit, 1)
     shutil.copytree(hound_dir / "meshes", tmp_path / "u" / "meshes")
     with pytest.raises(RobotFileError, match=match) as err:
-        get_robot(str(_write_spec(tmp_path / "u", "mjcf: robot.xml\n", xml)))
+        get_robot(str(_write_spec(tmp_path / "u", "mjcf: robot.xml\ncontact_bodies: {thighs: '.*_thigh'}\n", xml)))
     assert "\n" not in str(err.value)
 
 

@@ -30,7 +30,8 @@ pose: on each leg, the body with the lowest collision geometry, where it reaches
 unless given, and the contact probes. Collision geoms (contype or conaffinity nonzero) that meet the ground's bits
 (`floor_bits`) become probes whose distance to a plane or a box is exactly the geom's (contacts/rows.py): a sphere and a
 capsule are themselves (a capsule probe is a segment and a radius), a box is its eight corners (radius 0; exact against
-a plane); a geom on an unnamed body welded to its parent rides on the nearest named ancestor.
+a plane); a geom on an unnamed body welded to its parent rides on the nearest named ancestor, and that body's contact
+sensor reads its subtree (`senses_subtree`).
 Cylinders, ellipsoids (other than one of three equal axes, a sphere) and meshes have no such form: `unsupported_geoms`
 names what happens (`bounding_box`: the corners of the geom's bounding box, which reach at least as far as the geom;
 `skip`: no spheres). The backends add the sensors they need (contact per contact body, torque per actuator) through
@@ -444,12 +445,31 @@ def _contact_groups(data: dict, model: mujoco.MjModel, floating: bool, qpos: np.
             seen[b] = group
     for g in _collision_geoms(model):  # a body's contact sensor sees its own geoms only, not a welded child's
         chain = _welded_unnamed(model, int(model.geom_bodyid[g]))
-        owner = model.body(int(model.body_parentid[chain[-1]])).name if chain else ""
-        if owner in seen:
-            raise RobotFileError(f"{where}: collision geom #{g} sits on an unnamed body welded to '{owner}' (contact "
-                                 f"group '{seen[owner]}'), whose contact sensor would not see it; name that body and "
-                                 f"add it to the group, or move the geom into '{owner}'")
+        owner = int(model.body_parentid[chain[-1]]) if chain else 0
+        if owner and model.body(owner).name in seen and not senses_subtree(model, owner):
+            name = model.body(owner).name
+            raise RobotFileError(f"{where}: collision geom #{g} sits on an unnamed body welded to '{name}' (contact "
+                                 f"group '{seen[name]}'), and a body below '{name}' on a joint of its own collides "
+                                 "too, so neither its body's nor its subtree's contact sensor sees exactly its geoms; "
+                                 f"name that body and add it to the group, or move the geom into '{name}'")
     return groups
+
+
+def senses_subtree(model: mujoco.MjModel, body: int) -> bool:
+    """Whether `body`'s contact sensor reads its subtree (MuJoCo's `subtree1`) instead of the body alone: where
+    collision geoms sit on unnamed bodies welded to it (a user's grouping; a body sensor misses them) and nothing else
+    below it collides, so the subtree's contacts are exactly those of the body and its welded parts."""
+    parts = False
+    for g in _collision_geoms(model):
+        b = int(model.geom_bodyid[g])
+        if b == body:
+            continue
+        chain = _welded_unnamed(model, b)
+        if chain and model.body_parentid[chain[-1]] == body:
+            parts = True
+        elif body in _ancestors(model, b):
+            return False
+    return parts
 
 
 def _welded_to(model: mujoco.MjModel, body: int) -> list[int]:

@@ -11,7 +11,7 @@ import torch
 
 from flashnerd.robots import RobotSpec, get_robot
 from flashnerd.robots.spec import DEFAULT_FLOOR_BITS
-from flashnerd.robots.spec_file import actuator_force_limits
+from flashnerd.robots.spec_file import actuator_force_limits, senses_subtree
 from flashnerd.robots.variant import load_variant
 from flashnerd.sim.actuation import actuation_for
 from flashnerd.sim.naming import unused_name
@@ -107,13 +107,17 @@ def add_robot_sensors(spec: mujoco.MjSpec, robot: RobotSpec) -> None:
     joint. A sensor of the MJCF's own that has one of these names must be that sensor (the backends read its data by
     the name); anything else is a one-line error."""
     have = {s.name: s for s in spec.sensors}
+    subtree = _subtree_sensed(spec, robot.all_contact_bodies)
     for body in robot.all_contact_bodies:
         name = f"{body}_contact"
+        # a body with collision geoms on unnamed bodies welded to it senses its subtree (MuJoCo's subtree1, the xbody)
+        objtype, attr = ((mujoco.mjtObj.mjOBJ_XBODY, "subtree1") if body in subtree else
+                         (mujoco.mjtObj.mjOBJ_BODY, "body1"))
         if name not in have:
-            spec.add_sensor(name=name, type=mujoco.mjtSensor.mjSENS_CONTACT, objtype=mujoco.mjtObj.mjOBJ_BODY,
-                            objname=body, intprm=[3, 3, 1])  # data found|force, reduce netforce, num 1
-        elif not _is_sensor(have[name], mujoco.mjtSensor.mjSENS_CONTACT, mujoco.mjtObj.mjOBJ_BODY, body, [3, 3, 1]):
-            raise _reserved_sensor(robot, name, f'<contact body1="{body}" data="found force" reduce="netforce" '
+            spec.add_sensor(name=name, type=mujoco.mjtSensor.mjSENS_CONTACT, objtype=objtype, objname=body,
+                            intprm=[3, 3, 1])  # data found|force, reduce netforce, num 1
+        elif not _is_sensor(have[name], mujoco.mjtSensor.mjSENS_CONTACT, objtype, body, [3, 3, 1]):
+            raise _reserved_sensor(robot, name, f'<contact {attr}="{body}" data="found force" reduce="netforce" '
                                                 'num="1"/>')
     by_joint = {a.target: a for a in spec.actuators if a.trntype == mujoco.mjtTrn.mjTRN_JOINT}
     for joint in robot.joint_names:
@@ -133,6 +137,15 @@ def add_robot_sensors(spec: mujoco.MjSpec, robot: RobotSpec) -> None:
             act.name = f"{joint}_actuator"
         spec.add_sensor(name=name, type=mujoco.mjtSensor.mjSENS_ACTUATORFRC, objtype=mujoco.mjtObj.mjOBJ_ACTUATOR,
                         objname=act.name)
+
+
+def _subtree_sensed(spec: mujoco.MjSpec, bodies: tuple[str, ...]) -> set[str]:
+    """The contact bodies whose sensor reads their subtree (`senses_subtree`); the robot is compiled to find them only
+    where it has an unnamed body."""
+    if all(b.name for b in spec.bodies if b != spec.worldbody):
+        return set()
+    model = spec.compile()
+    return {b for b in bodies if senses_subtree(model, model.body(b).id)}
 
 
 def _is_sensor(sensor, kind, objtype, objname: str, intprm: list[int] | None = None) -> bool:
