@@ -960,7 +960,7 @@ def test_feet_on_legs_that_hang_from_one_jointed_waist_are_each_kept(tmp_path):
 def test_a_foot_on_an_unnamed_body_welded_to_the_shank_is_sensed_with_it(tmp_path, hound_dir):
     """A foot sphere in an unnamed body of its own under each calf (a user's grouping): the calf is the foot, with
     the hound's probes, and its contact sensor reads its subtree: through a drop onto the floor it reads what
-    sensors on the sphere and on the calf's own capsule read together (found in either, forces summed), where a
+    sensors on the sphere and on the calf's own capsule read together (contacts counted and forces summed), where a
     body sensor on the calf alone would miss the sphere's contacts."""
     grouped = get_robot(str(grouped_hound(tmp_path)))
     hound = get_robot(str(hound_dir / "hound.yaml"))
@@ -985,16 +985,29 @@ def test_a_foot_on_an_unnamed_body_welded_to_the_shank_is_sensed_with_it(tmp_pat
     for _ in range(300):
         mujoco.mj_step(model, data)
         calf, sphere, capsule = (data.sensor(n).data.copy() for n in ("FL_calf_contact", "sphere", "capsule"))
-        assert calf[0] == max(sphere[0], capsule[0])
+        assert calf[0] == sphere[0] + capsule[0]  # found: the number of contacts
         assert np.allclose(calf[1:], sphere[1:] + capsule[1:], rtol=1e-9, atol=1e-9)
         sphere_only += int(sphere[0] == 1 and capsule[0] == 0)
     assert sphere_only > 100  # the foot stood on its sphere, which a body sensor on the calf does not see
 
 
+def test_a_head_whose_collision_geom_sits_on_an_unnamed_part_is_in_the_base_group(tmp_path, hound_dir):
+    """The base group takes the named bodies welded to the base that collide, through their unnamed welded parts
+    too; the head's sensor then reads its subtree."""
+    xml = (hound_dir / "hound.xml").read_text().replace('model="hound"', 'model="parted"')
+    xml = xml.replace('<body name="FL_hip"', '<body name="head" pos="0.24 0 0.03"><body pos="0.02 0 0"><geom '
+                      'class="collision" type="sphere" size="0.04"/></body></body><body name="FL_hip"', 1)
+    shutil.copytree(hound_dir / "meshes", tmp_path / "p" / "meshes")
+    robot = get_robot(str(_write_spec(tmp_path / "p", "mjcf: robot.xml\n", xml)))
+    assert robot.contact_bodies["base"] == ("base", "head")
+    assert build_scene(robot).sensor("head_contact").objtype == mujoco.mjtObj.mjOBJ_XBODY
+
+
 @pytest.mark.parametrize("edit, match", [
     (('<geom class="collision" type="capsule" size="0.025" fromto="0 0 0 0 0 -0.2"/>',
       '<body><geom class="collision" type="capsule" size="0.025" fromto="0 0 0 0 0 -0.2"/></body>'),
-     "sits on an unnamed body welded to 'FL_thigh' .* a body below 'FL_thigh' on a joint of its own collides too"),
+     "sits on an unnamed body welded to 'FL_thigh' .* a body below 'FL_thigh' other than its unnamed welded parts "
+     "collides too"),
     (("</worldbody>", '<body pos="2 0 0.1"><geom type="box" size="0.1 0.1 0.1"/></body></worldbody>'),
      r"unnamed body #14 beside the robot \(the tree of its first body 'base'\) has collision geometry; the MJCF "
      "holds the robot alone"),

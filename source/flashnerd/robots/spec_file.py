@@ -423,7 +423,7 @@ def _contact_groups(data: dict, model: mujoco.MjModel, floating: bool, qpos: np.
     if floating and "base" not in given and not any(base in members for members in groups.values()):
         # first in the contact summary, as the shipped robots have it; with the named bodies welded to the base that
         # collide (a head, a battery box): the robot lying on them has fallen as surely as lying on its base
-        colliding = {int(model.geom_bodyid[g]) for g in _collision_geoms(model)}
+        colliding = {_owner(model, int(model.geom_bodyid[g])) for g in _collision_geoms(model)}
         welded = [model.body(b).name for b in _welded_to(model, 1) if model.body(b).name and b in colliding
                   and not any(model.body(b).name in members for members in groups.values())]
         groups = {"base": (base, *welded), **groups}
@@ -443,16 +443,24 @@ def _contact_groups(data: dict, model: mujoco.MjModel, floating: bool, qpos: np.
                 raise RobotFileError(f"{where}: body '{b}' is in contact groups '{seen[b]}' and '{group}'; put each "
                                      "body in one group")
             seen[b] = group
-    for g in _collision_geoms(model):  # a body's contact sensor sees its own geoms only, not a welded child's
-        chain = _welded_unnamed(model, int(model.geom_bodyid[g]))
-        owner = int(model.body_parentid[chain[-1]]) if chain else 0
-        if owner and model.body(owner).name in seen and not senses_subtree(model, owner):
+    for g in _collision_geoms(model):  # a body sensor sees the body's own geoms only, a subtree sensor all below it
+        b = int(model.geom_bodyid[g])
+        owner = _owner(model, b)
+        if owner != b and model.body(owner).name in seen and not senses_subtree(model, owner):
             name = model.body(owner).name
             raise RobotFileError(f"{where}: collision geom #{g} sits on an unnamed body welded to '{name}' (contact "
-                                 f"group '{seen[name]}'), and a body below '{name}' on a joint of its own collides "
-                                 "too, so neither its body's nor its subtree's contact sensor sees exactly its geoms; "
-                                 f"name that body and add it to the group, or move the geom into '{name}'")
+                                 f"group '{seen[name]}'), and a body below '{name}' other than its unnamed welded "
+                                 "parts collides too, so neither its body's nor its subtree's contact sensor sees "
+                                 f"exactly its geoms; name that body and add it to the group, or move the geom into "
+                                 f"'{name}'")
     return groups
+
+
+def _owner(model: mujoco.MjModel, body: int) -> int:
+    """The body whose contact sensor and probes take `body`'s geoms: the nearest named or jointed one at or above it
+    (an unnamed body welded to its parent is part of that parent)."""
+    chain = _welded_unnamed(model, body)
+    return int(model.body_parentid[chain[-1]]) if chain else body
 
 
 def senses_subtree(model: mujoco.MjModel, body: int) -> bool:
