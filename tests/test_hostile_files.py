@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import re
 import struct
 from pathlib import Path
 
@@ -104,6 +105,44 @@ def test_a_policy_whose_entries_decompress_past_the_memory_is_refused(tmp_path, 
     assert "decompress to 8 MiB, more than this machine's memory holds" in err and len(err.splitlines()) == 1, err
     monkeypatch.undo()
     assert torch.load(bomb, weights_only=True)["model_state_dict"]["w"].numel() == 2**21  # what torch would read
+
+
+def _doubled(levels: int) -> list:
+    """A list of 2^levels leaves that pickles in a few hundred bytes: each level names the one below twice."""
+    node: list = [0.0]
+    for _ in range(levels):
+        node = [node, node]
+    return node
+
+
+def _nested(depth: int) -> list:
+    node: list = []
+    for _ in range(depth):
+        node = [node]
+    return node
+
+
+@pytest.mark.parametrize("payload, message", [
+    ({"model_state_dict": {"w": torch.zeros(1).expand(10**6, 10**6)}, "iter": 0},
+     r"a tensor of shape \(1000000, 1000000\) repeats its 4 stored bytes by overlapping strides \(0, 0\)"),
+    ({"model_state_dict": {}, "optimizer_state_dict": {"state": {0: {"extra": _doubled(19)}}}, "iter": 0},
+     "it holds more than 262,144 values, counting a shared one each time it appears"),
+    ({"model_state_dict": {}, "infos": _nested(200), "iter": 0}, "its containers nest more than 64 deep"),
+])
+def test_a_small_pickle_that_declares_a_huge_tree_is_refused_before_any_copy(payload, message, tmp_path, capsys):
+    """What a few KB of plain pickle can declare: a zero-stride view of one number (terabytes once cloned), a list
+    named twice at each of 19 levels (2^19 leaves once copied; the optimizer's load deep-copies), nesting past any
+    checkpoint's. Each is refused in one line by the commands that read policies and convert checkpoints."""
+    bad = tmp_path / "bad.pt"
+    torch.save(payload, bad)
+    assert bad.stat().st_size < 20_000
+    for argv in (["eval", "--task", TASK, "--checkpoint", str(bad), "--num_envs", "2", "--episodes", "1",
+                  "--log_root", str(tmp_path / "logs")],
+                 ["convert-checkpoint", str(bad), "--out", str(tmp_path / "x.safetensors")]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and re.search(message, err), (argv, err)
+    assert not (tmp_path / "x.safetensors").exists()
 
 
 def test_legacy_checkpoint_is_refused_with_the_command_that_converts_it(tmp_path):
@@ -709,3 +748,23 @@ def test_a_run_that_cannot_fit_is_refused_with_its_estimate(argv, tmp_path, caps
     err = capsys.readouterr().err.strip()
     assert "needs about" in err and "available" in err and len(err.splitlines()) == 1, err
     assert not list(tmp_path.iterdir())
+
+
+def test_a_failed_allocation_is_one_line_and_other_runtime_errors_are_not_hidden(monkeypatch, capsys):
+    """torch reports a failed CPU allocation as a RuntimeError (a size a file declared, a world count too large):
+    the CLI says so in one line with the world count to lower; any other RuntimeError is a bug and keeps its
+    traceback."""
+    import flashnerd.cli.eval as eval_cli
+
+    monkeypatch.setattr(eval_cli, "run", lambda args: torch.empty(10**14))  # 400 TB
+    assert main(["eval", "--task", TASK, "--num_envs", "3"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "out of memory" in err and "can't allocate memory" in err, err
+    assert "with 3 worlds; lower --num_envs" in err
+
+    def broken(args):
+        raise RuntimeError("shape mismatch")
+
+    monkeypatch.setattr(eval_cli, "run", broken)
+    with pytest.raises(RuntimeError, match="shape mismatch"):
+        main(["eval", "--task", TASK])

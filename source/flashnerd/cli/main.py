@@ -89,8 +89,9 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"flashnerd {args.command}: error: {_one_line(err)}", file=sys.stderr)
         return 2
-    except MemoryError as err:
-        if args.debug:
+    except (MemoryError, RuntimeError) as err:
+        # torch reports a failed CPU or CUDA allocation as a RuntimeError; any other RuntimeError is a bug to show
+        if args.debug or not (isinstance(err, MemoryError) or _allocation_failed(err)):
             raise
         worlds = getattr(args, "num_envs", None) or getattr(args, "num_worlds", None)
         print(f"flashnerd {args.command}: error: out of memory ({_one_line(err) or 'allocation failed'})"
@@ -101,6 +102,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"flashnerd {args.command}: interrupted{hint}", file=sys.stderr)
         return 130
     return 0
+
+
+def _allocation_failed(err: RuntimeError) -> bool:
+    """Whether torch's RuntimeError says an allocation failed (its CPU allocator's or CUDA's out-of-memory)."""
+    text = str(err)
+    return "DefaultCPUAllocator" in text or "can't allocate memory" in text or "out of memory" in text.lower()
 
 
 if __name__ == "__main__":

@@ -384,7 +384,7 @@ def load_plain_pickle(path: str | Path, what: str, map_location: str | None = "c
     try:
         with warnings.catch_warnings():  # torch warns about foreign pickle protocols; the error below says it all
             warnings.simplefilter("ignore")
-            return torch.load(path, map_location=map_location, weights_only=True)
+            loaded = torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as err:
         found = re.search(r"GLOBAL (\S+)", str(err))  # torch names the global it refused to import
         if found:
@@ -397,6 +397,46 @@ def load_plain_pickle(path: str | Path, what: str, map_location: str | None = "c
         first = (str(err).strip().splitlines() or [""])[0][:120]
         raise CheckpointError(f"cannot read {what} '{path}' ({type(err).__name__}: {first}); it is corrupt or not "
                               "a torch file") from err
+    _check_pickled_tree(loaded, f"{what} '{path}'")
+    return loaded
+
+
+MAX_PICKLED_VALUES = 1 << 18  # values in a pickled checkpoint, a shared one counted each time it appears (a PPO
+# checkpoint holds a few thousand)
+MAX_PICKLED_DEPTH = 64  # nesting of its containers
+
+
+def _check_pickled_tree(root: Any, what: str) -> None:
+    """Refuse, in one line, what a few KB of pickle can declare and the readers after it would blow up: a container
+    referenced so often that copying the tree multiplies it (pickle's memo lets a file name one list twice at every
+    level: 2^k leaves from k lines), nesting deeper than any checkpoint, a tensor whose strides overlap (one stored
+    number repeated to terabytes by a zero stride), and tensors whose copies exceed this machine's memory."""
+    stack, count, tensor_bytes = [(root, 0)], 0, 0
+    while stack:
+        node, depth = stack.pop()
+        count += 1
+        if count > MAX_PICKLED_VALUES:
+            raise CheckpointError(f"refusing {what}: it holds more than {MAX_PICKLED_VALUES:,} values, counting a "
+                                  "shared one each time it appears (a file of repeated references); it is corrupt or "
+                                  "not a checkpoint")
+        if depth > MAX_PICKLED_DEPTH:
+            raise CheckpointError(f"refusing {what}: its containers nest more than {MAX_PICKLED_DEPTH} deep; it is "
+                                  "corrupt or not a checkpoint")
+        if isinstance(node, torch.Tensor):
+            size = node.numel() * node.element_size()
+            if size > node.untyped_storage().nbytes():
+                raise CheckpointError(f"refusing {what}: a tensor of shape {tuple(node.shape)} repeats its "
+                                      f"{node.untyped_storage().nbytes()} stored bytes by overlapping strides "
+                                      f"{node.stride()} (no weight or optimizer state is such a view); it is "
+                                      "corrupt or crafted")
+            tensor_bytes += size
+        elif isinstance(node, dict):
+            stack.extend((x, depth + 1) for kv in node.items() for x in kv)
+        elif isinstance(node, list | tuple | set | frozenset):
+            stack.extend((x, depth + 1) for x in node)
+    if not fits_in_memory(tensor_bytes):
+        raise CheckpointError(f"refusing {what}: its tensors take {tensor_bytes / 2**20:,.0f} MiB once copied, more "
+                              "than this machine's memory holds")
 
 
 def _zip_declared_bytes(path: str | Path) -> int | None:
