@@ -128,6 +128,49 @@ def test_a_file_that_is_not_a_log_is_a_one_line_error(tmp_path, capsys):
         read_log(junk.rename(tmp_path / "junk.txt"))
 
 
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        out.append((n & 0x7F) | (0x80 if n >> 7 else 0))
+        n >>= 7
+        if not n:
+            return bytes(out)
+
+
+def test_a_parquet_footer_that_understates_its_rows_is_refused_and_the_row_groups_are_held_to_theirs(tmp_path,
+                                                                                                        monkeypatch):
+    """A footer's file-level row count is what a memory check would read, each row group's count what the reader
+    allocates by: a file that declares 1 row over row groups of 200,000 is refused. Where both say 1, the reader
+    keeps 1 row; and pages that decompress past the memory are refused before they are read, whatever the counts."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from flashnerd.utils import host_memory
+
+    n = 200_000
+    honest = tmp_path / "honest.parquet"
+    pq.write_table(pa.table({"time": np.zeros(n), "x": np.zeros(n)}), honest, row_group_size=n, compression="zstd",
+                   use_dictionary=False)  # plain pages: 1.6 MB of zeros a column, a few KB on disk
+    raw = bytes(honest.read_bytes())
+    count = b"\x16" + _varint(2 * n)  # thrift compact: field 3 (num_rows), i64, zigzag varint
+    one = bytes([0x82] + [0x80] * (len(count) - 3) + [0x00])  # 1, zigzagged, padded to the same length
+    footer = len(raw) - 8 - int.from_bytes(raw[-8:-4], "little")
+    file_level = raw.index(count, footer)  # FileMetaData's own count (field 3) precedes its row groups (field 4)
+    lying = tmp_path / "lying.parquet"
+    lying.write_bytes(raw[:file_level + 1] + one + raw[file_level + len(count):])
+    assert pq.ParquetFile(lying).metadata.num_rows == 1 and pq.ParquetFile(lying).read().num_rows == n
+    with pytest.raises(LogError, match="declares 1 rows and row groups of 200,000; it is corrupt") as err:
+        read_log(lying)
+    assert "\n" not in str(err.value)
+    both = tmp_path / "both.parquet"
+    both.write_bytes(raw.replace(count, b"\x16" + one))
+    assert len(read_log(both)[0]) == 1
+    # its one row passes a row count's check; its pages still decompress to 3.2 MB, past a machine with 2 MiB free
+    monkeypatch.setattr(host_memory, "available_host_bytes", lambda: 2 * 2**20)
+    with pytest.raises(LogError, match="too large for this machine's memory"):
+        read_log(both)
+
+
 def test_a_log_of_a_fixed_base_robot_has_no_base_columns(cartpole, tmp_path):
     m, t = 2, 20
     rng = np.random.default_rng(0)

@@ -177,12 +177,29 @@ def read_log(path: str | Path, used: Collection[str] = ()) -> tuple[pd.DataFrame
 
         parquet = pq.ParquetFile(path)
         columns = _numeric_columns(parquet.schema_arrow, path, set(used))
-        # compressed pages can hold thousands of times their size; numbers decompress to at most 8 bytes a row
+        # compressed pages can hold thousands of times their size; numbers decompress to at most 8 bytes a row. The
+        # reader sizes each row group by its own row count, so those are what is checked, and each group is read
+        # alone and held to its count (a footer is the file's word, not a fact)
         meta = parquet.metadata
+        groups = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
+        if sum(groups) != meta.num_rows or min(groups, default=0) < 0:
+            raise LogError(f"robot log '{path}' declares {meta.num_rows:,} rows and row groups of {sum(groups):,}; "
+                           "it is corrupt: write it again")
         declared = meta.num_rows * max(len(columns), 1) * 8
         if not fits_in_memory(4 * declared):  # the Arrow table, the pandas frame and the arrays made from them
             raise LogError(too_large.format(f"{4 * declared / 2**30:,.1f}"))
-        table = parquet.read(columns=columns)
+        read = [j for j in range(meta.num_columns) if meta.schema.column(j).path in columns]
+        pages = sum(meta.row_group(i).column(j).total_uncompressed_size for i in range(len(groups)) for j in read)
+        if not fits_in_memory(pages):  # a column's pages are decompressed whole, whatever rows are kept of them
+            raise LogError(too_large.format(f"{pages / 2**30:,.1f}"))
+        parts = []
+        for i, rows in enumerate(groups):
+            part = parquet.read_row_group(i, columns=columns)
+            if part.num_rows != rows:
+                raise LogError(f"robot log '{path}': row group {i} holds {part.num_rows:,} rows where its footer "
+                               f"declares {rows:,}; it is corrupt: write it again")
+            parts.append(part)
+        table = pa.concat_tables(parts) if parts else parquet.schema_arrow.empty_table().select(columns)
         variant = (parquet.schema_arrow.metadata or {}).get(META_KEY, b"").decode("utf-8", "replace")
         # the pandas metadata a writer stored (index, dtypes, attrs) is the file's word, not data: not followed
         return table.to_pandas(ignore_metadata=True), variant
