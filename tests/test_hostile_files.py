@@ -385,6 +385,13 @@ def _deep_layout(f):  # JSON nested past Python's recursion limit
     f.attrs["state_layout"] = "[" * 100_000 + "]" * 100_000
 
 
+def _huge_chunk(f):  # a small array in one chunk of 512 MiB (unwritten here: the refusal reads no data)
+    shape = f["qpos"].shape
+    del f["qpos"]
+    f.create_dataset("qpos", shape=shape, maxshape=(None, None, None), chunks=(1, 1, 2**27), dtype="f4",
+                     compression="gzip")
+
+
 def _fewer_controls(f):
     ctrl = f["ctrl"][()][:1]
     del f["ctrl"]
@@ -406,6 +413,7 @@ def _fewer_controls(f):
     (_torque_linked, "stores torque as an HDF5 ExternalLink"),
     (_deep_layout, "corrupt state_layout attribute"),
     (_fewer_controls, "inconsistent shapes"),
+    (_huge_chunk, "stores qpos in chunks of 512 MiB, each decompressed whole"),
 ])
 def test_malformed_datasets_are_refused_by_every_reader(hostile, tmp_path, capsys, edit, message):
     _, _, _, data = hostile

@@ -93,7 +93,7 @@ def load_dataset(path: str | Path, robot: RobotSpec | None = None) -> Trajectory
             if missing:
                 raise ValueError(f"dataset '{path}' lacks {', '.join(missing)}; it was not written by flashnerd record")
             attrs = {k: plain_attr(v) for k, v in f.attrs.items()}
-            _refuse_foreign_storage(f, path)
+            _refuse_unsafe_storage(f, path)
             arrays = {k: f[k] for k in REQUIRED}
             groups = [k for k, a in arrays.items() if not isinstance(a, h5py.Dataset)]
             if groups:
@@ -142,10 +142,15 @@ def load_dataset(path: str | Path, robot: RobotSpec | None = None) -> Trajectory
     return _validated(TrajectoryData(qpos, qvel, ctrl, attrs, touching, force, labels.get("torque")), robot, path)
 
 
-def _refuse_foreign_storage(f: h5py.File, path: Path) -> None:
+MAX_CHUNK_BYTES = 1 << 28  # 256 MiB: `flashnerd record`'s chunks of 64 trajectories take a few MB
+
+
+def _refuse_unsafe_storage(f: h5py.File, path: Path) -> None:
     """Refuse arrays whose data is not in the file itself: a soft or external link, or an external or virtual dataset,
-    would read another file (or another place in this one) in place of what `flashnerd record` wrote there. Every
-    member is checked, read or not (`flashnerd record` writes none of these), so no optional array slips through."""
+    would read another file (or another place in this one) in place of what `flashnerd record` wrote there. And
+    chunks past `MAX_CHUNK_BYTES`: HDF5 decompresses a whole chunk to read any element of it, so a tiny array in one
+    huge chunk of compressed zeros takes that chunk's memory. Every member is checked, read or not, so no optional
+    array slips through."""
     for name in f:
         link = f.get(name, getlink=True)
         if not isinstance(link, h5py.HardLink):
@@ -155,6 +160,12 @@ def _refuse_foreign_storage(f: h5py.File, path: Path) -> None:
         if isinstance(node, h5py.Dataset) and (node.external or node.is_virtual):
             raise ValueError(f"dataset '{path}' keeps the data of {name} in other files (HDF5 external or virtual "
                              "storage); flashnerd reads only arrays stored in the dataset file itself, record it again")
+        if isinstance(node, h5py.Dataset) and node.chunks:
+            chunk = math.prod(node.chunks) * node.dtype.itemsize
+            if chunk > MAX_CHUNK_BYTES:
+                raise ValueError(f"dataset '{path}' stores {name} in chunks of {chunk / 2**20:,.0f} MiB, each "
+                                 f"decompressed whole to read any part (at most {MAX_CHUNK_BYTES >> 20} MiB are "
+                                 "read); write it with smaller chunks, or record it again")
 
 
 def _label_arrays(f: h5py.File, robot: RobotSpec | None, attrs: dict) -> dict[str, h5py.Dataset]:
@@ -347,7 +358,7 @@ def concat_files(parts: Sequence[str | Path], out: str | Path, attrs: dict) -> i
     with atomic_path(out) as tmp, h5py.File(tmp, "w") as f:
         for i, part in enumerate(parts):
             with h5py.File(part, "r") as src:
-                _refuse_foreign_storage(src, Path(part))
+                _refuse_unsafe_storage(src, Path(part))
                 arrays = {k: (d.shape[1:], d.dtype) if isinstance(d, h5py.Dataset) and d.ndim else None
                           for k, d in src.items()}
                 counts = {d.shape[0] for d in src.values() if isinstance(d, h5py.Dataset) and d.ndim}
