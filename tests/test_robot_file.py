@@ -403,6 +403,31 @@ def test_a_heightfield_declared_in_an_included_file_is_counted_before_mujoco_all
         get_robot(str(spec))
 
 
+@pytest.mark.parametrize("edit, match", [
+    # 100 x 100 x 100 spheres from three nested lines: MuJoCo multiplies replicate counts as it parses
+    (("</worldbody>", '<replicate count="100" offset="0.01 0 0"><replicate count="100" offset="0 0.01 0"><replicate '
+                      'count="100" offset="0 0 0.01"><geom type="sphere" size="0.001" contype="0" conaffinity="0"/>'
+                      '</replicate></replicate></replicate></worldbody>'),
+     r"failed to load: Caught an unknown exception! \(an allocation failed within the compile's 0.5 GiB and 60 s of "
+     r"CPU: it declares more than a robot needs\)"),
+    # an include of the terminal or a pipe: read in the bounded child, whose stdin is empty, it never blocks
+    (("<asset>", '<include file="/dev/stdin"/><asset>'), "failed to load: .*"),
+])
+def test_an_mjcf_that_expands_past_its_limits_is_compiled_in_a_bounded_child_first(tmp_path, hound_dir, monkeypatch,
+                                                                                    edit, match):
+    """What a few lines ask MuJoCo to build (nested replicate counts, flexcomp grids, an image's size, a model
+    attached from another file) is known only by compiling: a user's MJCF is compiled first in a child process with
+    a memory and a CPU cap (here 0.5 GiB: the hound compiles in 0.25), and what fails there is one line."""
+    import flashnerd.robots.spec_file as spec_file
+
+    monkeypatch.setattr(spec_file, "COMPILE_MEMORY_BYTES", 1 << 29)
+    xml = (hound_dir / "hound.xml").read_text().replace('model="hound"', 'model="expanding"').replace(*edit)
+    shutil.copytree(hound_dir / "meshes", tmp_path / "r" / "meshes")
+    with pytest.raises(RobotFileError, match=match) as err:
+        get_robot(str(_write_spec(tmp_path / "r", "mjcf: robot.xml\n", xml)))
+    assert "\n" not in str(err.value)
+
+
 @pytest.mark.parametrize("ctrl_in_degrees", [True, False])
 def test_a_ctrlrange_written_in_degrees_is_refused_and_one_in_radians_is_kept(tmp_path, hound_dir, ctrl_in_degrees):
     """Under angle="degree" MuJoCo converts joint ranges but not ctrlrange: a ctrlrange copied from the joint's range

@@ -51,9 +51,9 @@ import mujoco
 import numpy as np
 import yaml
 
-from flashnerd.robots.spec import DEFAULT_FLOOR_BITS, Probe, RobotSpec
+from flashnerd.robots.spec import ASSET_DIR, DEFAULT_FLOOR_BITS, Probe, RobotSpec
 from flashnerd.robots.variant import number_in_range
-from flashnerd.utils.host_memory import fits_in_memory
+from flashnerd.utils.host_memory import MAX_READ_FRACTION, available_host_bytes, fits_in_memory
 from flashnerd.utils.name_patterns import NamePatternError, name_matches
 from flashnerd.utils.strict_yaml import brief, load_yaml, yaml_problem
 
@@ -104,11 +104,14 @@ UNNAMED_MODEL = mujoco.MjSpec().modelname  # MuJoCo's name for a model whose MJC
 
 def _compile(mjcf: Path, where: str) -> tuple[str, mujoco.MjModel, bool]:
     """(model name, compiled model, whether its angles are in degrees) of an MJCF file, refused in one line where it
-    would not fit in memory once parsed or holds a physical value that is not a finite number."""
+    would not fit in memory once parsed or holds a physical value that is not a finite number. An MJCF from outside
+    the package is compiled once in a child process with a memory and a CPU limit first (`_compile_bounded`)."""
     declared = _declared_bytes(mjcf)
     if not fits_in_memory(declared):
         raise RobotFileError(f"{where}: MJCF '{mjcf}' declares heightfields and textures of {declared / 2**20:,.0f} "
                              "MiB, more than this machine's memory holds; make them smaller")
+    if not mjcf.resolve().is_relative_to(ASSET_DIR.resolve()):  # the package's own robots are compiled directly
+        _compile_bounded(mjcf, where)
     try:
         spec = mujoco.MjSpec.from_file(str(mjcf))
         model = spec.compile()
@@ -119,11 +122,48 @@ def _compile(mjcf: Path, where: str) -> tuple[str, mujoco.MjModel, bool]:
     return spec.modelname, model, bool(spec.compiler.degree)
 
 
+COMPILE_CPU_SECONDS = 60  # a robot with fine meshes compiles in seconds; a flexcomp grid of 10^6 bodies in minutes
+COMPILE_MEMORY_BYTES = 4 << 30  # address space of the compiling child (it takes 0.25 GiB for the hound)
+
+
+def _compile_sizes(mjcf: str) -> dict[str, np.ndarray]:
+    """In a bounded child (utils/sandbox.py): compile the MJCF; its sizes, as numbers only."""
+    try:
+        model = mujoco.MjSpec.from_file(mjcf).compile()
+    except Exception as err:  # MuJoCo's reason comes back as the child's ValueError; the parent's compile repeats it
+        raise ValueError(" ".join(str(err).split())[:300] or type(err).__name__) from None
+    return {"sizes": np.array([model.nbody, model.ngeom, model.nbuffer], dtype=np.int64)}
+
+
+def _compile_bounded(mjcf: Path, where: str) -> None:
+    """Compile a user's MJCF in a child process capped at the memory a file may take (`fits_in_memory`) and
+    `COMPILE_CPU_SECONDS`: MuJoCo expands what a few lines can declare (nested `<replicate>` counts multiply, a
+    `<flexcomp>` grid, a PNG's width and height, a `<model>` attached from another file) before any size is known
+    here. MuJoCo's reason for a file that fails to compile is reported as it is, without compiling it again (the
+    child reads no stdin: an MJCF that includes /dev/stdin fails there instead of blocking)."""
+    from flashnerd.utils.sandbox import INTERPRETER_BYTES, BoundedRunError, run_bounded
+
+    memory = min(COMPILE_MEMORY_BYTES, INTERPRETER_BYTES + int(MAX_READ_FRACTION * available_host_bytes()))
+    limits = f"{memory / 2**30:.1f} GiB and {COMPILE_CPU_SECONDS} s of CPU"
+    try:
+        run_bounded(_compile_sizes, (str(mjcf),), cpu_seconds=COMPILE_CPU_SECONDS,
+                    wall_seconds=2 * COMPILE_CPU_SECONDS, memory_bytes=memory)
+    except BoundedRunError as err:
+        if err.raised:  # MuJoCo's reason; "Caught an unknown exception!" is how it reports a failed allocation
+            hint = (f" (an allocation failed within the compile's {limits}: it declares more than a robot needs)"
+                    if "unknown exception" in str(err) else "")
+            raise RobotFileError(f"{where}: MJCF '{mjcf}' failed to load: {err}{hint}") from None
+        raise RobotFileError(f"{where}: MJCF '{mjcf}' could not be compiled within {limits} ({err}); it declares "
+                             "more than a robot needs (replicate counts, flexcomp grids, image sizes)") from None
+
+
 def _declared_bytes(mjcf: Path, root: Path | None = None, depth: int = 0) -> int:
     """Memory MuJoCo allocates for what an MJCF (and the files it includes) declares by size alone, read before
     MuJoCo parses it, which already allocates a heightfield's samples: a few bytes of XML can ask for gigabytes.
     A file that does not parse counts nothing here (MuJoCo then says what is wrong with it)."""
     root = root or mjcf.parent  # MuJoCo resolves includes against the main file's folder
+    if not mjcf.is_file():  # a FIFO or a device (an include of /dev/stdin) would block the read
+        return 0
     try:
         tree = ElementTree.parse(mjcf)  # expat refuses entity expansion bombs
     except (ElementTree.ParseError, OSError, ValueError):
