@@ -108,7 +108,14 @@ def _bad(recorded, edit):
     # time in ms on a 1 kHz log is 20 control steps per row: the rate passes, and the positions move 1000x slower than
     # their logged velocities (too slowly to be judged on their own)
     (lambda f: f.assign(time=f["time"] * 100), "x the time derivative of its position; log it in rad/s"),
+    # an estimator's zero orientation before it starts: normalized, it would be a NaN row
+    (lambda f: f.assign(**{c: np.where(np.arange(len(f)) == 5, 0.0, f[c]) for c in f if c.startswith("base_quat")}),
+     "the base orientation at time 0.1 s has norm 0; log unit quaternions"),
+    # a speed of 1e200 overflows the unit check's products: judged in one line, no numpy warning beside it
+    (lambda f: f.assign(dq_LF_HAA=np.where(np.arange(len(f)) == 5, 1e200, f["dq_LF_HAA"])),
+     "dq_LF_HAA is"),
 ])
+@pytest.mark.filterwarnings("error::RuntimeWarning")  # a numpy warning would print lines beside the error
 def test_bad_logs_are_one_line_errors(recorded, edit, message, capsys, tmp_path):
     path = tmp_path / "bad.parquet"
     write_log(path, _bad(recorded, edit))

@@ -225,7 +225,10 @@ def test_what_would_read_without_bound_is_refused_before_rosbags_opens_it(record
     (name,) = [p.name for p in folder.glob("*.db3")]
     for edited, message in ((text.replace(f"- {name}", f"- {name}\n  - {name}"), "lists a file twice"),
                             (text.replace(f"- {name}", f"- {name}?mode=memory"), f"lists '{name}?mode=memory'"),
-                            (text.replace(f"- {name}", f"- &f {name}\n  - *f"), "repeats nodes by alias")):
+                            (text.replace(f"- {name}", f"- &f {name}\n  - *f"), "repeats nodes by alias"),
+                            # an integer longer than Python converts (4,300 digits)
+                            (text + "  huge: " + "9" * 5000 + "\n", "metadata.yaml is no rosbag2 metadata in plain "
+                             "YAML (ValueError)")):
         assert edited != text
         meta.write_text(edited)
         _refused(["import-logs", str(folder), "--out", out], message, capsys)

@@ -55,6 +55,7 @@ CSV_EXPANSION = 16  # bytes in memory per byte of CSV at the peak of a read: "0,
 MAX_PIECES = 100_000  # episodes, and segments, one log file may split into: each is a frame worked on apart
 UNIT_RATIO = (0.5, 2.0)  # a velocity column must be within these factors of the derivative of its position
 MIN_MOTION = 0.05  # rad/s or m/s RMS of the derivative below which a column is too still to check its units
+QUAT_TOLERANCE = 0.01  # a logged base quaternion's norm is 1 within this (a bag's odometry's too)
 RANGE_MARGIN = 0.5  # rad (or m) a joint may sit beyond its range before the log is taken for the wrong unit
 META_KEY = b"flashnerd.variant"  # Parquet file metadata: the variant the stand-in robot logged (JSON)
 
@@ -345,7 +346,20 @@ def _check_units(seg: pd.DataFrame, lay: _Layout, where: str, sums: dict[str, np
     """Positions and targets against their ranges; each velocity column's products with the derivative of its
     position added to `sums` (name -> [sum of logged x derivative, sum of derivative^2, samples]), whose ratio
     `_check_velocity_units` checks once per file: one short, nearly still segment gives a noisy ratio, a unit error
-    is wrong in every row."""
+    is wrong in every row. A base orientation that is no unit quaternion (an estimator's zeros before it starts) is
+    an error, as in a bag's odometry: normalizing it would make NaN rows."""
+    if lay.floating:
+        norm = np.linalg.norm(seg[list(BASE["quat"])].to_numpy(dtype=float), axis=1)  # (R,)
+        off = ~(np.abs(norm - 1.0) <= QUAT_TOLERANCE)
+        if off.any():
+            i = int(np.argmax(off))
+            raise LogError(f"robot log '{where}': the base orientation at time {seg['time'].iloc[i]:g} s has norm "
+                           f"{norm[i]:g}; log unit quaternions, and NaN in rows without an estimate")
+    with np.errstate(over="ignore", invalid="ignore"):  # a value of 1e200 is judged below, not warned about
+        _check_ranges_and_speeds(seg, lay, where, sums)
+
+
+def _check_ranges_and_speeds(seg: pd.DataFrame, lay: _Layout, where: str, sums: dict[str, np.ndarray]) -> None:
     t = seg["time"].to_numpy(dtype=float)
     if len(t) < 3:
         return

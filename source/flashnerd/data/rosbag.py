@@ -131,7 +131,8 @@ def _preflight(path: Path) -> int:
             raise TypeError("relative_file_paths")
     except BagError:
         raise
-    except (yaml.YAMLError, OSError, UnicodeDecodeError, RecursionError, TypeError, KeyError, AttributeError) as err:
+    except (yaml.YAMLError, OSError, UnicodeDecodeError, RecursionError, TypeError, KeyError, AttributeError,
+            ValueError) as err:  # ValueError: an integer of more digits than Python converts
         raise BagError(f"bag '{path}': metadata.yaml is no rosbag2 metadata in plain YAML "
                        f"({type(err).__name__}); {REPAIR}") from None
     if mode not in ("", "none"):
