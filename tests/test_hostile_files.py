@@ -512,6 +512,27 @@ def test_a_non_finite_metric_is_never_shipped(tmp_path):
     assert not list(tmp_path.iterdir())
 
 
+@pytest.mark.parametrize("marker", ["__tensor__", "__int_keys__"])
+def test_a_mapping_keyed_like_the_formats_markers_is_refused_before_anything_is_written(tmp_path, capsys, marker):
+    """A metric or a config that is a mapping of one key named like the format's tensor or int-key marker would read
+    back as something else (or not at all): export and convert refuse it in one line and write nothing."""
+    metrics = tmp_path / "m.json"
+    metrics.write_text(json.dumps({"nrmse": {"1": 0.1, "10": {marker: "nope"}}}))
+    out = tmp_path / "out"
+    assert main(["export-model", "--checkpoint", "checkpoints/cartpole/rwm.safetensors", "--out",
+                 str(out / "x.safetensors"), "--metrics", str(metrics)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"is a mapping whose only key is '{marker}', which the checkpoint format reserves" in err
+    assert len(err.splitlines()) == 1 and not [f for f in out.rglob("*") if f.is_file()]
+    legacy = tmp_path / "old.pt"
+    ckpt = read_checkpoint("checkpoints/cartpole/rwm.safetensors")
+    torch.save({**ckpt, "format": "flashnerd-dynamics", "format_version": 1, "fit_config": {"note": {marker: "x"}}},
+               legacy)
+    assert main(["convert-checkpoint", str(legacy), "--out", str(out / "y.safetensors")]) == 2
+    assert "fit_config/note' is a mapping whose only key" in capsys.readouterr().err
+    assert not [f for f in out.rglob("*") if f.is_file()]
+
+
 @pytest.fixture(scope="module")
 def fitted(hostile, tmp_path_factory):
     """A checkpoint of a fit in progress (optimizer, RNG, step and history) on the tiny dataset."""

@@ -64,6 +64,9 @@ def _encode(node: Any, path: str, tensors: dict[str, torch.Tensor]) -> Any:
             return {_INT_KEYS: [[k, _encode(v, f"{path}/{k}", tensors)] for k, v in node.items()]}
         if not all(isinstance(k, str) for k in node):
             raise TypeError(f"checkpoint field '{path}' has keys that are neither all str nor all int")
+        if set(node) in ({_TENSOR}, {_INT_KEYS}):  # it would read back as a tensor reference or an int-keyed dict
+            raise CheckpointError(f"checkpoint field '{path or '/'}' is a mapping whose only key is "
+                                  f"'{next(iter(node))}', which the checkpoint format reserves; rename that key")
         return {k: _encode(v, f"{path}/{k}", tensors) for k, v in node.items()}
     if isinstance(node, (list, tuple)):
         return [_encode(v, f"{path}/{i}", tensors) for i, v in enumerate(node)]
@@ -110,9 +113,9 @@ def non_finite(node: Any, path: str = "") -> list[str]:
 def save_checkpoint(path: str | Path, payload: dict[str, Any]) -> None:
     """Write through a temporary file and rename, so an interrupted save never leaves a torn checkpoint."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     tensors: dict[str, torch.Tensor] = {}
-    tree = _encode(payload, "", tensors)
+    tree = _encode(payload, "", tensors)  # before any folder is made: a payload the format cannot hold leaves none
+    path.parent.mkdir(parents=True, exist_ok=True)
     meta = {"format": FORMAT, "format_version": str(FORMAT_VERSION), "payload": json.dumps(tree)}
     with atomic_path(path) as tmp:
         save_file(tensors, tmp, metadata=meta)
