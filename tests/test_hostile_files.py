@@ -533,6 +533,29 @@ def test_a_mapping_keyed_like_the_formats_markers_is_refused_before_anything_is_
     assert not [f for f in out.rglob("*") if f.is_file()]
 
 
+def test_a_model_whose_config_sizes_a_huge_per_world_state_is_refused_before_building_it(tmp_path, monkeypatch,
+                                                                                         capsys):
+    """A valid checkpoint whose attention span is 16,384 frames keeps 64 MiB of KV cache per world: the backend
+    measures one world's state and refuses a world count that would not fit, in one line, before allocating it."""
+    from flashnerd.dynamics import make_dynamics
+    from flashnerd.utils import host_memory
+
+    ckpt = read_checkpoint("checkpoints/cartpole/flashnerd.safetensors")
+    ckpt["model_config"]["span"] = 16384
+    ckpt["state_dict"] = {k: torch.zeros(*v.shape[:-1], 16385) if k.endswith("lag_bias") else v
+                          for k, v in ckpt["state_dict"].items()}
+    wide = tmp_path / "wide.safetensors"
+    save_checkpoint(wide, ckpt)
+    assert wide.stat().st_size < 5 * 2**20
+    monkeypatch.setattr(host_memory, "available_host_bytes", lambda: 2**30)
+    monkeypatch.setattr("flashnerd.dynamics.learned.available_host_bytes", lambda: 2**30)
+    with pytest.raises(ValueError, match=r"keeps 64\.0 MiB of state per world .* 64 worlds need 4\.0 GiB, more than "
+                                         r"80% of the 1\.0 GiB free; use at most 12 worlds") as err:
+        make_dynamics("flashnerd", get_robot("cartpole"), 64, checkpoint=str(wide))
+    assert "\n" not in str(err.value)
+    make_dynamics("flashnerd", get_robot("cartpole"), 12, checkpoint=str(wide)).close()  # what it says fits
+
+
 @pytest.fixture(scope="module")
 def fitted(hostile, tmp_path_factory):
     """A checkpoint of a fit in progress (optimizer, RNG, step and history) on the tiny dataset."""

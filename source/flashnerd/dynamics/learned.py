@@ -10,6 +10,7 @@ terrain surface in rows mode; bodies without probes then never touch).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +32,7 @@ from flashnerd.models.checkpoint import (
 from flashnerd.robots import RobotSpec
 from flashnerd.sim.scene import actuator_ctrl_limits, build_scene, default_qpos, pd_torque, position_actuators
 from flashnerd.types import RobotState, actuated_columns
+from flashnerd.utils.host_memory import MAX_READ_FRACTION, available_host_bytes
 
 # Shipped checkpoints live in the repository's checkpoints/ folder (editable installs); FLASHNERD_CHECKPOINTS
 # points elsewhere, e.g. for a copy of that folder next to a non-editable install.
@@ -77,6 +79,26 @@ class LearnedConfig:
     grad_checkpoint: bool = False
 
 
+def _check_cache_memory(network, num_worlds: int, device: torch.device, path) -> None:
+    """One-line error before the model's per-world state (its window, KV ring buffers or recurrent state) is built,
+    where `num_worlds` of it would not fit in memory: a checkpoint's config sizes it (a span of 65,536 frames is
+    256 MiB a world), and the env's memory check assumes a small per-world share."""
+    todo, per_world = [network.init_cache(1, device=device)], 0
+    while todo:  # the cache dataclass (an ensemble's holds its member's in `inner`)
+        node = todo.pop()
+        if isinstance(node, torch.Tensor):
+            per_world += node.numel() * node.element_size()
+        elif dataclasses.is_dataclass(node):
+            todo.extend(getattr(node, f.name) for f in dataclasses.fields(node))
+    free = (torch.cuda.mem_get_info(device)[0] if device.type == "cuda" else available_host_bytes())
+    need = num_worlds * per_world
+    if need > MAX_READ_FRACTION * free:
+        raise ValueError(f"the model of '{path}' keeps {per_world / 2**20:,.1f} MiB of state per world (its window or "
+                         f"cache, sized by its config); {num_worlds:,} worlds need {need / 2**30:,.1f} GiB, more than "
+                         f"{MAX_READ_FRACTION:.0%} of the {free / 2**30:,.1f} GiB free; use at most "
+                         f"{int(MAX_READ_FRACTION * free // max(per_world, 1)):,} worlds")
+
+
 class LearnedDynamics:
     """A learned model of `kind` stepping `num_worlds` worlds of `robot` behind the `Dynamics` interface.
 
@@ -118,6 +140,7 @@ class LearnedDynamics:
             raise ValueError(f"checkpoint '{path}' uses another state layout than this flashnerd; fit it again")
         self.nq, self.nv, self.nu = self.scene.nq, self.scene.nv, self.scene.nu
         self._joint_columns = actuated_columns(self.scene, robot.floating_base, self.nq, self.nv, self.device)
+        _check_cache_memory(self.network, num_worlds, self.device, path)
         self.cache = self.network.init_cache(num_worlds, device=self.device)
         self.num_members = self.network.num_members if isinstance(self.network, Ensemble) else 1
         if config.members not in MEMBER_MODES:
