@@ -366,6 +366,9 @@ def test_a_robot_without_what_the_task_needs_is_refused(hound_dir):
     # MuJoCo reads nan and inf as numbers; the robot would step to NaN
     ("mjcf: robot.xml\n", ('damping="0.5"', 'damping="nan"'), "gives joint 'FL_hip_joint' dof_damping nan"),
     ("mjcf: robot.xml\n", ('<inertial mass="8.0"', '<inertial mass="inf"'), "gives body 'base' body_mass inf"),
+    # a model built Y-up: its home pose rolls the base 90 degrees, and spawned level it would lie on its side
+    ("mjcf: robot.xml\n", ('qpos="0 0 0.33 1 0 0 0', 'qpos="0 0 0.33 0.7071068 0.7071068 0 0'),
+     "the floating base's z axis tilts 90 degrees from up in keyframe 'home'"),
     # a few bytes of XML that ask the compiler for gigabytes
     ("mjcf: robot.xml\n", ("<asset>", '<asset><hfield name="hf" nrow="60000" ncol="60000" size="1 1 1 1"/>'),
      "declares heightfields and textures of 54,932 MiB, more than this machine's memory holds"),
@@ -382,12 +385,22 @@ def test_bad_spec_files_are_one_line_errors(tmp_path, hound_dir, text, xml_edit,
                                'ctrlrange', xml)  # every joint in degrees, its ctrlrange kept in radians
         xml = xml.replace('<joint axis="1 0 0" range="-45.8366 45.8366"/><position ctrlrange="-0.8 0.8"/>',
                           '<joint axis="1 0 0" range="-5 5"/><position ctrlrange="-5 5"/>')
-        match = r"ctrlrange \[-5, 5\] on a joint whose range is \[-0.08727, 0.08727\] rad: degrees\?"
+        match = (r"ctrlrange \[-5, 5\], the numbers of its joint's range, which MuJoCo read in degrees as "
+                 r"\[-0.08727, 0.08727\] rad")
     shutil.copytree(hound_dir / "meshes", tmp_path / "r" / "meshes")
     spec = _write_spec(tmp_path / "r", text, xml)
     with pytest.raises(RobotFileError, match=match) as err:
         get_robot(str(spec))
     assert "\n" not in str(err.value)
+
+
+def test_a_home_pose_pitched_within_the_limit_loads_and_spawns_level(tmp_path, hound_dir):
+    """A keyframe captured with the base pitched 25 degrees is a level robot's pose: it loads, and spawns level."""
+    xml = (hound_dir / "hound.xml").read_text().replace('model="hound"', 'model="pitched"')
+    xml = xml.replace('qpos="0 0 0.33 1 0 0 0', 'qpos="0 0 0.33 0.9762960 0 0.2164396 0')
+    shutil.copytree(hound_dir / "meshes", tmp_path / "r" / "meshes")
+    robot = get_robot(str(_write_spec(tmp_path / "r", "mjcf: robot.xml\n", xml)))
+    assert np.allclose(default_qpos(robot, build_scene(robot))[3:7], [1.0, 0.0, 0.0, 0.0])
 
 
 def test_a_heightfield_declared_in_an_included_file_is_counted_before_mujoco_allocates_it(tmp_path, hound_dir):
@@ -449,9 +462,24 @@ def test_a_ctrlrange_written_in_degrees_is_refused_and_one_in_radians_is_kept(tm
         model = mujoco.MjModel.from_xml_path(str(spec.parent / "robot.xml"))
         assert np.allclose(model.jnt_range[model.joint(robot.joint_names[0]).id], [-0.8, 0.8], atol=1e-6)
         return
-    with pytest.raises(RobotFileError, match=r"ctrlrange \[-45.8366, 45.8366\] on a joint whose range is \[-0\.8, "
-                                             r"0\.8\] rad: degrees\?.*write it in radians") as err:
+    with pytest.raises(RobotFileError, match=r"ctrlrange \[-45.8366, 45.8366\], the numbers of its joint's range, "
+                                             r"which MuJoCo read in degrees as \[-0\.8, 0\.8\] rad .* else write the "
+                                             "ctrlrange in radians") as err:
         get_robot(str(spec))
+    assert "\n" not in str(err.value)
+
+
+def test_radian_ranges_in_an_mjcf_without_a_compiler_angle_are_named_as_the_likely_cause(tmp_path, hound_dir):
+    """Without `<compiler angle>` MuJoCo reads angles in degrees: joint ranges written in radians become 57x
+    narrower, and their ctrlrange (the same numbers) looks like degrees; the error names the missing angle first."""
+    xml = (hound_dir / "hound.xml").read_text().replace('model="hound"', 'model="noangle"')
+    xml = xml.replace(' angle="radian"', "")
+    shutil.copytree(hound_dir / "meshes", tmp_path / "r" / "meshes")
+    with pytest.raises(RobotFileError, match=r"ctrlrange \[-0\.8, 0\.8\], the numbers of its joint's range, which "
+                                             r"MuJoCo read in degrees as \[-0\.01396, 0\.01396\] rad "
+                                             r"\(angle=\"degree\" is MuJoCo's default\); if the MJCF's angles are "
+                                             r"radians, add <compiler angle=\"radian\"/>") as err:
+        get_robot(str(_write_spec(tmp_path / "r", "mjcf: robot.xml\n", xml)))
     assert "\n" not in str(err.value)
 
 

@@ -55,3 +55,22 @@ def test_a_child_past_its_limit_is_a_one_line_error(fn, limits, message):
         run_bounded(fn, (), **limits)
     assert not err.value.raised and len(str(err.value).splitlines()) == 1
     assert time.monotonic() - start < 30
+
+
+@pytest.mark.parametrize("how", ["file", "stdin"])
+def test_a_callers_script_without_a_main_guard_runs_once(tmp_path, how):
+    """The child imports the function by name and runs nothing of the caller's script: a plain script (no
+    `if __name__ == "__main__":`) or one piped to python loads a robot from its MJCF, and its top level runs once."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    hound = Path(__file__).parent / "assets" / "hound" / "hound.yaml"
+    script = ("print('top level ran')\nfrom flashnerd.robots import get_robot\n"
+              f"print(get_robot({str(hound)!r}).contact_bodies['feet'])\n")
+    path = tmp_path / "plain.py"
+    path.write_text(script)
+    argv, stdin = ([sys.executable, str(path)], None) if how == "file" else ([sys.executable, "-"], script)
+    done = subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.count("top level ran") == 1 and "FL_calf" in done.stdout

@@ -4,6 +4,7 @@ looked up by name, and any robot from a spec file next to its MJCF."""
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 
 from flashnerd.robots.spec import ASSET_DIR, Probe, RobotSpec, included_files
@@ -31,10 +32,11 @@ def is_spec_path(name: str) -> bool:
     return name.endswith((".yaml", ".yml")) or "/" in name or "\\" in name
 
 
-def get_robot(name: str) -> RobotSpec:
+def get_robot(name: str | os.PathLike) -> RobotSpec:
     """The robot registered under `name`, or the robot of the spec file at path `name` (robots/spec_file.py; read
     again only when the spec file or its MJCF changed, then known by its name too); anything else is a one-line error
     listing the known robots."""
+    name = os.fspath(name)  # a pathlib.Path names a spec file too
     if name in ROBOTS:
         return ROBOTS[name]
     if is_spec_path(name):

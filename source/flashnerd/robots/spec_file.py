@@ -275,7 +275,13 @@ def _check_ctrlrange_units(model: mujoco.MjModel, degree: bool, where: str) -> N
         ctrl, (lo, hi) = model.actuator_ctrlrange[a], model.jnt_range[j]  # (2,), rad
         in_degrees = np.degrees([lo, hi])  # the joint's range as the MJCF wrote it
         copied = np.allclose(ctrl, in_degrees, rtol=0.0, atol=1e-3) and not np.allclose(ctrl, [lo, hi], atol=1e-3)
-        if copied or np.abs(ctrl).max() > 2 * math.pi >= max(abs(lo), abs(hi)):
+        if copied:  # the same numbers: a ctrlrange in degrees, or joint ranges in radians read as degrees
+            raise RobotFileError(f"{where}: actuator '{model.actuator(a).name or f'#{a}'}' has ctrlrange "
+                                 f"[{ctrl[0]:g}, {ctrl[1]:g}], the numbers of its joint's range, which MuJoCo read in "
+                                 f"degrees as [{lo:.4g}, {hi:.4g}] rad (angle=\"degree\" is MuJoCo's default); if the "
+                                 "MJCF's angles are radians, add <compiler angle=\"radian\"/>, else write the "
+                                 "ctrlrange in radians or use inheritrange=\"1\"")
+        if np.abs(ctrl).max() > 2 * math.pi >= max(abs(lo), abs(hi)):
             raise RobotFileError(f"{where}: actuator '{model.actuator(a).name or f'#{a}'}' has ctrlrange "
                                  f"[{ctrl[0]:g}, {ctrl[1]:g}] on a joint whose range is [{lo:.4g}, {hi:.4g}] rad: "
                                  f"degrees? MuJoCo does not convert ctrlrange under angle=\"degree\"; write it in "
@@ -328,6 +334,24 @@ def _default_pose(data: dict, model: mujoco.MjModel, joints: tuple[str, ...],
             raise RobotFileError(f"{where}: default position {qpos[a]:g} of joint '{name}' is outside its range "
                                  f"[{lo:g}, {hi:g}]")
     return qpos, from_key, from_key and np.array_equal(qpos, model.key_qpos[names.index(key)])
+
+
+MAX_BASE_TILT = 30.0  # degrees: a default pose whose base frame tilts more has another up axis (a Y-up model)
+
+
+def _check_level_base(quat: np.ndarray, source: str, where: str) -> None:
+    """One-line error where the default pose tilts the floating base's z axis more than `MAX_BASE_TILT` from up: the
+    tasks and every backend read the base frame as z up and x forward (projected gravity, base height, the velocity
+    command), and a robot spawns with its base level, so a model built with another up axis would spawn on its side.
+    A yaw (any heading) is kept level and allowed."""
+    w, x, y, z = (float(v) for v in quat / max(np.linalg.norm(quat), 1e-12))
+    up_z = 1.0 - 2.0 * (x * x + y * y)  # z component of the base's z axis in the world
+    tilt = math.degrees(math.acos(max(-1.0, min(1.0, up_z))))
+    if tilt > MAX_BASE_TILT:
+        raise RobotFileError(f"{where}: the floating base's z axis tilts {tilt:.0f} degrees from up in {source}; the "
+                             "tasks read the base frame as z up and x forward and spawn it level, so the robot would "
+                             "lie on its side: make the base body's frame level (wrap its geoms, sites and child "
+                             "bodies in a <frame> that holds the rotation) and the keyframe's base quaternion level")
 
 
 def floor_bits(model: mujoco.MjModel) -> tuple[int, int]:
@@ -613,6 +637,9 @@ def parse_robot_file(data: Any, path: Path) -> RobotSpec:
     floating = _floating(model, where)
     _check_one_robot(model, where)
     qpos, from_key, as_keyframe = _default_pose(data, model, joints, where)
+    if floating:
+        _check_level_base(qpos[3:7], "keyframe '" + str(data.get("keyframe", "home")) + "'" if from_key else
+                          "the MJCF (its base body's orientation)", where)
     groups = _contact_groups(data, model, floating, qpos, where)
     undesired = data.get("undesired_contacts", [])
     if not isinstance(undesired, list) or any(not isinstance(g, str) or g not in groups for g in undesired):
