@@ -55,6 +55,7 @@ from flashnerd.robots.spec import ASSET_DIR, DEFAULT_FLOOR_BITS, Probe, RobotSpe
 from flashnerd.robots.variant import number_in_range
 from flashnerd.utils.host_memory import MAX_READ_FRACTION, available_host_bytes, fits_in_memory
 from flashnerd.utils.name_patterns import NamePatternError, name_matches
+from flashnerd.utils.sandbox import INTERPRETER_BYTES, BoundedRunError, run_bounded
 from flashnerd.utils.strict_yaml import brief, load_yaml, yaml_problem
 
 KEYS = ("mjcf", "name", "keyframe", "default_joint_pos", "init_base_height", "sim_dt", "decimation", "contact_bodies",
@@ -141,8 +142,6 @@ def _compile_bounded(mjcf: Path, where: str) -> None:
     `<flexcomp>` grid, a PNG's width and height, a `<model>` attached from another file) before any size is known
     here. MuJoCo's reason for a file that fails to compile is reported as it is, without compiling it again (the
     child reads no stdin: an MJCF that includes /dev/stdin fails there instead of blocking)."""
-    from flashnerd.utils.sandbox import INTERPRETER_BYTES, BoundedRunError, run_bounded
-
     memory = min(COMPILE_MEMORY_BYTES, INTERPRETER_BYTES + int(MAX_READ_FRACTION * available_host_bytes()))
     limits = f"{memory / 2**30:.1f} GiB and {COMPILE_CPU_SECONDS} s of CPU"
     try:
