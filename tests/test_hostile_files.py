@@ -128,6 +128,7 @@ def _nested(depth: int) -> list:
     ({"model_state_dict": {}, "optimizer_state_dict": {"state": {0: {"extra": _doubled(19)}}}, "iter": 0},
      "it holds more than 262,144 values, counting a shared one each time it appears"),
     ({"model_state_dict": {}, "infos": _nested(200), "iter": 0}, "its containers nest more than 64 deep"),
+    ({"model_state_dict": {"w": torch.eye(3).to_sparse()}, "iter": 0}, "a tensor of layout torch.sparse_coo"),
 ])
 def test_a_small_pickle_that_declares_a_huge_tree_is_refused_before_any_copy(payload, message, tmp_path, capsys):
     """What a few KB of plain pickle can declare: a zero-stride view of one number (terabytes once cloned), a list

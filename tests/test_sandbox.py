@@ -68,9 +68,15 @@ def test_a_callers_script_without_a_main_guard_runs_once(tmp_path, how):
     hound = Path(__file__).parent / "assets" / "hound" / "hound.yaml"
     script = ("print('top level ran')\nfrom flashnerd.robots import get_robot\n"
               f"print(get_robot({str(hound)!r}).contact_bodies['feet'])\n")
-    path = tmp_path / "plain.py"
+    (tmp_path / "scripts").mkdir()
+    path = tmp_path / "scripts" / "plain.py"
     path.write_text(script)
     argv, stdin = ([sys.executable, str(path)], None) if how == "file" else ([sys.executable, "-"], script)
-    done = subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    work = tmp_path / "work"  # the folder it runs in: a yaml.py there is not what the child imports
+    work.mkdir()
+    if how == "file":  # (a script piped to python imports from its working folder itself)
+        (work / "yaml.py").write_text(f"open({str(tmp_path / 'shadowed')!r}, 'w').close()\n")
+    done = subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=300, cwd=work)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.count("top level ran") == 1 and "FL_calf" in done.stdout
+    assert not (tmp_path / "shadowed").exists()

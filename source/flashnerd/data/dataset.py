@@ -142,15 +142,24 @@ def load_dataset(path: str | Path, robot: RobotSpec | None = None) -> Trajectory
     return _validated(TrajectoryData(qpos, qvel, ctrl, attrs, touching, force, labels.get("torque")), robot, path)
 
 
-MAX_CHUNK_BYTES = 1 << 28  # 256 MiB: `flashnerd record`'s chunks of 64 trajectories take a few MB
+MAX_CHUNK_BYTES = 1 << 28  # 256 MiB: `flashnerd record`'s chunks (`chunk_rows`) take at most 16 MiB
+WRITE_CHUNK_BYTES = 1 << 24  # 16 MiB: the chunks this module writes, 64 trajectories or fewer where they are long
+
+
+def chunk_rows(row_shape: tuple[int, ...], itemsize: int) -> int:
+    """Trajectories per HDF5 chunk for arrays of trajectories shaped `row_shape`: 64, or fewer so that a chunk stays
+    within `WRITE_CHUNK_BYTES` (a chunk is decompressed whole to read any part of it)."""
+    row = math.prod(max(1, d) for d in row_shape) * itemsize
+    return max(1, min(64, WRITE_CHUNK_BYTES // row))
 
 
 def _refuse_unsafe_storage(f: h5py.File, path: Path) -> None:
     """Refuse arrays whose data is not in the file itself: a soft or external link, or an external or virtual dataset,
     would read another file (or another place in this one) in place of what `flashnerd record` wrote there. And
-    chunks past `MAX_CHUNK_BYTES`: HDF5 decompresses a whole chunk to read any element of it, so a tiny array in one
-    huge chunk of compressed zeros takes that chunk's memory. Every member is checked, read or not, so no optional
-    array slips through."""
+    chunks past `MAX_CHUNK_BYTES` and past twice their array: HDF5 decompresses a whole chunk to read any element of
+    it, so a tiny array in one huge chunk of compressed zeros takes that chunk's memory (a chunk about its array's
+    size costs what reading the array costs, which the readers count). Every member is checked, read or not, so no
+    optional array slips through."""
     for name in f:
         link = f.get(name, getlink=True)
         if not isinstance(link, h5py.HardLink):
@@ -162,10 +171,12 @@ def _refuse_unsafe_storage(f: h5py.File, path: Path) -> None:
                              "storage); flashnerd reads only arrays stored in the dataset file itself, record it again")
         if isinstance(node, h5py.Dataset) and node.chunks:
             chunk = math.prod(node.chunks) * node.dtype.itemsize
-            if chunk > MAX_CHUNK_BYTES:
+            if chunk > MAX_CHUNK_BYTES and chunk > 2 * node.size * node.dtype.itemsize:
                 raise ValueError(f"dataset '{path}' stores {name} in chunks of {chunk / 2**20:,.0f} MiB, each "
-                                 f"decompressed whole to read any part (at most {MAX_CHUNK_BYTES >> 20} MiB are "
-                                 "read); write it with smaller chunks, or record it again")
+                                 f"decompressed whole to read any part, for an array of "
+                                 f"{node.size * node.dtype.itemsize / 2**20:,.1f} MiB (chunks past "
+                                 f"{MAX_CHUNK_BYTES >> 20} MiB and twice their array are refused); write it with "
+                                 "smaller chunks, or record it again")
 
 
 def _label_arrays(f: h5py.File, robot: RobotSpec | None, attrs: dict) -> dict[str, h5py.Dataset]:
@@ -344,7 +355,8 @@ def write_arrays(path: str | Path, arrays: dict[str, np.ndarray], attrs: dict, c
         for name, value in arrays.items():
             value = np.asarray(value, dtype=np.float32)
             # zero-width arrays (a robot without probes) still need chunks of at least 1
-            chunks = (max(1, min(64, value.shape[0])), *(max(1, d) for d in value.shape[1:]))
+            rows = min(chunk_rows(value.shape[1:], value.dtype.itemsize), value.shape[0])
+            chunks = (max(1, rows), *(max(1, d) for d in value.shape[1:]))
             f.create_dataset(name, data=value, maxshape=_growable(value.shape), chunks=chunks,
                              **({"compression": "gzip", "compression_opts": 4} if compress else {}))
         f.attrs.update(attrs)
@@ -370,7 +382,7 @@ def concat_files(parts: Sequence[str | Path], out: str | Path, attrs: dict) -> i
                 if i == 0:
                     f.attrs.update(dict(src.attrs))
                     for k, d in src.items():
-                        chunks = (64, *(max(1, n) for n in d.shape[1:]))
+                        chunks = (chunk_rows(d.shape[1:], d.dtype.itemsize), *(max(1, n) for n in d.shape[1:]))
                         f.create_dataset(k, shape=(0, *d.shape[1:]), maxshape=_growable(d.shape),
                                          dtype=d.dtype, chunks=chunks, compression="gzip", compression_opts=4)
                 n = counts.pop()

@@ -55,7 +55,7 @@ CSV_EXPANSION = 16  # bytes in memory per byte of CSV at the peak of a read: "0,
 MAX_PIECES = 100_000  # episodes, and segments, one log file may split into: each is a frame worked on apart
 UNIT_RATIO = (0.5, 2.0)  # a velocity column must be within these factors of the derivative of its position
 MIN_MOTION = 0.05  # rad/s or m/s RMS of the derivative below which a column is too still to check its units
-QUAT_TOLERANCE = 0.01  # a logged base quaternion's norm is 1 within this (a bag's odometry's too)
+QUAT_TOLERANCE = 0.1  # a logged base quaternion's norm is 1 within this; rows are normalized on import
 RANGE_MARGIN = 0.5  # rad (or m) a joint may sit beyond its range before the log is taken for the wrong unit
 META_KEY = b"flashnerd.variant"  # Parquet file metadata: the variant the stand-in robot logged (JSON)
 
@@ -190,7 +190,8 @@ def read_log(path: str | Path, used: Collection[str] = ()) -> tuple[pd.DataFrame
         if not fits_in_memory(4 * declared):  # the Arrow table, the pandas frame and the arrays made from them
             raise LogError(too_large.format(f"{4 * declared / 2**30:,.1f}"))
         read = [j for j in range(meta.num_columns) if meta.schema.column(j).path in columns]
-        pages = sum(meta.row_group(i).column(j).total_uncompressed_size for i in range(len(groups)) for j in read)
+        pages = sum(max(0, meta.row_group(i).column(j).total_uncompressed_size) for i in range(len(groups))
+                    for j in read)
         if not fits_in_memory(pages):  # a column's pages are decompressed whole, whatever rows are kept of them
             raise LogError(too_large.format(f"{pages / 2**30:,.1f}"))
         parts = []
@@ -348,14 +349,14 @@ def _check_units(seg: pd.DataFrame, lay: _Layout, where: str, sums: dict[str, np
     `_check_velocity_units` checks once per file: one short, nearly still segment gives a noisy ratio, a unit error
     is wrong in every row. A base orientation that is no unit quaternion (an estimator's zeros before it starts) is
     an error, as in a bag's odometry: normalizing it would make NaN rows."""
-    if lay.floating:
-        norm = np.linalg.norm(seg[list(BASE["quat"])].to_numpy(dtype=float), axis=1)  # (R,)
-        off = ~(np.abs(norm - 1.0) <= QUAT_TOLERANCE)
-        if off.any():
-            i = int(np.argmax(off))
-            raise LogError(f"robot log '{where}': the base orientation at time {seg['time'].iloc[i]:g} s has norm "
-                           f"{norm[i]:g}; log unit quaternions, and NaN in rows without an estimate")
     with np.errstate(over="ignore", invalid="ignore"):  # a value of 1e200 is judged below, not warned about
+        if lay.floating:
+            norm = np.linalg.norm(seg[list(BASE["quat"])].to_numpy(dtype=float), axis=1)  # (R,)
+            off = ~(np.abs(norm - 1.0) <= QUAT_TOLERANCE)
+            if off.any():
+                i = int(np.argmax(off))
+                raise LogError(f"robot log '{where}': the base orientation at time {seg['time'].iloc[i]:g} s has norm "
+                               f"{norm[i]:g}; log unit quaternions, and NaN in rows without an estimate")
         _check_ranges_and_speeds(seg, lay, where, sums)
 
 
@@ -395,7 +396,11 @@ def _check_velocity_units(sums: dict[str, np.ndarray], where: str) -> None:
         # position change 1000x slower than its logged velocity)
         if count == 0 or max(square, logged_square) / count < MIN_MOTION ** 2:
             continue
-        ratio = float(cross / square) if square > 0 else math.inf
+        with np.errstate(over="ignore", invalid="ignore"):  # a speed of 1e200 makes inf / inf
+            ratio = float(cross / square) if square > 0 else math.inf
+        if not math.isfinite(ratio):
+            raise LogError(f"robot log '{where}': {name} is not a finite multiple of the time derivative of its "
+                           "position (values beyond floating point in it); log it in its units, and time in s")
         if not UNIT_RATIO[0] <= ratio <= UNIT_RATIO[1]:
             unit = "m/s in the base frame" if name == "base_lin_vel" else "rad/s (m/s for slide joints)"
             raise LogError(f"robot log '{where}': {name} is {ratio:.3g} x the time derivative of its position; log it "

@@ -30,7 +30,7 @@ from flashnerd.models.normalizer import Normalizer
 from flashnerd.robots import RobotSpec
 from flashnerd.utils.atomic import atomic_path
 from flashnerd.utils.hints import finite_number
-from flashnerd.utils.host_memory import fits_in_memory
+from flashnerd.utils.host_memory import MAX_READ_FRACTION, available_host_bytes, fits_in_memory
 
 FORMAT = "flashnerd-dynamics"
 FORMAT_VERSION = 2  # 2: safetensors + JSON metadata; 1: a torch pickle (refused, convert it)
@@ -384,6 +384,7 @@ def load_plain_pickle(path: str | Path, what: str, map_location: str | None = "c
     if declared is not None and not fits_in_memory(declared):
         raise CheckpointError(f"refusing to load {what} '{path}': its entries decompress to {declared / 2**20:,.0f} "
                               "MiB, more than this machine's memory holds; it is corrupt or not a checkpoint")
+    free = available_host_bytes()  # before the load takes its share: the copies are judged against the same memory
     try:
         with warnings.catch_warnings():  # torch warns about foreign pickle protocols; the error below says it all
             warnings.simplefilter("ignore")
@@ -400,32 +401,37 @@ def load_plain_pickle(path: str | Path, what: str, map_location: str | None = "c
         first = (str(err).strip().splitlines() or [""])[0][:120]
         raise CheckpointError(f"cannot read {what} '{path}' ({type(err).__name__}: {first}); it is corrupt or not "
                               "a torch file") from err
-    _check_pickled_tree(loaded, f"{what} '{path}'")
+    _check_pickled_tree(loaded, f"{what} '{path}'", max(MAX_PICKLED_VALUES, Path(path).stat().st_size), free)
     return loaded
 
 
-MAX_PICKLED_VALUES = 1 << 18  # values in a pickled checkpoint, a shared one counted each time it appears (a PPO
-# checkpoint holds a few thousand)
+MAX_PICKLED_VALUES = 1 << 18  # values in a pickled checkpoint beyond one per byte of its file, a shared one counted
+# each time it appears (a PPO checkpoint holds a few thousand)
 MAX_PICKLED_DEPTH = 64  # nesting of its containers
 
 
-def _check_pickled_tree(root: Any, what: str) -> None:
+def _check_pickled_tree(root: Any, what: str, max_values: int, free: int) -> None:
     """Refuse, in one line, what a few KB of pickle can declare and the readers after it would blow up: a container
     referenced so often that copying the tree multiplies it (pickle's memo lets a file name one list twice at every
-    level: 2^k leaves from k lines), nesting deeper than any checkpoint, a tensor whose strides overlap (one stored
-    number repeated to terabytes by a zero stride), and tensors whose copies exceed this machine's memory."""
+    level: 2^k leaves from k lines; an unshared value takes at least a byte of the file, so `max_values` bounds only
+    the sharing), nesting deeper than any checkpoint, a tensor that is not a plain strided one or whose strides
+    overlap (one stored number repeated to terabytes by a zero stride), and tensors whose copies exceed
+    `MAX_READ_FRACTION` of the `free` host memory (measured before the load)."""
     stack, count, tensor_bytes = [(root, 0)], 0, 0
     while stack:
         node, depth = stack.pop()
         count += 1
-        if count > MAX_PICKLED_VALUES:
-            raise CheckpointError(f"refusing {what}: it holds more than {MAX_PICKLED_VALUES:,} values, counting a "
-                                  "shared one each time it appears (a file of repeated references); it is corrupt or "
-                                  "not a checkpoint")
+        if count > max_values:
+            raise CheckpointError(f"refusing {what}: it holds more than {max_values:,} values, counting a shared one "
+                                  "each time it appears (a file of repeated references); it is corrupt or not a "
+                                  "checkpoint")
         if depth > MAX_PICKLED_DEPTH:
             raise CheckpointError(f"refusing {what}: its containers nest more than {MAX_PICKLED_DEPTH} deep; it is "
                                   "corrupt or not a checkpoint")
         if isinstance(node, torch.Tensor):
+            if node.layout != torch.strided:
+                raise CheckpointError(f"refusing {what}: a tensor of layout {node.layout} (weights and optimizer "
+                                      "states are dense); it is corrupt or crafted")
             size = node.numel() * node.element_size()
             if size > node.untyped_storage().nbytes():
                 raise CheckpointError(f"refusing {what}: a tensor of shape {tuple(node.shape)} repeats its "
@@ -437,7 +443,7 @@ def _check_pickled_tree(root: Any, what: str) -> None:
             stack.extend((x, depth + 1) for kv in node.items() for x in kv)
         elif isinstance(node, list | tuple | set | frozenset):
             stack.extend((x, depth + 1) for x in node)
-    if not fits_in_memory(tensor_bytes):
+    if tensor_bytes > MAX_READ_FRACTION * free:
         raise CheckpointError(f"refusing {what}: its tensors take {tensor_bytes / 2**20:,.0f} MiB once copied, more "
                               "than this machine's memory holds")
 

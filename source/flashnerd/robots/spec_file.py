@@ -152,8 +152,11 @@ def _compile_bounded(mjcf: Path, where: str) -> None:
             hint = (f" (an allocation failed within the compile's {limits}: it declares more than a robot needs)"
                     if "unknown exception" in str(err) else "")
             raise RobotFileError(f"{where}: MJCF '{mjcf}' failed to load: {err}{hint}") from None
-        raise RobotFileError(f"{where}: MJCF '{mjcf}' could not be compiled within {limits} ({err}); it declares "
-                             "more than a robot needs (replicate counts, flexcomp grids, image sizes)") from None
+        limit = any(w in str(err) for w in ("did not finish", "CPU time", "memory", "killed"))
+        cause = ("it declares more than a robot needs (replicate counts, flexcomp grids, image sizes)" if limit else
+                 "the child interpreter failed: check that python can import flashnerd and mujoco")
+        raise RobotFileError(f"{where}: MJCF '{mjcf}' could not be compiled within {limits} ({err}); {cause}"
+                             ) from None
 
 
 def _declared_bytes(mjcf: Path, root: Path | None = None, depth: int = 0) -> int:

@@ -31,7 +31,11 @@ import numpy as np
 from flashnerd.utils.host_memory import MAX_READ_FRACTION, available_host_bytes
 
 INTERPRETER_BYTES = 1 << 30  # address space of the child's interpreter, numpy and the parser's modules (~0.4 GiB)
-_LAUNCH = "import sys; from flashnerd.utils.sandbox import child_main; child_main(sys.argv[1])"
+# the working folder leaves the child's path first thing (`python -c` puts it in front: a numpy.py or yaml.py beside
+# a downloaded robot would be imported); the modules' own folders come through PYTHONPATH
+_LAUNCH = ("import sys; sys.path[:] = [p for p in sys.path if p]; from flashnerd.utils.sandbox import child_main; "
+           "child_main(sys.argv[1])")
+STDERR_TAIL = 1 << 16  # bytes of the child's stderr read back for a crash's message
 
 
 class BoundedRunError(ValueError):
@@ -48,10 +52,11 @@ def child_main(folder: str) -> None:
     out = Path(folder)
     call = json.loads((out / "call.json").read_text())
     memory_bytes, cpu_seconds = call["memory_bytes"], call["cpu_seconds"]
-    resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
-    resource.setrlimit(resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds + 1))
     try:
+        # the function's modules (mujoco, pandas) load before the caps: the budget is the parse's, not theirs
         fn = getattr(importlib.import_module(call["module"]), call["name"])
+        resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds + 1))
         arrays = fn(*call["args"])
         np.savez(out / "result.npz", **arrays)
     except ValueError as err:  # the parser's own one-line reason
@@ -75,8 +80,10 @@ def run_bounded(fn: Callable[..., dict[str, np.ndarray]], args: tuple, cpu_secon
         memory_bytes = INTERPRETER_BYTES + int(MAX_READ_FRACTION * available_host_bytes())
     if "." in fn.__qualname__ or fn.__module__ == "__main__":
         raise TypeError(f"run_bounded runs module-level functions of importable modules, not {fn.__qualname__}")
-    # the child finds the modules the parent does (a test folder, a source tree on PYTHONPATH) in the same order
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p and os.path.isdir(p))}
+    # the child finds the modules the parent does (a test folder, a source tree on PYTHONPATH) in the same order;
+    # two malloc arenas, as each arena reserves 64 MiB of the capped address space
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p and os.path.exists(p)),
+           "MALLOC_ARENA_MAX": "2"}
     with tempfile.TemporaryDirectory(prefix="flashnerd_bounded_") as folder:
         (Path(folder) / "call.json").write_text(json.dumps({
             "module": fn.__module__, "name": fn.__qualname__, "args": list(args), "memory_bytes": int(memory_bytes),
@@ -105,7 +112,9 @@ def run_bounded(fn: Callable[..., dict[str, np.ndarray]], args: tuple, cpu_secon
         if child.returncode == -signal.SIGKILL:
             raise BoundedRunError(f"it was killed: past its {cpu_seconds} s of CPU time, or out of memory")
         if child.returncode != 0 or not result.is_file():
-            tail = " ".join((Path(folder) / "stderr.txt").read_text(errors="replace").split()[-30:])[-300:]
+            with open(Path(folder) / "stderr.txt", "rb") as f:
+                f.seek(max(0, f.seek(0, os.SEEK_END) - STDERR_TAIL))
+                tail = " ".join(f.read().decode(errors="replace").split()[-30:])[-300:]
             raise BoundedRunError(f"it ended with exit code {child.returncode} and no result"
                                   + (f" ({tail})" if tail else ""))
         with np.load(result, allow_pickle=False) as data:
