@@ -549,7 +549,6 @@ def test_a_model_whose_config_sizes_a_huge_per_world_state_is_refused_before_bui
     save_checkpoint(wide, ckpt)
     assert wide.stat().st_size < 5 * 2**20
     monkeypatch.setattr(host_memory, "available_host_bytes", lambda: 2**30)
-    monkeypatch.setattr("flashnerd.dynamics.learned.available_host_bytes", lambda: 2**30)
     with pytest.raises(ValueError, match=r"keeps 64\.0 MiB of state per world .* 64 worlds need 4\.0 GiB, more than "
                                          r"80% of the 1\.0 GiB free; use at most 12 worlds") as err:
         make_dynamics("flashnerd", get_robot("cartpole"), 64, checkpoint=str(wide))

@@ -32,7 +32,7 @@ from flashnerd.models.checkpoint import (
 from flashnerd.robots import RobotSpec
 from flashnerd.sim.scene import actuator_ctrl_limits, build_scene, default_qpos, pd_torque, position_actuators
 from flashnerd.types import RobotState, actuated_columns
-from flashnerd.utils.host_memory import MAX_READ_FRACTION, available_host_bytes
+from flashnerd.utils.host_memory import MAX_READ_FRACTION, available_bytes
 
 # Shipped checkpoints live in the repository's checkpoints/ folder (editable installs); FLASHNERD_CHECKPOINTS
 # points elsewhere, e.g. for a copy of that folder next to a non-editable install.
@@ -90,7 +90,7 @@ def _check_cache_memory(network, num_worlds: int, device: torch.device, path) ->
             per_world += node.numel() * node.element_size()
         elif dataclasses.is_dataclass(node):
             todo.extend(getattr(node, f.name) for f in dataclasses.fields(node))
-    free = (torch.cuda.mem_get_info(device)[0] if device.type == "cuda" else available_host_bytes())
+    free = available_bytes(device)
     need = num_worlds * per_world
     if need > MAX_READ_FRACTION * free:
         raise ValueError(f"the model of '{path}' keeps {per_world / 2**20:,.1f} MiB of state per world (its window or "

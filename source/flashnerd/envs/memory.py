@@ -20,7 +20,7 @@ import torch
 
 from flashnerd.dynamics import make_dynamics
 from flashnerd.envs.registry import task_spec
-from flashnerd.utils.host_memory import available_host_bytes
+from flashnerd.utils.host_memory import available_bytes
 
 PROBE_WORLDS = 8  # not a size any per-world table has on another axis (so axis sizes identify world axes)
 HEADROOM = 1.5  # allocator slack, activations of a (learned) step and copies the env does not hold
@@ -107,14 +107,6 @@ def world_axis_bytes(root: object, n: int, depth: int = 3) -> int:
 
     visit(root, depth)
     return total
-
-
-def available_bytes(device: str | torch.device) -> int:
-    """Memory this process can still allocate on `device` (MemAvailable on the host; free memory on a GPU)."""
-    device = torch.device(device)
-    if device.type == "cuda":
-        return int(torch.cuda.mem_get_info(device)[0])
-    return available_host_bytes()
 
 
 def ppo_bytes_per_world(agent_cfg, obs_dim: int, num_actions: int) -> tuple[int, int]:

@@ -21,6 +21,16 @@ def available_host_bytes() -> int:
     return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
+def available_bytes(device) -> int:
+    """Memory this process can still allocate on `device` (a torch device or its name): MemAvailable on the host,
+    free memory on a GPU."""
+    if str(device).startswith("cuda"):
+        import torch  # for a GPU only: the sandbox's child imports this module, and stays without torch
+
+        return int(torch.cuda.mem_get_info(torch.device(device))[0])
+    return available_host_bytes()
+
+
 def fits_in_memory(nbytes: float) -> bool:
     """Whether `nbytes` of what a file declares may be read (at most `MAX_READ_FRACTION` of the free memory)."""
     return nbytes <= MAX_READ_FRACTION * available_host_bytes()
