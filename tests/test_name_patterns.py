@@ -12,6 +12,15 @@ from flashnerd.utils import name_patterns
 from flashnerd.utils.name_patterns import NamePatternError, compiled, name_matches
 
 
+@pytest.fixture(autouse=True)
+def fresh_budget(monkeypatch):
+    """Each test starts with nothing spent and no remembered matches (a remembered match runs no timer)."""
+    monkeypatch.setattr(name_patterns, "_spent", 0.0)
+    name_matches.cache_clear()
+    yield
+    name_matches.cache_clear()
+
+
 def test_name_patterns_match_in_full_as_re_does():
     assert name_matches(r".*_(HAA|HFE|KFE)", "LF_HAA")
     assert not name_matches(r".*_(HAA|HFE)", "LF_HAA_extra")
@@ -46,3 +55,25 @@ def test_variant_and_spec_files_report_a_slow_pattern_in_one_line(monkeypatch, t
         err = capsys.readouterr().err.strip()
         assert f"'{pattern}' takes more than 0 s to match the name" in err and len(err.splitlines()) == 1, err
     assert not (tmp_path / "r.h5").exists()
+
+
+def test_many_slow_patterns_share_one_budget_per_process(monkeypatch):
+    """Matches within the limit per name that together pass the total are cut at the total (here the limit per name
+    is raised above the total, so the slow pattern's match runs into what is left of the total)."""
+    monkeypatch.setattr(name_patterns, "MATCH_SECONDS", 100.0)
+    monkeypatch.setattr(name_patterns, "TOTAL_MATCH_SECONDS", 1.5)
+    assert name_matches(".*_HAA", "LF_HAA")  # quick ones spend next to nothing
+    start = time.perf_counter()
+    with pytest.raises(NamePatternError, match=r"more than 1.5 s of matching in all, the last '\(x\|xx\)\+\\d' on"):
+        name_matches(r"(x|xx)+\d", "x" * 40)
+    assert time.perf_counter() - start < 5.0
+    with pytest.raises(NamePatternError, match=r"more than 1.5 s of matching in all, the last 'LF_.*'"):
+        name_matches("LF_.*", "LF_HAA")  # spent: even a quick pattern is refused now
+
+
+def test_a_name_matched_once_is_remembered():
+    assert name_matches(".*_HAA", "LF_HAA")
+    spent = name_patterns._spent
+    for _ in range(1000):
+        assert name_matches(".*_HAA", "LF_HAA")
+    assert name_patterns._spent == spent

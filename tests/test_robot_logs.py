@@ -111,6 +111,9 @@ def _bad(recorded, edit):
     # an estimator's zero orientation before it starts: normalized, it would be a NaN row
     (lambda f: f.assign(**{c: np.where(np.arange(len(f)) == 5, 0.0, f[c]) for c in f if c.startswith("base_quat")}),
      "the base orientation at time 0.1 s has norm 0; log unit quaternions"),
+    # 2% off unit norm is no rounding (3 decimals stay within 1e-3): the same tolerance as a bag's odometry
+    (lambda f: f.assign(**{c: np.where(np.arange(len(f)) == 5, 1.02 * f[c], f[c]) for c in f
+                           if c.startswith("base_quat")}), "the base orientation at time 0.1 s has norm 1.02"),
     # a speed of 1e200 overflows the unit check's products: judged in one line, no numpy warning beside it
     (lambda f: f.assign(dq_LF_HAA=np.where(np.arange(len(f)) == 5, 1e200, f["dq_LF_HAA"])),
      "dq_LF_HAA is"),
@@ -123,6 +126,14 @@ def test_bad_logs_are_one_line_errors(recorded, edit, message, capsys, tmp_path)
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1, err
     assert not (tmp_path / "out.h5").exists()
+
+
+def test_quaternions_written_with_three_decimals_import(recorded, anymal, tmp_path):
+    frame, _ = read_log(recorded / "log.parquet")
+    quat = [c for c in frame if c.startswith("base_quat")]
+    write_log(tmp_path / "rounded.parquet", frame.assign(**{c: frame[c].round(3) for c in quat}))
+    import_logs([tmp_path / "rounded.parquet"], anymal, tmp_path / "rounded.h5", traj_len=30)
+    assert (tmp_path / "rounded.h5").exists()
 
 
 def test_a_file_that_is_not_a_log_is_a_one_line_error(tmp_path, capsys):

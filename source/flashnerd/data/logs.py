@@ -34,7 +34,7 @@ import pandas as pd
 import torch
 
 from flashnerd.data.dataset import dataset_attrs, robot_layout, write_arrays
-from flashnerd.data.log_columns import BASE, BASE_COLUMNS
+from flashnerd.data.log_columns import BASE, BASE_COLUMNS, QUAT_TOLERANCE
 from flashnerd.data.rosbag import BAG_SUFFIXES, BagError, is_bag, read_bag
 from flashnerd.data.rosbag_write import write_bag
 from flashnerd.models.contact_head import CONTACT_LABEL_N
@@ -55,7 +55,6 @@ CSV_EXPANSION = 16  # bytes in memory per byte of CSV at the peak of a read: "0,
 MAX_PIECES = 100_000  # episodes, and segments, one log file may split into: each is a frame worked on apart
 UNIT_RATIO = (0.5, 2.0)  # a velocity column must be within these factors of the derivative of its position
 MIN_MOTION = 0.05  # rad/s or m/s RMS of the derivative below which a column is too still to check its units
-QUAT_TOLERANCE = 0.1  # a logged base quaternion's norm is 1 within this; rows are normalized on import
 RANGE_MARGIN = 0.5  # rad (or m) a joint may sit beyond its range before the log is taken for the wrong unit
 META_KEY = b"flashnerd.variant"  # Parquet file metadata: the variant the stand-in robot logged (JSON)
 

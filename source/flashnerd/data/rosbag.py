@@ -40,7 +40,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from flashnerd.data.log_columns import BASE_COLUMNS
+from flashnerd.data.log_columns import BASE_COLUMNS, QUAT_TOLERANCE
 from flashnerd.utils.host_memory import fits_in_memory
 from flashnerd.utils.sandbox import BoundedRunError, run_bounded
 
@@ -451,8 +451,9 @@ def _interpolated(where: str, t_odom: np.ndarray, odom: np.ndarray, t: np.ndarra
     quaternion's sign kept), else linear between the two around it (the quaternion a normalized lerp towards the
     later one's sign in the earlier one's hemisphere)."""
     norm = np.linalg.norm(odom[:, 3:7], axis=1)  # (M,)
-    if not np.all(np.abs(norm - 1.0) <= 0.01):
-        raise BagError(f"{where}: the odometry has an orientation of norm {norm[~(np.abs(norm - 1.0) <= 0.01)][0]:g}; "
+    off = ~(np.abs(norm - 1.0) <= QUAT_TOLERANCE)  # (M,) NaN is off too
+    if off.any():
+        raise BagError(f"{where}: the odometry has an orientation of norm {norm[off][0]:g}; "
                        "publish unit quaternions")
     lo = np.clip(np.searchsorted(t_odom, t, side="right") - 1, 0, len(t_odom) - 1)  # (R,) the sample at or before
     hi = np.minimum(lo + 1, len(t_odom) - 1)  # (R,)
