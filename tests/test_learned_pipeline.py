@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import random
 import shutil
 import signal
@@ -45,6 +46,34 @@ def tiny_ckpt(tiny):
     cfg = dataclasses.replace(FitConfig(), max_steps=4, batch_size=8, ar_batch_size=4, window=8, eval_every=2)
     Fitter(path, cfg).fit(out, progress=False)
     return out
+
+
+def test_a_stop_of_the_process_does_not_spend_the_fit_budget(tiny, tmp_path):
+    """A step that a stop falls into (here: 1.5 s asleep, then the SIGCONT that ends a real stop, sent to itself)
+    counts as long as the step before it in the seconds the budget reads; without the signal the same sleep is a slow
+    step and counts in full. The fourth and fifth steps are compared: the first ones warm up."""
+    _, path, _ = tiny
+    cfg = dataclasses.replace(FitConfig(), max_steps=5, time_budget_s=10**6, batch_size=8, ar_batch_size=4,
+                              window=8, eval_every=10**6, contact_head_steps=0)
+    for stopped in (True, False):
+        fitter = Fitter(path, cfg)
+        step_fn, counted = fitter._step_fn, []  # train_seconds as each step starts
+
+        def slow_fifth_call(fitter=fitter, step_fn=step_fn, counted=counted, stopped=stopped):
+            counted.append(fitter.train_seconds)
+            if len(counted) == 5:
+                time.sleep(1.5)
+                if stopped:
+                    os.kill(os.getpid(), signal.SIGCONT)
+            return step_fn()
+
+        fitter._step_fn = slow_fifth_call
+        fitter.fit(tmp_path / f"m_{stopped}.safetensors", progress=False)
+        fourth, fifth = counted[4] - counted[3], fitter.train_seconds - counted[4]  # seconds counted for each step
+        if stopped:
+            assert fifth <= fourth, (fourth, fifth)
+        else:
+            assert fifth > 1.5 and fifth > fourth, (fourth, fifth)
 
 
 def test_record_round_trip_replays_in_the_simulator(anymal, tiny):

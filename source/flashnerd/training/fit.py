@@ -58,7 +58,7 @@ from flashnerd.training.evaluate import rollout_errors
 from flashnerd.training.features import trajectory_tensors
 from flashnerd.utils.distributed import DistInfo, all_reduce_max
 from flashnerd.utils.hints import finite_number
-from flashnerd.utils.interrupt import DeferredInterrupt
+from flashnerd.utils.interrupt import ContinueCounter, DeferredInterrupt
 
 
 @dataclass
@@ -233,6 +233,7 @@ class Fitter:
         self.window = min(cfg.window, self.model.context or cfg.window, data.traj_len)
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
         self.step, self.train_seconds = 0, 0.0
+        self._continues, self._last_step_seconds = ContinueCounter(), None  # the budget's clock stops with the process
         self.gen = torch.Generator(device=self.device).manual_seed(cfg.seed)
         val_gen = torch.Generator(device=self.device).manual_seed(cfg.seed + 1)
         self.val_idx = self._sample_windows(self.xn_va.shape[0], self.xn_va.shape[1], self.window, 512, val_gen)
@@ -340,7 +341,7 @@ class Fitter:
         self.model.train()
         try:
             # Ctrl-C stops at a step boundary (single process; torchrun ranks keep raising where it lands)
-            with DeferredInterrupt(enabled=not self.dist.enabled) as interrupt:
+            with DeferredInterrupt(enabled=not self.dist.enabled) as interrupt, ContinueCounter() as self._continues:
                 while (self.step < c.max_steps and not (c.time_budget_s and self.train_seconds >= c.time_budget_s)
                        and not (c.patience and self._stale() >= c.patience) and not interrupt.requested):
                     self._train_step(writer)
@@ -445,6 +446,7 @@ class Fitter:
     def _train_step(self, writer: SummaryWriter | None) -> None:
         """One optimizer step on a teacher-forced batch plus the autoregressive loss."""
         c = self.cfg
+        continues = self._continues.count
         start = time.perf_counter()
         for group in self.opt.param_groups:
             group["lr"] = self.lr_at(self.step)
@@ -454,8 +456,12 @@ class Fitter:
         self.model.clip_grad_norm_(c.grad_clip)  # an ensemble clips each member's gradient on its own
         self.opt.step()
         self.step += 1
+        seconds = time.perf_counter() - start
+        if self._continues.count != continues and self._last_step_seconds is not None:
+            seconds = min(seconds, self._last_step_seconds)  # stopped within this step: count it as the step before
+        self._last_step_seconds = seconds
         # The slowest rank's time, so every rank follows the same schedule and stops at the same step.
-        self.train_seconds += all_reduce_max(time.perf_counter() - start, self.device)
+        self.train_seconds += all_reduce_max(seconds, self.device)
         if writer:
             writer.add_scalar("train/loss_teacher_forced", loss_tf.item(), self.step)
             writer.add_scalar("train/loss_autoregressive", loss_ar.item(), self.step)

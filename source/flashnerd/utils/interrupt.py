@@ -3,6 +3,10 @@
 A KeyboardInterrupt raised while PyTorch runs a backward pass can be lost (measured: `flashnerd fit` interrupted in
 `loss.backward()` trained on for minutes), so within `DeferredInterrupt` the first SIGINT only sets `requested`,
 which the loop checks after each step; a second SIGINT raises KeyboardInterrupt at once.
+
+A loop with a time budget must not spend it while the process is stopped (Ctrl-Z, `kill -STOP` to free the cores for
+a while): SIGSTOP cannot be caught, but the SIGCONT that ends it can, and `ContinueCounter` counts those, so a step
+that a stop fell into can be told from a slow one.
 """
 
 from __future__ import annotations
@@ -34,5 +38,30 @@ class DeferredInterrupt:
     def __exit__(self, *exc) -> bool:
         if self._previous is not None:
             signal.signal(signal.SIGINT, self._previous)
+            self._previous = None
+        return False
+
+
+class ContinueCounter:
+    """Context manager: `count` is the number of SIGCONT signals (the end of a stop) received within it. Inactive
+    (always 0) outside the main thread or where the platform has no SIGCONT."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._previous = None
+
+    def __enter__(self) -> ContinueCounter:
+        if hasattr(signal, "SIGCONT") and threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGCONT, self._handle)
+        return self
+
+    def _handle(self, signum, frame) -> None:
+        self.count += 1
+        if callable(self._previous):
+            self._previous(signum, frame)
+
+    def __exit__(self, *exc) -> bool:
+        if self._previous is not None:
+            signal.signal(signal.SIGCONT, self._previous)
             self._previous = None
         return False
