@@ -66,8 +66,8 @@ def build_scene_spec(robot: RobotSpec, terrain: str = "flat", objects: tuple[str
         name=floor_name or unused_name(spec.geoms, "floor"), type=mujoco.mjtGeom.mjGEOM_PLANE, size=[0, 0, 0.05],
         material=mat.name, contype=bits[0], conaffinity=bits[1], condim=3, friction=[1.0, 0.005, 0.0001],
     )
-    fold_joint_force_limits(spec)
-    add_robot_sensors(spec, robot)
+    robot_model = fold_joint_force_limits(spec)
+    add_robot_sensors(spec, robot, robot_model)
     if robot.variant is not None:  # before terrain and objects, so its regexes see the robot alone
         apply_variant(spec, robot.variant)
     add_terrain(spec, terrain, bits)
@@ -76,13 +76,13 @@ def build_scene_spec(robot: RobotSpec, terrain: str = "flat", objects: tuple[str
     return spec
 
 
-def fold_joint_force_limits(spec: mujoco.MjSpec) -> None:
+def fold_joint_force_limits(spec: mujoco.MjSpec) -> mujoco.MjModel:
     """Write each joint actuator's whole force limit (`actuator_force_limits`: its forcerange within its joint's
     actuatorfrcrange) into its own forcerange and lift the joint's clamp. The physics is the same where the joint
     has this one actuator and no gravity compensation (those are folded; others keep both clamps), and the actuator
     force that the torque sensors and the learned backends read is then the torque the joint gets, and a variant's
     effort_scale scales the limit that acts. An actuator with no limit is left unlimited (forcerange zero), whatever
-    forcerange it inherited."""
+    forcerange it inherited. Returns the model it compiled (the robot's bodies and geoms, as this leaves them)."""
     model = spec.compile()
     limits = actuator_force_limits(model)  # (nu, 2)
     on_joint = model.actuator_trntype == int(mujoco.mjtTrn.mjTRN_JOINT)  # (nu,)
@@ -98,16 +98,18 @@ def fold_joint_force_limits(spec: mujoco.MjSpec) -> None:
         act.forcerange = limits[a] if limited else np.zeros(2)
         if on_joint[a] and model.jnt_actfrclimited[j]:
             spec.joint(model.joint(j).name).actfrclimited = mujoco.mjtLimited.mjLIMITED_FALSE
+    return model
 
 
-def add_robot_sensors(spec: mujoco.MjSpec, robot: RobotSpec) -> None:
+def add_robot_sensors(spec: mujoco.MjSpec, robot: RobotSpec, model: mujoco.MjModel) -> None:
     """Add the sensors the analytical backends read, where the robot's MJCF lacks them: `<body>_contact` (the net
     contact force on each contact body, found + force) and `<joint>_torque` (the force of the actuator driving each
     joint; a `jointactuatorfrc` of the user's on that joint reads the same). An unnamed actuator is named after its
     joint. A sensor of the MJCF's own that has one of these names must be that sensor (the backends read its data by
-    the name); anything else is a one-line error."""
+    the name); anything else is a one-line error. `model` is `spec` compiled (its bodies and geoms as they are)."""
     have = {s.name: s for s in spec.sensors}
-    subtree = _subtree_sensed(spec, robot.all_contact_bodies)
+    unnamed = not all(model.body(i).name for i in range(1, model.nbody))  # only then can a sensor read a subtree
+    subtree = {b for b in robot.all_contact_bodies if unnamed and senses_subtree(model, model.body(b).id)}
     for body in robot.all_contact_bodies:
         name = f"{body}_contact"
         # a body with collision geoms on unnamed bodies welded to it senses its subtree (MuJoCo's subtree1, the xbody)
@@ -137,15 +139,6 @@ def add_robot_sensors(spec: mujoco.MjSpec, robot: RobotSpec) -> None:
             act.name = f"{joint}_actuator"
         spec.add_sensor(name=name, type=mujoco.mjtSensor.mjSENS_ACTUATORFRC, objtype=mujoco.mjtObj.mjOBJ_ACTUATOR,
                         objname=act.name)
-
-
-def _subtree_sensed(spec: mujoco.MjSpec, bodies: tuple[str, ...]) -> set[str]:
-    """The contact bodies whose sensor reads their subtree (`senses_subtree`); the robot is compiled to find them only
-    where it has an unnamed body."""
-    if all(b.name for b in spec.bodies if b != spec.worldbody):
-        return set()
-    model = spec.compile()
-    return {b for b in bodies if senses_subtree(model, model.body(b).id)}
 
 
 def _is_sensor(sensor, kind, objtype, objname: str, intprm: list[int] | None = None) -> bool:
