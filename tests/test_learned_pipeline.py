@@ -71,7 +71,7 @@ def test_a_stop_of_the_process_does_not_spend_the_fit_budget(tiny, tmp_path):
         fitter.fit(tmp_path / f"m_{stopped}.safetensors", progress=False)
         fourth, fifth = counted[4] - counted[3], fitter.train_seconds - counted[4]  # seconds counted for each step
         if stopped:
-            assert fifth <= fourth, (fourth, fifth)
+            assert fifth <= fourth + 1e-9, (fourth, fifth)  # the two sums of the same float
         else:
             assert fifth > 1.5 and fifth > fourth, (fourth, fifth)
 

@@ -56,7 +56,7 @@ from flashnerd.training.actuators import identify_actuators
 from flashnerd.training.contact_head import contact_head_entry, fit_contact_head
 from flashnerd.training.evaluate import rollout_errors
 from flashnerd.training.features import trajectory_tensors
-from flashnerd.utils.distributed import DistInfo, all_reduce_max
+from flashnerd.utils.distributed import DistInfo, all_reduce_max_each
 from flashnerd.utils.hints import finite_number
 from flashnerd.utils.interrupt import ContinueCounter, DeferredInterrupt
 
@@ -456,12 +456,16 @@ class Fitter:
         self.model.clip_grad_norm_(c.grad_clip)  # an ensemble clips each member's gradient on its own
         self.opt.step()
         self.step += 1
-        seconds = time.perf_counter() - start
-        if self._continues.count != continues and self._last_step_seconds is not None:
-            seconds = min(seconds, self._last_step_seconds)  # stopped within this step: count it as the step before
+        # The slowest rank's time, so every rank follows the same schedule and stops at the same step; a stop of any
+        # rank (the others wait for it in the gradient exchange) counts the step as long as the one before it, or as
+        # the mean step of a resumed fit
+        seconds, stopped = all_reduce_max_each((time.perf_counter() - start, float(self._continues.count != continues)),
+                                               self.device)
+        before = self._last_step_seconds or (self.train_seconds / (self.step - 1) if self.step > 1 else None)
+        if stopped and before is not None:
+            seconds = min(seconds, before)
         self._last_step_seconds = seconds
-        # The slowest rank's time, so every rank follows the same schedule and stops at the same step.
-        self.train_seconds += all_reduce_max(seconds, self.device)
+        self.train_seconds += seconds
         if writer:
             writer.add_scalar("train/loss_teacher_forced", loss_tf.item(), self.step)
             writer.add_scalar("train/loss_autoregressive", loss_ar.item(), self.step)

@@ -66,11 +66,16 @@ def barrier() -> None:
 
 def all_reduce_max(value: float, device: str | torch.device = "cpu") -> float:
     """The largest `value` over all ranks (the value itself in a single process)."""
+    return all_reduce_max_each((value,), device)[0]
+
+
+def all_reduce_max_each(values: tuple[float, ...], device: str | torch.device = "cpu") -> tuple[float, ...]:
+    """The largest of each of `values` over all ranks, in one exchange (the values themselves in a single process)."""
     if not (dist.is_available() and dist.is_initialized()):
-        return value
-    t = torch.tensor([value], dtype=torch.float64, device=device)
+        return tuple(values)
+    t = torch.tensor(values, dtype=torch.float64, device=device)  # (V,)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return float(t.item())
+    return tuple(t.tolist())
 
 
 def shutdown() -> None:

@@ -48,11 +48,14 @@ class ContinueCounter:
 
     def __init__(self) -> None:
         self.count = 0
+        self._installed = False
         self._previous = None
 
     def __enter__(self) -> ContinueCounter:
         if hasattr(signal, "SIGCONT") and threading.current_thread() is threading.main_thread():
             self._previous = signal.signal(signal.SIGCONT, self._handle)
+            signal.siginterrupt(signal.SIGCONT, False)  # system calls a continue lands in restart, as by default
+            self._installed = True
         return self
 
     def _handle(self, signum, frame) -> None:
@@ -61,7 +64,7 @@ class ContinueCounter:
             self._previous(signum, frame)
 
     def __exit__(self, *exc) -> bool:
-        if self._previous is not None:
-            signal.signal(signal.SIGCONT, self._previous)
-            self._previous = None
+        if self._installed:  # a handler installed from C reads as None: the default is the closest restorable one
+            signal.signal(signal.SIGCONT, self._previous if self._previous is not None else signal.SIG_DFL)
+            self._installed = False
         return False
