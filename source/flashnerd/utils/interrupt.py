@@ -22,12 +22,14 @@ class DeferredInterrupt:
     def __init__(self, enabled: bool = True) -> None:
         self.enabled = enabled
         self.requested = False
+        self._installed = False
         self._previous = None
 
     def __enter__(self) -> DeferredInterrupt:
         self.requested = False
         if self.enabled and threading.current_thread() is threading.main_thread():
             self._previous = signal.signal(signal.SIGINT, self._handle)
+            self._installed = True
         return self
 
     def _handle(self, signum, frame) -> None:
@@ -36,9 +38,9 @@ class DeferredInterrupt:
         self.requested = True
 
     def __exit__(self, *exc) -> bool:
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
-            self._previous = None
+        if self._installed:  # a handler installed from C reads as None: Python's own is the closest restorable one
+            signal.signal(signal.SIGINT, self._previous if self._previous is not None else signal.default_int_handler)
+            self._installed = False
         return False
 
 
