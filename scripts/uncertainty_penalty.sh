@@ -11,7 +11,8 @@
 # Usage: scripts/uncertainty_penalty.sh [FIT_SECONDS]
 #   OUT: data folder; SEEDS: PPO seeds; SETTINGS: which of none, penalty, threshold, in the order they run;
 #   WEIGHT: the penalty's weight; K, SHARED: ensemble size and shared blocks.
-# A step whose output exists is skipped, so a stopped run continues with the next unfinished PPO run.
+# A step whose output exists is skipped, so a stopped run continues with the next unfinished PPO run. At the end every
+# run of the model is one row of a table (stdout) and one entry of <model>.runs.json.
 set -euo pipefail
 FIT=${1:-120}
 OUT=${OUT:-data/weak}
@@ -58,3 +59,19 @@ for seed in $SEEDS; do
       --run_name "$name" "${terms[@]}"
   done
 done
+# every run of this model so far, one row each (the latest run of a name): returns and falls on the model and in MuJoCo
+python - "$STEM" logs/rsl_rl/anymal_c_flat "weak_k${K}sh${SHARED}_fit${FIT}_" <<'PY'
+import json, pathlib, sys
+stem, logs, prefix = sys.argv[1], pathlib.Path(sys.argv[2]), sys.argv[3]
+runs = {}
+for run in sorted(logs.glob(f"*_{prefix}*/eval.json")):  # run folders start with their date: the latest comes last
+    runs[run.parent.name.split(prefix, 1)[1]] = {"log_dir": str(run.parent), **json.loads(run.read_text())}
+pathlib.Path(f"{stem}.runs.json").write_text(json.dumps(runs, indent=1))
+print("| run | return on the model | falls on the model | return in MuJoCo | falls in MuJoCo | episode length in MuJoCo |")
+print("|---|---|---|---|---|---|")
+for name, r in runs.items():
+    m, s = r["flashnerd"], r["mujoco"]
+    print(f"| {name} | {m['mean_return']:.2f} | {round(m['fall_rate'] * m['episodes'])}/{m['episodes']} | "
+          f"{s['mean_return']:.2f} | {round(s['fall_rate'] * s['episodes'])}/{s['episodes']} | "
+          f"{s['mean_episode_length_s']:.1f} s |")
+PY
