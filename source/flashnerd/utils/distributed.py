@@ -64,11 +64,6 @@ def barrier() -> None:
         dist.barrier()
 
 
-def all_reduce_max(value: float, device: str | torch.device = "cpu") -> float:
-    """The largest `value` over all ranks (the value itself in a single process)."""
-    return all_reduce_max_each((value,), device)[0]
-
-
 def all_reduce_max_each(values: tuple[float, ...], device: str | torch.device = "cpu") -> tuple[float, ...]:
     """The largest of each of `values` over all ranks, in one exchange (the values themselves in a single process)."""
     if not (dist.is_available() and dist.is_initialized()):
