@@ -341,7 +341,7 @@ class Fitter:
         self.model.train()
         try:
             # Ctrl-C stops at a step boundary (single process; torchrun ranks keep raising where it lands)
-            with DeferredInterrupt(enabled=not self.dist.enabled) as interrupt, ContinueCounter() as self._continues:
+            with DeferredInterrupt(enabled=not self.dist.enabled) as interrupt, self._continues:
                 while (self.step < c.max_steps and not (c.time_budget_s and self.train_seconds >= c.time_budget_s)
                        and not (c.patience and self._stale() >= c.patience) and not interrupt.requested):
                     self._train_step(writer)
