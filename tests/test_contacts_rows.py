@@ -137,9 +137,35 @@ def test_compiled_contact_features_match_eager_ones(anymal):
         torch.testing.assert_close(f1, f0, atol=3e-3, rtol=0)
         torch.testing.assert_close(d1, d0, atol=1e-5, rtol=0)
     cfg = ClimbPlanCfg()
-    feet0 = ClimbReward(cfg, anymal, model, lane=3).feet_pos(qpos)
-    feet1 = ClimbReward(dataclasses.replace(cfg, compile=False), anymal, model, lane=3).feet_pos(qpos)
-    torch.testing.assert_close(feet0, feet1, atol=1e-5, rtol=0)
+    fused, eager = ClimbReward(cfg, anymal, model, lane=3), ClimbReward(dataclasses.replace(cfg, compile=False),
+                                                                       anymal, model, lane=3)
+    for t in (0.0, 0.13, 0.37):  # swinging and standing feet
+        r0, r1 = fused(qpos, qvel, t), eager(qpos, qvel, t)
+        assert r0.shape == (32,) and bool((r0 != r0[0]).any())
+        torch.testing.assert_close(r0, r1, atol=1e-4, rtol=1e-5)
+
+
+def test_a_compiled_learned_backend_steps_as_the_eager_one(anymal):
+    """`compile=True` also fuses the input frame and the integration of the increment around the model call (the
+    planning step); states and torques follow the eager backend's to float rounding over a few steps."""
+    from flashnerd.dynamics import make_dynamics
+
+    model = build_scene(anymal, "platforms")
+    qpos = _states_near_platforms(anymal, model, 8, seed=7)
+    gen = torch.Generator().manual_seed(8)
+    qvel = 0.3 * torch.randn(8, model.nv, generator=gen)
+    backends = [make_dynamics("flashnerd", anymal, 8, terrain="platforms", compile=c) for c in (False, True)]
+    ctrls = torch.tensor(anymal.default_joint_pos) + 0.3 * torch.randn(4, 8, anymal.num_joints, generator=gen)
+    for dyn in backends:
+        dyn.reset(torch.arange(8), qpos, qvel)
+    for ctrl in ctrls:
+        for dyn in backends:
+            dyn.step(ctrl)
+        eager, fused = (dyn.state() for dyn in backends)
+        torch.testing.assert_close(fused.qpos, eager.qpos, atol=2e-4, rtol=0)
+        torch.testing.assert_close(fused.qvel, eager.qvel, atol=5e-3, rtol=0)
+        torch.testing.assert_close(fused.joint_torque, eager.joint_torque, atol=2e-2, rtol=1e-4)
+    assert float((eager.qpos - qpos).abs().max()) > 1e-2  # the worlds moved
 
 
 def test_rows_are_nearest_first_and_overflow_counts_what_was_cut(anymal):

@@ -16,6 +16,7 @@ from flashnerd.models import (
     RWMConfig,
     build_model,
 )
+from flashnerd.models.flashnerd import attend_slots
 
 IN, OUT = 7, 5
 
@@ -85,6 +86,18 @@ def test_flashnerd_chunked_streaming_equals_the_training_pass():
     keep = [i for i in range(11) if i != 5]
     torch.testing.assert_close(second[keep], full[keep, 7:], atol=1e-5, rtol=0)
     torch.testing.assert_close(second[5:6], restarted, atol=1e-5, rtol=0)
+
+
+def test_flashnerd_compiled_streaming_equals_the_training_pass():
+    """`compile_streaming` (planning) fuses the attention between each block's projections; the stream still equals
+    the whole-window forward pass, the ring buffer wrapping and the first frames masked."""
+    model = _flashnerd(span=3, n_layer=2)
+    x = torch.randn(5, 11, IN)
+    with torch.no_grad():
+        full = model(x)
+    model.compile_streaming()
+    assert all(block.attend is not attend_slots for block in model.blocks)  # the compiled form runs
+    torch.testing.assert_close(_stream(model, x), full, atol=1e-5, rtol=0)
 
 
 def test_flashnerd_lag_bias_matters():

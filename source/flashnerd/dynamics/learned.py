@@ -67,7 +67,9 @@ class LearnedConfig:
 
     # a `flashnerd fit` checkpoint (default: the robot's shipped one, the one fitted on the scene's terrain if any)
     checkpoint: str | Path | None = None
-    compile: bool = False  # torch.compile the contact features (planning: many steps at one batch size)
+    # torch.compile the contact features and the element-wise work around the model call (the input frame, the
+    # integration of the increment, the torque): planning makes many steps at one batch size, launch-bound on a CPU
+    compile: bool = False
     # With an ensemble checkpoint, which prediction moves each world: "mean" of the members, a random member per
     # world redrawn every "step", or one per world kept for its "episode" (redrawn at reset), as PETS samples.
     members: str = "mean"
@@ -135,6 +137,11 @@ class LearnedDynamics:
         self.probes = contact_features(robot, self.scene, self.device, mode=self.contact_mode,
                                        max_rows=rep_info.get("max_rows", 16), compile=config.compile)
         self._compiled = config.compile
+        if config.compile and hasattr(self.network, "compile_streaming"):  # a single FlashNeRD, not an ensemble
+            self.network.compile_streaming()
+        # the fast (no-grad) path's frame and integration: a few fused loops instead of ~60 small ops when compiled
+        self._inputs_fast = torch.compile(self._inputs, dynamic=False) if config.compile else self._inputs
+        self._integrate_fast = torch.compile(self._integrate, dynamic=False) if config.compile else self._integrate
         self.rep = StateRepresentation.for_robot(robot, self.scene, self.probes.dim)
         if rep_info["layout"] != self.rep.layout():
             raise ValueError(f"checkpoint '{path}' uses another state layout than this flashnerd; fit it again")
@@ -258,7 +265,9 @@ class LearnedDynamics:
             self._rebind_state()
         else:
             with torch.no_grad():
-                qpos, qvel, torque = self._advance(ctrl, self.network.step(self._frame(ctrl), self.cache))
+                x = self._inputs_fast(self._qpos, self._qvel, ctrl, self._features)  # (N, I)
+                delta = self._combine(self.network.step(x, self.cache))  # (N, O) normalized
+                qpos, qvel, torque = self._integrate_fast(self._qpos, self._qvel, ctrl, delta, self._past)
                 self._torque.copy_(torque)
                 self._qpos.copy_(qpos)
                 self._qvel.copy_(qvel)
@@ -269,27 +278,39 @@ class LearnedDynamics:
     def _frame(self, ctrl: torch.Tensor) -> torch.Tensor:
         """The normalized model input (N, I) of the current state under control ctrl (N, nu); the contact features
         (N, P*8) probes or (N, R*(F+1)) packed rows are those of the current state, from `_refresh_contacts`."""
-        return self.x_norm.normalize(self.rep.inputs(self._qpos, self._qvel, ctrl, self._features))  # (N, I)
+        return self._inputs(self._qpos, self._qvel, ctrl, self._features)  # (N, I)
+
+    def _inputs(self, qpos: torch.Tensor, qvel: torch.Tensor, ctrl: torch.Tensor,
+                features: torch.Tensor) -> torch.Tensor:
+        """The normalized model input (N, I) of state qpos (N, nq), qvel (N, nv) under ctrl (N, nu) with contact
+        features (N, dim); a function of its arguments only, so that it compiles to one graph."""
+        return self.x_norm.normalize(self.rep.inputs(qpos, qvel, ctrl, features))  # (N, I)
 
     def _advance(self, ctrl: torch.Tensor, pred: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The next qpos (N, nq), qvel (N, nv) and the PD torque (N, nu) from the model's prediction."""
-        delta = self.y_norm.denormalize(self._combine(pred))  # (N, O)
-        qpos, qvel = self.rep.apply(self._qpos, self._qvel, delta)
+        return self._integrate(self._qpos, self._qvel, ctrl, self._combine(pred), self._past)
+
+    def _integrate(self, qpos0: torch.Tensor, qvel0: torch.Tensor, ctrl: torch.Tensor, delta: torch.Tensor,
+                   past: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The next qpos (N, nq), qvel (N, nv) and PD torque (N, nu) from the state qpos0, qvel0, the normalized
+        increment delta (N, O) and, under a lag, the past targets (N, max lag, nu); of its arguments only."""
+        qpos, qvel = self.rep.apply(qpos0, qvel0, self.y_norm.denormalize(delta))  # (N, nq), (N, nv)
         # PD torque where the analytical backend reports it: at its last substep, (dec-1)/dec of the way from this
         # state to the next. The start-of-step torque overstates sum(tau^2) by 1.9x on walking data (measured), and
         # a torque penalty built on it would push policies trained on the model towards standing still.
         a = self._torque_phase
         rep = self.rep
-        joint_pos = torch.lerp(rep.actuated_pos(self._qpos), rep.actuated_pos(qpos), a)  # (N, nu)
-        joint_vel = torch.lerp(rep.actuated_vel(self._qvel), rep.actuated_vel(qvel), a)  # (N, nu)
-        return qpos, qvel, pd_torque(self._law, self._target_in_effect(ctrl) - joint_pos, joint_vel)  # (N, nu) torque
+        joint_pos = torch.lerp(rep.actuated_pos(qpos0), rep.actuated_pos(qpos), a)  # (N, nu)
+        joint_vel = torch.lerp(rep.actuated_vel(qvel0), rep.actuated_vel(qvel), a)  # (N, nu)
+        error = self._target_in_effect(ctrl, past) - joint_pos  # (N, nu)
+        return qpos, qvel, pd_torque(self._law, error, joint_vel)  # (N, nu) torque
 
-    def _target_in_effect(self, ctrl: torch.Tensor) -> torch.Tensor:
+    def _target_in_effect(self, ctrl: torch.Tensor, past: torch.Tensor | None) -> torch.Tensor:
         """The target (N, nu) each actuator's drive holds at the last substep: this step's ctrl, or under an
-        identified lag the one sent that many steps earlier."""
+        identified lag the one sent that many steps earlier (from the past targets (N, max lag, nu))."""
         if self._lag is None:
             return ctrl
-        targets = torch.cat([ctrl[:, None], self._past], dim=1)  # (N, 1 + max lag, nu) newest first
+        targets = torch.cat([ctrl[:, None], past], dim=1)  # (N, 1 + max lag, nu) newest first
         index = self._lag[None, None, :].expand(ctrl.shape[0], 1, -1)  # (N, 1, nu)
         return targets.gather(1, index)[:, 0]  # (N, nu)
 

@@ -56,7 +56,7 @@ class ClimbPlanCfg:
     base_height: float = 0.5  # m above the mean surface under the feet (the default pose stands at 0.46 m)
     episode_s: float = 8.0  # s per platform: at 5 s every backend was still stepping up the higher platforms
     action_scale: float = 0.5  # joint targets = default + action_scale * action, action in [-1, 1]
-    # torch.compile the reward's kinematics and a learned backend's contact features (compiles for seconds on the
+    # torch.compile the reward and a learned backend's contact features and step glue (compiles for seconds on the
     # first decision of a run, then cuts the per-step cost of these small launch-bound ops several times)
     compile: bool = True
     success_margin: float = 0.5  # m: base past the platform edge at the end
@@ -83,22 +83,30 @@ class ClimbReward:
 
     def __init__(self, cfg: ClimbPlanCfg, robot: RobotSpec, model, lane: int, device: torch.device | str = "cpu"):
         self.cfg, self.lane_y, self.height = cfg, lane * LANE_GAP, PLATFORM_HEIGHTS[lane]
-        self.kin = TorchKinematics(model, device, compile=cfg.compile)
+        self.kin = TorchKinematics(model, device)
         self.feet = torch.tensor([model.body(f).id for f in cfg.feet], device=device)  # (4,)
         self.offsets = torch.tensor(cfg.gait_offsets, device=device)  # (4,)
+        # the whole per-state reward as one compiled graph (its kinematics included); the time enters as the feet's
+        # swing heights, a tensor, so that every step of an episode runs the same graph
+        self._score = torch.compile(self._reward, dynamic=False) if cfg.compile else self._reward
 
     def feet_pos(self, qpos: torch.Tensor) -> torch.Tensor:
         """World positions (S, 4, 3) of the foot centers."""
         return self.kin.forward_mat(qpos)[0][:, self.feet]
 
     def __call__(self, qpos: torch.Tensor, qvel: torch.Tensor, t: float) -> torch.Tensor:
+        c = self.cfg
+        phase = (t * c.gait_frequency + self.offsets) % 1.0  # (4,)
+        swing = c.swing_height * torch.clamp(torch.sin(2 * math.pi * phase), min=0.0)  # (4,) 0 in stance
+        return self._score(qpos, qvel, swing)
+
+    def _reward(self, qpos: torch.Tensor, qvel: torch.Tensor, swing: torch.Tensor) -> torch.Tensor:
+        """The reward (S,) of states qpos (S, nq), qvel (S, nv) with the feet's swing heights (4,) at this time."""
         c, w = self.cfg, self.cfg.weights
         x, y, z = qpos[:, 0], qpos[:, 1], qpos[:, 2]  # (S,)
         speed = c.forward_speed * ((PLATFORM_EDGE + c.goal_past_edge - x) / c.stop_distance).clamp(-1.0, 1.0)  # (S,)
         gravity_b = quat_apply_inverse(qpos[:, 3:7], qpos.new_tensor([0.0, 0.0, -1.0]).expand(len(x), 3))  # (S, 3)
         feet = self.feet_pos(qpos)  # (S, 4, 3)
-        phase = (t * c.gait_frequency + self.offsets) % 1.0  # (4,)
-        swing = c.swing_height * torch.clamp(torch.sin(2 * math.pi * phase), min=0.0)  # (4,) 0 in stance
         under = _surface(feet[..., 0], feet[..., 1], self.lane_y, self.height)  # (S, 4) surface under each foot
         ground = torch.maximum(under, _surface(feet[..., 0] + c.lookahead, feet[..., 1], self.lane_y, self.height))
         if not c.lookahead_in_stance:
