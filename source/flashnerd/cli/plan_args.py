@@ -28,8 +28,9 @@ def add_planner_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="random seed of the planner")
     p.add_argument("--device", default="cpu", help="torch device of the planning backends")
     p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
-                   help="torch.compile the reward's kinematics and a learned backend's contact features (default: "
-                        "the task's setting, on; the first decision then takes seconds longer)")
+                   help="torch.compile the reward and a learned backend's contact features, input frame, state "
+                        "update and attention (default: the task's setting, on; the first decision then takes "
+                        "seconds longer)")
 
 
 def parse_lanes(text: str) -> list[int]:

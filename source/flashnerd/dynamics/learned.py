@@ -67,8 +67,9 @@ class LearnedConfig:
 
     # a `flashnerd fit` checkpoint (default: the robot's shipped one, the one fitted on the scene's terrain if any)
     checkpoint: str | Path | None = None
-    # torch.compile the contact features and the element-wise work around the model call (the input frame, the
-    # integration of the increment, the torque): planning makes many steps at one batch size, launch-bound on a CPU
+    # torch.compile the element-wise work of a step (contact features, the input frame, the integration of the
+    # increment and the torque, a FlashNeRD's streaming attention; not the matrix products): planning makes many
+    # steps at one batch size, launch-bound on a CPU
     compile: bool = False
     # With an ensemble checkpoint, which prediction moves each world: "mean" of the members, a random member per
     # world redrawn every "step", or one per world kept for its "episode" (redrawn at reset), as PETS samples.
