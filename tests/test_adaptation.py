@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import shutil
+from pathlib import Path
 
 import pytest
 from conftest import record_nominal_and_worn
@@ -246,6 +248,19 @@ def test_bench_reality_gap_logs_with_the_randomized_policy(tmp_path, capsys, mon
     assert "| oracle: the safe policy fine-tuned on the variant (+2 iterations) | - |" in \
         render_block("reality_gap", again)
     assert "fine_tuned" not in summary  # round 0 from scratch: no controls
+    # a run folder copied elsewhere since (another machine, a repository keeping its baselines) still lends them: the
+    # files it recorded under its --out_dir are found under its JSON's folder
+    moved, gone = tmp_path / "moved", str(tmp_path / "gone")
+    shutil.copytree(out, moved)
+    (moved / "reality_gap.json").write_text((out / "reality_gap.json").read_text().replace(str(out), gone))
+    fresh = {k: v for k, v in second.items() if k != "held_out"} | {"baselines": {}}
+    reality_gap._reuse_baselines(fresh, moved / "reality_gap.json", second["model_hash"])
+    assert set(fresh["baselines"]) == set(summary["baselines"])
+    for label, entry in fresh["baselines"].items():
+        assert entry["policy"] == summary["baselines"][label]["policy"].replace(str(out), str(moved)), label
+        assert Path(entry["policy"]).is_file()
+    assert fresh["held_out"]["dataset"] == summary["held_out"]["dataset"].replace(str(out), str(moved))
+    shutil.rmtree(moved)
     for extra, differs in ((["--seed", "1"], "seed"), (["--iterations", "2"], "baseline iterations")):
         other = tmp_path / f"other_{differs.split()[0]}"
         assert main([*[str(other) if a == str(out) else a for a in argv], *extra,

@@ -193,6 +193,7 @@ class LearnedDynamics:
         # the control of the last step (the contact head reads the end-of-step frame under it); a reset world's is
         # its joint positions, a frame without target error
         self._ctrl = self.rep.actuated_pos(self._qpos).clone()  # (N, nu)
+        self.rep.actuated_vel(self._qvel)  # its index reaches the device now, not inside the first compiled step
         # the targets of the last max(lag) steps, newest first (only with a lagged law); a reset world's are the
         # default joint positions, as in the analytical backends' target history after a reset
         self._rest_target = self.rep.actuated_pos(q0[None])[0]  # (nu,)

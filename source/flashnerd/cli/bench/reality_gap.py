@@ -127,7 +127,9 @@ def add_parser(bsub: argparse._SubParsersAction) -> None:
                    help="the JSON of an earlier run of the same task, seed, device, PPO worlds, evaluation episodes "
                         "and baseline iterations: take its baselines (and its held-out logs, when it logged them as "
                         "this run would) instead of training them again, to compare loop settings; a run of another "
-                        "variant of the same robot gives its nominal baseline alone, evaluated again in this robot")
+                        "variant of the same robot gives its nominal baseline alone, evaluated again in this robot. "
+                        "The run's folder may have moved since: files it recorded under its --out_dir are looked for "
+                        "under the JSON's folder")
     p.set_defaults(func=run)
 
 
@@ -270,9 +272,11 @@ def _reuse_baselines(state: dict, path: Path, model_hash: str) -> None:
             continue
         if not _finished(entry, state["baseline_iterations"]):
             raise CLIError(f"{flag}: its baseline '{label}' is no finished entry of this command (edited or damaged)")
+        entry = {**entry, "policy": _where_now(entry["policy"], path, theirs.get("out_dir"))}
         if not Path(entry["policy"]).is_file():
             raise CLIError(f"{flag}: the policy of its baseline '{label}', '{entry['policy']}', is missing; run "
-                           "from the folder that run ran from, or drop --baselines_from")
+                           "from the folder that run ran from, keep the run's files where they lie beside its JSON, "
+                           "or drop --baselines_from")
         read_policy_checkpoint(entry["policy"])  # a damaged or foreign file fails now, not after hours of work
         if same_robot:
             state["baselines"][label] = {**entry, "reused_from": str(path)}
@@ -281,11 +285,27 @@ def _reuse_baselines(state: dict, path: Path, model_hash: str) -> None:
                                          "reused_from": str(path), "evaluated_here": True}
     # its held-out logs are this run's when the same safe policy (its file, reused above) logged them the same way
     held_out, safe = other.get("held_out"), state["baselines"].get(mine["safe_policy"], {})
+    if isinstance(held_out, dict) and isinstance(held_out.get("dataset"), str):
+        held_out = {**held_out, "dataset": _where_now(held_out["dataset"], path, theirs.get("out_dir"))}
     if ("held_out" not in state and same_robot and safe.get("reused_from") == str(path)
             and isinstance(held_out, dict) and isinstance(held_out.get("dataset"), str)
             and Path(held_out["dataset"]).is_file()
             and all(mine.get(k) == theirs.get(k) for k in HELD_OUT_SETTINGS)):
         state["held_out"] = {**held_out, "reused_from": str(path)}
+
+
+def _where_now(recorded: str, path: Path, out_dir) -> str:
+    """A file an earlier run recorded (a policy, its held-out logs), where it lies now: as recorded, or, where that
+    run's folder was moved or copied since (to another machine, or into a repository to keep its baselines), at the
+    same place under the folder that holds its JSON `path`."""
+    if Path(recorded).is_file() or not isinstance(out_dir, str):
+        return recorded
+    try:
+        inside = Path(recorded).relative_to(out_dir)  # (...) the file's place within that run's --out_dir
+    except ValueError:
+        return recorded
+    moved = path.parent / inside
+    return str(moved) if moved.is_file() else recorded
 
 
 def _finite(value) -> bool:
