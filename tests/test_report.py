@@ -201,3 +201,25 @@ def test_a_run_that_learned_nothing_has_no_time_to_its_own_target(tmp_path):
     text = render_block("bench_ppo_gain", folder)
     assert "| `nerd` | 2 | 6.0 (3.0 - 9.0) | 60 (no gain, 60) |" in text
     assert "No gain: `nerd/seed1`: the run ended no better in MuJoCo than the first policy it saved" in text
+
+
+def test_a_reality_gap_table_reads_each_policy_as_a_share_of_the_oracle(tmp_path):
+    """Issue 26's bar reads a policy's return in the variant as a share of the oracle's: every row of the table gets
+    it, and none when the oracle's return is not positive (a share of a negative return says nothing)."""
+    from flashnerd.viz.report import render_block
+
+    folder = tmp_path / "results"
+    folder.mkdir()
+    data = json.loads((ROOT / "docs" / "results" / "reality_gap_laggy_dr.json").read_text())
+    oracle = data["baselines"]["oracle"]["eval_variant"]
+    oracle["mean_return"] = 8.0
+    data["budgets"][-1]["rounds"][0]["eval_variant"]["mean_return"] = 7.2
+    (folder / "reality_gap_x.json").write_text(json.dumps(data))
+    text = render_block("reality_gap_x", folder)
+    assert "| oracle: PPO on the variant | - |" in text and "| 8.0 | 100% |" in text
+    assert "round 0 | 4.8 |" in text and "| 7.2 | 90% |" in text
+    oracle["mean_return"] = -1.0
+    (folder / "reality_gap_x.json").write_text(json.dumps(data))
+    text = render_block("reality_gap_x", folder)
+    policies = [line.split(" | ") for line in text.split("NRMSE")[0].splitlines() if line.startswith("| ")][1:]
+    assert len(policies) == 9 and all(cells[4] == "-" for cells in policies)

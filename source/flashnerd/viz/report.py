@@ -550,15 +550,18 @@ def _reality_gap(data: dict, name: str, folder: Path) -> str:
             f"{data['iterations_per_round']} "
             f"PPO iterations per budget{_start_of_round_0(data)}, baselines {data['baseline_iterations']}; "
             f"{data['eval_episodes']} episodes per evaluation in the variant.", "",
-            "| policy | robot time its model saw (min) | PPO wall (s) | return in the variant | falls | lin-vel RMS | "
-            "on its model |",
-            "|---|---|---|---|---|---|---|"]
+            "| policy | robot time its model saw (min) | PPO wall (s) | return in the variant | of the oracle's | "
+            "falls | lin-vel RMS | on its model |",
+            "|---|---|---|---|---|---|---|---|"]
+    oracle = data["baselines"].get("oracle", {}).get("eval_variant", {}).get("mean_return")
 
     def row(label: str, minutes: str, r: dict) -> str:
         e = r["eval_variant"]
         on_model = f"{r['eval_model']['mean_return']:.1f}" if "eval_model" in r else "-"
-        return (f"| {label} | {minutes} | {r['train_wall_s']:.0f} | {e['mean_return']:.1f} | {e['fall_rate']:.0%} | "
-                f"{e['lin_vel_rms']:.2f} | {on_model} |")
+        # issue 26's bar reads a share of the oracle's return, which means nothing unless that return is positive
+        share = f"{e['mean_return'] / oracle:.0%}" if oracle is not None and oracle > 0 else "-"
+        return (f"| {label} | {minutes} | {r['train_wall_s']:.0f} | {e['mean_return']:.1f} | {share} | "
+                f"{e['fall_rate']:.0%} | {e['lin_vel_rms']:.2f} | {on_model} |")
 
     # `evaluated_here`: figures of this robot, for a policy first trained in a run of another variant
     rows += [row(labels.get(k, k) + (" (reused, first trained for another variant)" if r.get("evaluated_here") else

@@ -200,7 +200,8 @@ def run(args: argparse.Namespace) -> dict:
     study.evaluate_reused()  # a nominal baseline taken from a run of another variant, in this robot
 
     # baselines train --baseline_iterations (default: rounds x iterations, the last round's PPO on models); the
-    # safe policy first (every log starts from it), then the oracle, the third after the budgets
+    # safe policy first (every log starts from it), then the oracle, the third after the budgets (and after the
+    # fine-tuning controls, so that a run stopped in it already holds them)
     baselines = {"nominal": None, "oracle": study.target, **({"randomized": ranges} if ranges else {})}
     order = [args.safe_policy, "oracle"]
     study.baselines([(label, baselines[label]) for label in order])
@@ -223,11 +224,11 @@ def run(args: argparse.Namespace) -> dict:
             state["budgets"].append(row)
         study.budget(row, _steps(args, robot.control_dt, minutes, args.rounds))
     state["budgets"].sort(key=lambda b: b["minutes"])
+    if args.start_policy == "safe":  # before the last baseline: a few hundred iterations, not another whole run
+        study.fine_tune_controls(args.rounds * per_round)
     study.baselines([(label, variant) for label, variant in baselines.items() if label not in order])
     state["randomized"] = ("PPO on MuJoCo drawing the variant's randomize ranges over the nominal robot" if ranges
                            else "skipped: the variant has no randomize ranges")
-    if args.start_policy == "safe":
-        study.fine_tune_controls(args.rounds * per_round)
     study.save()
     plot_reality_gap(state, out / f"{args.name}.png")
     print(json.dumps({"baselines": {k: v["eval_variant"]["mean_return"] for k, v in state["baselines"].items()},
