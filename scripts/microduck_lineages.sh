@@ -10,6 +10,10 @@
 # others reached 0-20% success), and a lineage that never rolls shows the model no roll. A data seed whose pretrained
 # policy rolls in fewer than MIN_SUCCESS of the training run's own MuJoCo evaluation episodes is left out (evaluation
 # seeds are not checked: the comparison takes them as they are).
+# START=explore runs the loop from a model fitted on the exploration data alone (EXPLORE_FIT seconds; issue 27's
+# "improve from exploration data only"), and then keeps only the exploration data in every refit: the model learns
+# each lineage's rolls from the loop's own rollouts. Otherwise the loop starts from the shipped model, and each data
+# lineage's pretrained policy with action noise is kept in every refit beside the exploration data.
 set -euo pipefail
 shopt -s inherit_errexit
 ROUNDS=${1:-3}
@@ -23,6 +27,8 @@ FT_SEEDS=${FT_SEEDS:-1}  # fine-tuning seeds per evaluation lineage and backend
 # so another PATIENCE needs another LOGS
 PATIENCE=${PATIENCE:-5}
 OUT=${OUT:-data/duck_lineages2}
+START=${START:-shipped}
+EXPLORE_FIT=${EXPLORE_FIT:-600}
 LOGS=${LOGS:-logs/duck_improve2}
 T=FlashNeRD-Roll-Flat-Microduck-v0
 RUNS=logs/rsl_rl/microduck_roll
@@ -58,6 +64,7 @@ for S in $DATA_SEEDS; do
     continue
   fi
   STARTS+=("$P")
+  [[ $START == explore ]] && continue
   [[ -f $OUT/policy_s$S.h5 ]] || flashnerd record --task $T --checkpoint "$P" --action_noise 0.5 --num_worlds 256 \
     --steps 1000 --traj_len 100 --seed 1$S --out "$OUT/policy_s$S.h5" $(resume "$OUT/policy_s$S.h5.parts")
   [[ -f $OUT/rolls_s$S.h5 ]] || flashnerd record --task $T --checkpoint "$P" --action_noise 0.5 --num_worlds 2048 \
@@ -65,11 +72,19 @@ for S in $DATA_SEEDS; do
   KEEP+=("$OUT/policy_s$S.h5" "$OUT/rolls_s$S.h5")
 done
 [[ ${#STARTS[@]} -gt 0 ]] || { echo "no data seed rolls; pretrain others (DATA_SEEDS)" >&2; exit 1; }
+case $START in
+  shipped) MODEL0=checkpoints/microduck/flashnerd.safetensors ;;
+  explore)
+    MODEL0=$OUT/explore_only_fit$EXPLORE_FIT.safetensors
+    [[ -s $MODEL0.fit.json ]] || flashnerd fit --data "$OUT/explore.h5" --time_budget "$EXPLORE_FIT" --max_steps 100000 \
+      --out "$MODEL0" $(resume "$MODEL0") | tail -n 1 > "$MODEL0.fit.json" ;;
+  *) echo "START must be shipped or explore, not '$START'" >&2; exit 2 ;;
+esac
 RESUME=(); [[ -f $LOGS/improve.json ]] && RESUME=(--resume)
 # 34.1 minutes of MuJoCo time per lineage and round: 1,024 worlds x one 100-step trajectory each
 N=${#STARTS[@]}
 flashnerd improve --task $T --policy "${STARTS[@]}" --restart_from_policy \
-  --dynamics_checkpoint checkpoints/microduck/flashnerd.safetensors --data "${KEEP[@]}" --rounds "$ROUNDS" \
+  --dynamics_checkpoint "$MODEL0" --data "${KEEP[@]}" --rounds "$ROUNDS" \
   --iterations 100 --target_minutes "$(awk "BEGIN {print 34.1 * $N}")" --target_worlds 1024 --traj_len 100 \
   --action_noise 0.3 \
   --fit_budget "$FIT" --patience "$PATIENCE" --out_dir "$LOGS" "${RESUME[@]}" | tail -n 1

@@ -16,6 +16,7 @@ from flashnerd.cli.main import main
 from flashnerd.data.dataset import load_dataset
 from flashnerd.data.record import record
 from flashnerd.dynamics import make_dynamics
+from flashnerd.envs.registry import task_cfgs
 from flashnerd.models.checkpoint import read_checkpoint
 from flashnerd.robots import get_robot
 from flashnerd.robots.variant import load_variant
@@ -108,7 +109,7 @@ def test_bench_reality_gap_runs_the_loop_a_lab_runs(tmp_path, capsys, monkeypatc
     argv = ["bench", "reality-gap", "--robot_variant", "variants/anymal_c_worn_dr.yaml", "--real_minutes", "0.4",
             "--iterations", "1", "--num_envs", "4", "--eval_episodes", "2", "--robot_worlds", "2",
             "--mix", "0.3", "--sim_minutes", "0.1", "--fit_budget", "1", "--refit_budget", "1", "--traj_len", "20",
-            "--contact_head_steps", "20", "--out_dir", str(out)]
+            "--contact_head_steps", "20", "--start_policy", "scratch", "--out_dir", str(out)]
     assert main(argv) == 0
     summary = json.loads((out / "reality_gap.json").read_text())
     assert set(summary["baselines"]) == {"nominal", "oracle", "randomized"} and (out / "reality_gap.png").is_file()
@@ -206,7 +207,7 @@ def test_bench_reality_gap_logs_with_the_randomized_policy(tmp_path, capsys, mon
     argv = ["bench", "reality-gap", "--robot_variant", "variants/anymal_c_worn_dr.yaml", "--real_minutes", "0.2",
             "--rounds", "1", "--iterations", "1", "--num_envs", "4", "--eval_episodes", "2", "--robot_worlds", "2",
             "--fit_budget", "1", "--traj_len", "20", "--contact_head_steps", "0", "--safe_policy", "randomized",
-            "--out_dir", str(out)]
+            "--start_policy", "scratch", "--out_dir", str(out)]
     assert main(argv) == 0
     summary = json.loads((out / "reality_gap.json").read_text())
     assert list(summary["baselines"]) == ["randomized", "oracle", "nominal"]
@@ -363,6 +364,17 @@ def test_a_reality_gap_run_stopped_in_its_first_ppo_resumes(tmp_path, capsys, mo
     assert main(argv) == 130
     state = json.loads((out / "reality_gap.json").read_text())
     assert state["baselines"] == {} and state["budgets"] == []
+    # by default round 0 fine-tunes the safe policy for FINE_TUNE_ITERATIONS a round, and the baselines train the
+    # task's iterations once per round (what a last round trained from scratch would have behind it)
+    _, agent_cfg = task_cfgs("FlashNeRD-Velocity-Flat-Anymal-C-v0")
+    assert state["settings"]["start_policy"] == "safe" and state["iterations_per_round"] == 1
+    assert state["baseline_iterations"] == agent_cfg.max_iterations
+    default = tmp_path / "default"
+    assert main(["bench", "reality-gap", "--robot_variant", "variants/anymal_c_worn.yaml", "--real_minutes", "0.2",
+                 "--out_dir", str(default)]) == 130
+    state = json.loads((default / "reality_gap.json").read_text())
+    assert state["iterations_per_round"] == reality_gap.FINE_TUNE_ITERATIONS
+    assert state["baseline_iterations"] == 2 * agent_cfg.max_iterations
     capsys.readouterr()
     assert main([*argv, "--resume"]) == 130  # past the state check, into the same PPO stage again
     assert "with --resume continues it" in capsys.readouterr().err

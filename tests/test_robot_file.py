@@ -1096,7 +1096,7 @@ def test_the_reality_gap_loop_runs_on_a_robot_from_outside_the_package(hound_dir
     capsys.readouterr()
     argv = ["bench", "reality-gap", "--robot_variant", str(variant), "--real_minutes", "0.1", "--rounds", "1",
             "--iterations", "1", "--num_envs", "4", "--eval_episodes", "2", "--robot_worlds", "2", "--fit_budget",
-            "1", "--traj_len", "20", "--contact_head_steps", "0", "--out_dir", "rg"]
+            "1", "--traj_len", "20", "--contact_head_steps", "0", "--baseline_iterations", "1", "--out_dir", "rg"]
     for extra, message in (([], "is for robot 'hound'"),  # the task's robot is ANYmal-C
                            (["--robot", spec], "no flashnerd model is shipped for robot 'hound'")):
         assert main([*argv, *extra]) == 2
@@ -1105,6 +1105,7 @@ def test_the_reality_gap_loop_runs_on_a_robot_from_outside_the_package(hound_dir
     assert main([*argv, "--robot", spec, "--dynamics_checkpoint", "hound.safetensors"]) == 0
     summary = json.loads((tmp_path / "rg" / "reality_gap.json").read_text())
     assert summary["settings"]["robot"] == spec and set(summary["baselines"]) == {"nominal", "oracle"}
+    assert set(summary["fine_tuned"]) == {"nominal", "oracle"}  # round 0 fine-tuned the safe policy: its controls
     assert summary["model_hash"] == get_robot(spec).model_hash()
     (budget,) = summary["budgets"]
     logged = load_dataset(budget["logged"]["dataset"], get_robot(spec)).attrs  # read with the hound's layout

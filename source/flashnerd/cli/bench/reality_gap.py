@@ -4,16 +4,16 @@ For each budget of robot time (minutes summed over robots), spent in --rounds eq
 more than the budget): drive the variant with a safe policy plus action noise (PPO on nominal MuJoCo; with --safe_policy
 randomized, the domain-randomized baseline, trained first), write its logs in the robot log format and import them (the
 lab's path), and adapt the learned model to them (`fit --init`); then round r trains PPO on model r (from round r-1's
-policy; round 0 from scratch, or with --start_policy safe from the safe policy), and every round but the last drives the
-robot with its policy plus noise for the next part, logged and imported the same way, and refits the model on every log
-so far. Every policy is evaluated in the variant. Baselines in the same run, each with as many PPO iterations as the
-last round's policy trained on models (--baseline_iterations to set them): PPO on nominal MuJoCo, PPO on MuJoCo with
-domain randomization over the variant's `randomize` ranges (when it has any), and the oracle a lab cannot run, PPO
-directly on the variant; with --start_policy safe also the safe policy fine-tuned as long as the loop fine-tunes it,
-on nominal MuJoCo and on the variant (`fine_tuned`: what the iterations earn without the model, and the oracle of
-fine-tuning). The JSON is rewritten after every stage (`--resume` continues a stopped run, a PPO stage from
-its last checkpoint, saved every `CHECKPOINT_EVERY` iterations); a plot of return in the variant against minutes of
-robot data.
+policy; round 0 fine-tunes the safe policy, or with --start_policy scratch trains a fresh one), and every round but the
+last drives the robot with its policy plus noise for the next part, logged and imported the same way, and refits the
+model on every log so far. Every policy is evaluated in the variant. Baselines in the same run (--baseline_iterations
+each; by default rounds x the task's iterations, as many as a last round trained from scratch has behind it): PPO on
+nominal MuJoCo, PPO on MuJoCo with domain randomization over the variant's `randomize` ranges (when it has any), and
+the oracle a lab cannot run, PPO directly on the variant; when the loop fine-tunes the safe policy, also that policy
+fine-tuned as long on nominal MuJoCo and on the variant (`fine_tuned`: what the iterations earn without the model, and
+the oracle of fine-tuning). The JSON is rewritten after every stage (`--resume` continues a stopped run, a PPO stage
+from its last checkpoint, saved every `CHECKPOINT_EVERY` iterations); a plot of return in the variant against minutes
+of robot data.
 
 A variant with `randomize` ranges is two things here: the robot is its fixed values (`RobotVariant.fixed`, written
 to `<variant>_robot.yaml` in --out_dir: what is logged, what the oracle trains on, what every policy is evaluated
@@ -61,7 +61,8 @@ from flashnerd.viz.report import plot_reality_gap
 TASK = "FlashNeRD-Velocity-Flat-Anymal-C-v0"
 BASELINES = ("nominal", "oracle", "randomized")
 SAFE_POLICIES = ("nominal", "randomized")  # baselines that may log the robot's first data
-START_POLICIES = ("scratch", "safe")  # what round 0's PPO starts from
+START_POLICIES = ("safe", "scratch")  # what round 0's PPO starts from
+FINE_TUNE_ITERATIONS = 150  # PPO iterations per round fine-tuning the safe policy, fixed before any run that used it
 # runs from before these options had them
 OLD_DEFAULTS = {"contact_head_steps": 1000, "safe_policy": "nominal", "start_policy": "scratch", "robot": None,
                 "baseline_iterations": None}
@@ -84,10 +85,11 @@ def add_parser(bsub: argparse._SubParsersAction) -> None:
                    help="rounds per budget: PPO on the model, its rollouts on the robot, refit (1: adapt once to the "
                         "safe policy's logs); the budget is spent in equal parts")
     p.add_argument("--iterations", type=int, default=None,
-                   help="PPO iterations per round (default: the task's)")
+                   help=f"PPO iterations per round (default: {FINE_TUNE_ITERATIONS} fine-tuning the safe policy, the "
+                        "task's from scratch)")
     p.add_argument("--baseline_iterations", type=int, default=None,
-                   help="PPO iterations of every baseline (default: rounds x iterations, as many as the last round's "
-                        "policy has behind it when round 0 starts from scratch)")
+                   help="PPO iterations of every baseline (default: rounds x the task's iterations; from scratch, "
+                        "rounds x --iterations: as many as the last round's policy has behind it)")
     p.add_argument("--num_envs", type=int, default=None, help="PPO worlds (default: the task's)")
     p.add_argument("--eval_episodes", type=int, default=64, help="evaluation episodes in the variant per policy")
     p.add_argument("--robot_worlds", type=int, default=16, help="robots logging at once (the budget is summed)")
@@ -95,10 +97,11 @@ def add_parser(bsub: argparse._SubParsersAction) -> None:
                    help="the baseline whose policy (plus noise) logs the robot's first data and the held-out logs: "
                         "nominal (PPO on nominal MuJoCo) or randomized (PPO over the variant's randomize ranges, "
                         "what a lab that fears falls would deploy first; the variant needs ranges)")
-    p.add_argument("--start_policy", choices=START_POLICIES, default="scratch",
-                   help="what round 0's PPO on the adapted model starts from: scratch (a fresh policy) or safe "
-                        "(fine-tunes the safe policy, whose logs the model was adapted to, as a lab would fine-tune "
-                        "the policy it runs; its PPO iterations then come on top of the safe policy's)")
+    p.add_argument("--start_policy", choices=START_POLICIES, default="safe",
+                   help="what round 0's PPO on the adapted model starts from: safe (the default: fine-tunes the safe "
+                        "policy, whose logs the model was adapted to, as a lab would fine-tune the policy it runs; "
+                        "its PPO iterations then come on top of the safe policy's) or scratch (a fresh policy, which "
+                        "walks into states the logs never showed the model; docs/results.md)")
     p.add_argument("--action_noise", type=float, default=0.3,
                    help="largest per-world std of the noise on the actions of every policy driving the robot")
     p.add_argument("--mix", type=float, default=0.0,
@@ -176,11 +179,13 @@ def run(args: argparse.Namespace) -> dict:
     path = out / f"{args.name}.json"
     # budgets are kept by minutes, so --resume may run other budgets than the stopped run (it finishes those too)
     settings = {k: v for k, v in vars(args).items() if k not in ("func", "resume", "debug", "command", "real_minutes")}
-    per_round = args.iterations or agent_cfg.max_iterations
+    fine_tune = args.start_policy == "safe"
+    per_round = args.iterations or (FINE_TUNE_ITERATIONS if fine_tune else agent_cfg.max_iterations)
     state = run_state(path, settings, args.resume, {
         "task": args.task, "robot_variant": args.robot_variant, "variant": robot.variant.describe(),
         "model": args.model, "init": init, "rounds_per_budget": args.rounds, "iterations_per_round": per_round,
-        "baseline_iterations": args.baseline_iterations or per_round * args.rounds,
+        "baseline_iterations": args.baseline_iterations or
+        args.rounds * (agent_cfg.max_iterations if fine_tune else per_round),
         "eval_episodes": args.eval_episodes, "baselines": {},
         "budgets": []}, defaults=OLD_DEFAULTS, upgrade=checked_state)
     _check_same_models(state, robot.model_hash(), init, args.resume)
@@ -199,7 +204,7 @@ def run(args: argparse.Namespace) -> dict:
     study.save()  # now, so a run stopped in its first stage (the safe baseline's PPO) resumes too
     study.evaluate_reused()  # a nominal baseline taken from a run of another variant, in this robot
 
-    # baselines train --baseline_iterations (default: rounds x iterations, the last round's PPO on models); the
+    # baselines train --baseline_iterations (default: rounds x the task's or, from scratch, x --iterations); the
     # safe policy first (every log starts from it), then the oracle, the third after the budgets (and after the
     # fine-tuning controls, so that a run stopped in it already holds them)
     baselines = {"nominal": None, "oracle": study.target, **({"randomized": ranges} if ranges else {})}
