@@ -324,6 +324,33 @@ def test_bench_reality_gap_logs_with_the_randomized_policy(tmp_path, capsys, mon
     assert not (tmp_path / "no_ranges").exists() and len(drivers) == 5
 
 
+def test_the_baselines_kept_in_the_repository_still_lend_themselves(tmp_path, monkeypatch):
+    """`checkpoints/anymal_c/reality_gap_worn_seed1` keeps the baselines of a finished run (its JSON and their policy
+    files) so that later runs compare loop settings without hours of PPO: each baseline resolves to its file there
+    and reads as a policy, and the run's robot is today's (the variant's digest and the robot model's hash); a change
+    to either makes these baselines another robot's, and this test says so."""
+    import json
+
+    from flashnerd.cli.bench.reality_gap import _reuse_baselines
+    from flashnerd.envs.rsl_rl import read_policy_checkpoint
+    from flashnerd.sim.scene import variant_robot
+
+    root = Path(__file__).resolve().parents[1]
+    path = root / "checkpoints" / "anymal_c" / "reality_gap_worn_seed1" / "reality_gap.json"
+    kept = json.loads(path.read_text())
+    monkeypatch.chdir(root)  # the variant's path in the JSON is the repository's
+    env_cfg, _ = task_cfgs(kept["task"], robot_variant=kept["robot_variant"])
+    robot = variant_robot(env_cfg.robot, kept["robot_variant"])
+    assert kept["model_hash"] == robot.model_hash() and kept["variant"]["digest"] == robot.variant.digest()
+    fresh = {k: v for k, v in kept.items() if k not in ("held_out", "budgets", "fine_tuned")} | {"baselines": {}}
+    monkeypatch.chdir(tmp_path)  # away from the run's own folder (logs/ is no clone's): the kept files must serve
+    _reuse_baselines(fresh, path, robot.model_hash())
+    assert set(fresh["baselines"]) == set(kept["baselines"]) >= {"nominal", "oracle"}
+    for label, entry in fresh["baselines"].items():
+        assert Path(entry["policy"]) == path.parent / label / "policy.pt", label
+        assert read_policy_checkpoint(entry["policy"])["iter"] + 1 == kept["baseline_iterations"], label
+
+
 def test_a_resumed_reality_gap_run_refuses_another_adapted_model_or_robot(tmp_path):
     """A new run records the robot model's hash and the adapted model's digest; every resume must find the same. A run
     stopped before them gets the digest at its first resume, and no robot hash (its baselines predate it)."""
