@@ -28,6 +28,7 @@ FT_SEEDS=${FT_SEEDS:-1}  # fine-tuning seeds per evaluation lineage and backend
 PATIENCE=${PATIENCE:-5}
 OUT=${OUT:-data/duck_lineages2}
 START=${START:-shipped}
+[[ $START == shipped || $START == explore ]] || { echo "START must be shipped or explore, not '$START'" >&2; exit 2; }
 EXPLORE_FIT=${EXPLORE_FIT:-600}
 LOGS=${LOGS:-logs/duck_improve2}
 T=FlashNeRD-Roll-Flat-Microduck-v0
@@ -78,7 +79,6 @@ case $START in
     MODEL0=$OUT/explore_only_fit$EXPLORE_FIT.safetensors
     [[ -s $MODEL0.fit.json ]] || flashnerd fit --data "$OUT/explore.h5" --time_budget "$EXPLORE_FIT" --max_steps 100000 \
       --out "$MODEL0" $(resume "$MODEL0") | tail -n 1 > "$MODEL0.fit.json" ;;
-  *) echo "START must be shipped or explore, not '$START'" >&2; exit 2 ;;
 esac
 RESUME=(); [[ -f $LOGS/improve.json ]] && RESUME=(--resume)
 # 34.1 minutes of MuJoCo time per lineage and round: 1,024 worlds x one 100-step trajectory each

@@ -229,7 +229,7 @@ def run(args: argparse.Namespace) -> dict:
             state["budgets"].append(row)
         study.budget(row, _steps(args, robot.control_dt, minutes, args.rounds))
     state["budgets"].sort(key=lambda b: b["minutes"])
-    if args.start_policy == "safe":  # before the last baseline: a few hundred iterations, not another whole run
+    if fine_tune:  # before the last baseline: a few hundred iterations, not another whole run
         study.fine_tune_controls(args.rounds * per_round)
     study.baselines([(label, variant) for label, variant in baselines.items() if label not in order])
     state["randomized"] = ("PPO on MuJoCo drawing the variant's randomize ranges over the nominal robot" if ranges
